@@ -1,0 +1,164 @@
+/*
+ * braid: collective communication for GPUs and CPUs.
+ *
+ * The API follows nccl.h (2.2x) function for function, with the `braid` prefix and the same enum
+ * values and result codes, so a libnccl shim is a thin alias layer. Where braid goes beyond NCCL
+ * (CPU communicators, host streams, timeouts, environment-driven init) the extension is marked.
+ */
+#ifndef BRAID_BRAID_H_
+#define BRAID_BRAID_H_
+
+#include <limits.h>
+#include <stddef.h>
+
+#define BRAID_MAJOR 0
+#define BRAID_MINOR 1
+#define BRAID_PATCH 0
+#define BRAID_VERSION(X, Y, Z) ((X)*10000 + (Y)*100 + (Z))
+#define BRAID_VERSION_CODE BRAID_VERSION(BRAID_MAJOR, BRAID_MINOR, BRAID_PATCH)
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Opaque handle to a communicator. */
+typedef struct braidComm* braidComm_t;
+#define BRAID_COMM_NULL NULL
+
+/* On a CUDA communicator a cudaStream_t; on a CPU communicator NULL (the call completes before it
+ * returns) or a host stream from braidStreamCreate (calls run in order on a worker thread). */
+typedef void* braidStream_t;
+
+#define BRAID_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[BRAID_UNIQUE_ID_BYTES];
+} braidUniqueId;
+
+/* Result codes: values 0..7 are nccl.h's; braidTimeout is braid's extension. */
+typedef enum {
+  braidSuccess = 0,
+  braidUnhandledCudaError = 1,
+  braidSystemError = 2,
+  braidInternalError = 3,
+  braidInvalidArgument = 4,
+  braidInvalidUsage = 5,
+  braidRemoteError = 6,
+  braidInProgress = 7,
+  braidTimeout = 8,
+  braidNumResults = 9
+} braidResult_t;
+
+typedef enum {
+  braidSum = 0,
+  braidProd = 1,
+  braidMax = 2,
+  braidMin = 3,
+  braidAvg = 4,
+  braidNumOps = 5
+} braidRedOp_t;
+
+typedef enum {
+  braidInt8 = 0,
+  braidChar = 0,
+  braidUint8 = 1,
+  braidInt32 = 2,
+  braidInt = 2,
+  braidUint32 = 3,
+  braidInt64 = 4,
+  braidUint64 = 5,
+  braidFloat16 = 6,
+  braidHalf = 6,
+  braidFloat32 = 7,
+  braidFloat = 7,
+  braidFloat64 = 8,
+  braidDouble = 8,
+  braidBfloat16 = 9,
+  braidNumTypes = 10
+} braidDataType_t;
+
+#define BRAID_CONFIG_UNDEF_INT INT_MIN
+#define BRAID_CONFIG_UNDEF_PTR NULL
+
+/* Communicator configuration: the fields of ncclConfig_t that braid honours, then braid's own.
+ * Always start from BRAID_CONFIG_INITIALIZER. */
+typedef struct braidConfig_v1 {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int blocking;         /* 1 (default): init blocks; 0: init returns braidInProgress */
+  const char* commName; /* shown in logs and errors */
+  int timeoutMs;        /* braid: per-operation timeout; default BRAID_TIMEOUT (ms) */
+  const char* device;   /* braid: "cpu" or "cuda"; default BRAID_DEVICE */
+} braidConfig_t;
+
+#define BRAID_CONFIG_MAGIC 0xb4a1dc0fu
+#define BRAID_CONFIG_INITIALIZER                                                           \
+  {                                                                                        \
+    sizeof(braidConfig_t), BRAID_CONFIG_MAGIC, BRAID_VERSION_CODE, BRAID_CONFIG_UNDEF_INT, \
+        BRAID_CONFIG_UNDEF_PTR, BRAID_CONFIG_UNDEF_INT, BRAID_CONFIG_UNDEF_PTR             \
+  }
+
+braidResult_t braidGetVersion(int* version);
+
+/* Generates the id that every rank passes to braidCommInitRank. The calling process hosts the
+ * rendezvous until all ranks have arrived. With BRAID_COMM_ID=host:port (or torchrun's
+ * MASTER_ADDR/MASTER_PORT) set, every rank gets the same id and rank 0 hosts the rendezvous. */
+braidResult_t braidGetUniqueId(braidUniqueId* uniqueId);
+
+braidResult_t braidCommInitRank(braidComm_t* comm, int nranks, braidUniqueId commId, int rank);
+braidResult_t braidCommInitRankConfig(braidComm_t* comm, int nranks, braidUniqueId commId, int rank,
+                                      braidConfig_t* config);
+/* ndev ranks as threads of this process; devlist may be NULL (CPU or devices 0..ndev-1). */
+braidResult_t braidCommInitAll(braidComm_t* comms, int ndev, const int* devlist);
+
+/* braid: rank, size and rendezvous from the launcher's environment: BRAID_COMM_ID or
+ * MASTER_ADDR/MASTER_PORT, and RANK/WORLD_SIZE (torchrun), OMPI_COMM_WORLD_RANK/SIZE (Open MPI)
+ * or SLURM_PROCID/SLURM_NTASKS (Slurm). config may be NULL. */
+braidResult_t braidCommInitFromEnv(braidComm_t* comm, braidConfig_t* config);
+
+braidResult_t braidCommFinalize(braidComm_t comm);
+braidResult_t braidCommDestroy(braidComm_t comm);
+braidResult_t braidCommAbort(braidComm_t comm);
+braidResult_t braidCommGetAsyncError(braidComm_t comm, braidResult_t* asyncError);
+braidResult_t braidCommCount(const braidComm_t comm, int* count);
+braidResult_t braidCommCuDevice(const braidComm_t comm, int* device);
+braidResult_t braidCommUserRank(const braidComm_t comm, int* rank);
+
+const char* braidGetErrorString(braidResult_t result);
+/* The last error's sentence (rank, peer, operation, what was expected). comm may be NULL: then
+ * the calling thread's last error. */
+const char* braidGetLastError(braidComm_t comm);
+
+braidResult_t braidAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                             braidDataType_t datatype, braidRedOp_t op, braidComm_t comm,
+                             braidStream_t stream);
+braidResult_t braidReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                 braidDataType_t datatype, braidRedOp_t op, braidComm_t comm,
+                                 braidStream_t stream);
+braidResult_t braidAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                             braidDataType_t datatype, braidComm_t comm, braidStream_t stream);
+braidResult_t braidBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                             braidDataType_t datatype, int root, braidComm_t comm,
+                             braidStream_t stream);
+braidResult_t braidReduce(const void* sendbuff, void* recvbuff, size_t count,
+                          braidDataType_t datatype, braidRedOp_t op, int root, braidComm_t comm,
+                          braidStream_t stream);
+braidResult_t braidSend(const void* sendbuff, size_t count, braidDataType_t datatype, int peer,
+                        braidComm_t comm, braidStream_t stream);
+braidResult_t braidRecv(void* recvbuff, size_t count, braidDataType_t datatype, int peer,
+                        braidComm_t comm, braidStream_t stream);
+
+braidResult_t braidGroupStart(void);
+braidResult_t braidGroupEnd(void);
+
+/* braid: host streams for CPU communicators. */
+braidResult_t braidStreamCreate(braidStream_t* stream);
+/* Waits for every operation queued so far; returns the first error one of them met. */
+braidResult_t braidStreamSynchronize(braidStream_t stream);
+braidResult_t braidStreamDestroy(braidStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BRAID_BRAID_H_ */

@@ -1,0 +1,57 @@
+#include "core/params.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+
+namespace braid::param {
+namespace {
+
+std::string parse(const char* env, const char* raw, const std::string&) {
+  return raw;
+}
+
+int64_t parse(const char* env, const char* raw, int64_t) {
+  char* end = nullptr;
+  errno = 0;
+  long long value = std::strtoll(raw, &end, 0);
+  if (errno != 0 || end == raw || *end != '\0')
+    fail(braidInvalidArgument, "environment variable {}='{}' is not an integer", env, raw);
+  return value;
+}
+
+template <typename T>
+T readEnv(const char* env, const T& def) {
+  const char* raw = std::getenv(env);
+  if (raw == nullptr || *raw == '\0') return def;
+  return parse(env, raw, def);
+}
+
+std::string show(const std::string& v) {
+  return v;
+}
+std::string show(int64_t v) {
+  return std::to_string(v);
+}
+
+}  // namespace
+
+#define BRAID_DEFINE_PARAM(name, env, type, def, help) \
+  const type& name() {                                 \
+    static const type value = readEnv<type>(env, def); \
+    return value;                                      \
+  }
+BRAID_PARAMS(BRAID_DEFINE_PARAM)
+#undef BRAID_DEFINE_PARAM
+
+std::vector<Description> describeAll() {
+  std::vector<Description> all;
+#define BRAID_DESCRIBE_PARAM(name, env, type, def, help) \
+  all.push_back({env, show(type(def)), show(name()), help});
+  BRAID_PARAMS(BRAID_DESCRIBE_PARAM)
+#undef BRAID_DESCRIBE_PARAM
+  return all;
+}
+
+}  // namespace braid::param

@@ -1,0 +1,90 @@
+// How every blocking wait in braid waits: spin, then yield, then sleep on a futex in short slices,
+// asking the watchdog between slices whether to give up (deadline passed, a peer died, abort).
+#pragma once
+
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <ctime>
+#include <string>
+
+#include "core/params.h"
+
+namespace braid {
+
+using Clock = std::chrono::steady_clock;
+
+// Decides when a wait must be abandoned. The communicator implements it: it knows the deadline,
+// the peers' liveness and the abort flags. Both functions throw braid::Error to end the wait.
+class Watchdog {
+ public:
+  virtual ~Watchdog() = default;
+  // Called between sleep slices; `peer` is the rank being waited for (-1 if several).
+  virtual void poll(int peer, const char* waitingFor) = 0;
+};
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Futex on a 32-bit word that may live in memory shared between processes.
+inline void futexWait(std::atomic<uint32_t>* word, uint32_t seen, long timeoutNs) {
+  timespec ts{timeoutNs / 1000000000L, timeoutNs % 1000000000L};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+inline void futexWakeAll(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+// A word another party advances, plus a flag that says someone sleeps on it. The advancing side
+// calls publish(); the waiting side calls waitUntil().
+struct alignas(64) WakeableCounter {
+  std::atomic<uint32_t> value{0};
+  std::atomic<uint32_t> sleepers{0};
+
+  void publish(uint32_t v) {
+    value.store(v, std::memory_order_seq_cst);
+    if (sleepers.load(std::memory_order_seq_cst) != 0) futexWakeAll(&value);
+  }
+};
+
+// Waits until `ready(counter value)` is true. Fast path: one load.
+template <typename Ready>
+inline uint32_t waitUntil(WakeableCounter& c, Ready ready, Watchdog& dog, int peer,
+                          const char* waitingFor) {
+  uint32_t v = c.value.load(std::memory_order_acquire);
+  if (ready(v)) return v;
+  const int64_t spins = param::SpinCount();
+  for (int64_t i = 0; i < spins; ++i) {
+    cpuRelax();
+    v = c.value.load(std::memory_order_acquire);
+    if (ready(v)) return v;
+  }
+  const int64_t yields = param::YieldCount();
+  for (int64_t i = 0; i < yields; ++i) {
+    sched_yield();
+    v = c.value.load(std::memory_order_acquire);
+    if (ready(v)) return v;
+  }
+  constexpr long kSliceNs = 20 * 1000 * 1000;  // how often the watchdog is asked
+  for (;;) {
+    c.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    v = c.value.load(std::memory_order_seq_cst);
+    if (!ready(v)) futexWait(&c.value, v, kSliceNs);
+    c.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    v = c.value.load(std::memory_order_acquire);
+    if (ready(v)) return v;
+    dog.poll(peer, waitingFor);
+  }
+}
+
+}  // namespace braid

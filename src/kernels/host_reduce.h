@@ -1,0 +1,32 @@
+// Host reduction kernels, vectorized, chosen at run time by CPU features (AVX-512, AVX2, scalar).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "braid/braid.h"
+
+namespace braid::kernels {
+
+// dst[i] = a[i] OP b[i], for i < count; also written to dst2 when dst2 != nullptr.
+// When divisor > 1 (only for braidAvg, on the final reduction) the result is divided by it:
+// the sum is computed first, then divided, then rounded once to the element type.
+// float16/bfloat16 are widened to fp32, reduced, and rounded to nearest-even once.
+// dst may be the same pointer as a or b; no other overlap is allowed.
+using ReduceFn = void (*)(void* dst, void* dst2, const void* a, const void* b, size_t count,
+                          int divisor);
+
+// braidAvg uses the sum kernel (with divisor on the final step). Returns nullptr for bad enums.
+ReduceFn reduceFn(braidDataType_t type, braidRedOp_t op);
+
+// dst = src and, when dst2 != nullptr, dst2 = src.
+void copy2(void* dst, void* dst2, const void* src, size_t bytes);
+
+// Size in bytes of one element; 0 for an invalid type.
+size_t typeSize(braidDataType_t type);
+
+// "avx512", "avx2" or "scalar": the instruction set the dispatcher chose (BRAID_SIMD may force
+// a lower one).
+const char* isaName();
+
+}  // namespace braid::kernels
