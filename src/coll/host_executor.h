@@ -1,0 +1,45 @@
+// Runs collectives on host memory over connectors: the ring schedule for large messages, a
+// one-shot all-pairs exchange for small all-reduces, and concurrent progress for grouped
+// send/recv. Knows nothing of how the connectors move bytes.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "braid/braid.h"
+#include "coll/schedule.h"
+#include "core/wait.h"
+#include "transport/connector.h"
+
+namespace braid {
+
+struct CollArgs {
+  Collective coll = Collective::AllReduce;
+  const void* sendbuff = nullptr;
+  void* recvbuff = nullptr;
+  size_t count = 0;  // the user's count argument (recvcount, sendcount, ...)
+  braidDataType_t type = braidFloat32;
+  braidRedOp_t op = braidSum;
+  int root = 0;  // root of broadcast/reduce, peer of send/recv
+};
+
+// What the executor needs of a communicator.
+struct CollContext {
+  int rank = 0;
+  int nranks = 1;
+  std::span<const int> ringOrder;     // ranks in ring order
+  std::span<SendConnector> sendTo;    // indexed by peer rank
+  std::span<RecvConnector> recvFrom;  // indexed by peer rank
+  Watchdog* dog = nullptr;
+  size_t directMaxBytes = 0;  // all-reduce up to this size (at most one slot) uses all-pairs
+  void* scratch = nullptr;    // at least directMaxBytes
+};
+
+void runCollective(CollContext& ctx, const CollArgs& args);
+
+// Sends and receives of one group, progressed together so that no ordering among them can
+// deadlock. Operations with the same peer and direction complete in issue order.
+void runSendRecv(CollContext& ctx, std::span<const CollArgs> ops);
+
+}  // namespace braid

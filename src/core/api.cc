@@ -1,0 +1,592 @@
+// The C API: argument checks, group calls, streams, and the one place where braid::Error turns
+// into a result code and a last-error sentence.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "braid/braid.h"
+#include "core/bootstrap.h"
+#include "core/comm.h"
+#include "core/error.h"
+#include "core/host_stream.h"
+#include "core/launch_env.h"
+#include "core/log.h"
+#include "core/params.h"
+#include "kernels/host_reduce.h"
+
+using braid::CollArgs;
+using braid::Collective;
+using braid::Error;
+using braid::fail;
+
+namespace {
+
+thread_local std::string tLastError;
+
+void record(braidComm* comm, const Error& e) {
+  tLastError = e.what();
+  if (comm != nullptr) comm->recordError(e);
+  BRAID_WARN(braid::log::kAll, "{}", e.what());
+}
+
+template <typename Body>
+braidResult_t guarded(braidComm* comm, Body&& body) {
+  try {
+    body();
+    return braidSuccess;
+  } catch (const Error& e) {
+    record(comm, e);
+    return e.code();
+  } catch (const std::bad_alloc&) {
+    record(comm, Error(braidSystemError, "out of memory"));
+    return braidSystemError;
+  } catch (const std::exception& e) {
+    record(comm, Error(braidInternalError, fmt::format("internal error: {}", e.what())));
+    return braidInternalError;
+  }
+}
+
+// ---- argument checks ---------------------------------------------------------------------------
+
+const char* apiName(Collective c) {
+  switch (c) {
+    case Collective::AllReduce: return "braidAllReduce";
+    case Collective::ReduceScatter: return "braidReduceScatter";
+    case Collective::AllGather: return "braidAllGather";
+    case Collective::Broadcast: return "braidBroadcast";
+    case Collective::Reduce: return "braidReduce";
+    case Collective::Send: return "braidSend";
+    case Collective::Recv: return "braidRecv";
+  }
+  return "braid";
+}
+
+bool overlaps(const void* a, size_t aBytes, const void* b, size_t bBytes) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return aBytes != 0 && bBytes != 0 && x < y + bBytes && y < x + aBytes;
+}
+
+void checkComm(const braidComm* comm, const char* fn) {
+  if (comm == nullptr) fail(braidInvalidArgument, "{}: comm is NULL (expected a communicator)", fn);
+}
+
+void checkStream(const braidComm* comm, const char* fn, braidStream_t stream) {
+  if (stream != nullptr && !braid::HostStream::isLive(stream))
+    fail(braidInvalidArgument,
+         "{} on rank {}: stream {} is not a braid host stream (a CPU communicator takes NULL or a "
+         "stream from braidStreamCreate)",
+         fn, comm->rank(), stream);
+}
+
+void validate(const braidComm* comm, const CollArgs& a, braidStream_t stream) {
+  const char* fn = apiName(a.coll);
+  checkComm(comm, fn);
+  const int rank = comm->rank(), n = comm->nranks();
+  const size_t elem = braid::kernels::typeSize(a.type);
+  if (elem == 0)
+    fail(braidInvalidArgument,
+         "{} on rank {}: datatype {} is not a braidDataType_t (expected 0..{})", fn, rank,
+         static_cast<int>(a.type), braidNumTypes - 1);
+  const bool reduces = a.coll == Collective::AllReduce || a.coll == Collective::ReduceScatter ||
+                       a.coll == Collective::Reduce;
+  if (reduces && (static_cast<int>(a.op) < 0 || a.op >= braidNumOps))
+    fail(braidInvalidArgument, "{} on rank {}: op {} is not a braidRedOp_t (expected 0..{})", fn,
+         rank, static_cast<int>(a.op), braidNumOps - 1);
+  const bool rooted = a.coll == Collective::Broadcast || a.coll == Collective::Reduce;
+  const bool p2p = a.coll == Collective::Send || a.coll == Collective::Recv;
+  if ((rooted || p2p) && (a.root < 0 || a.root >= n))
+    fail(braidInvalidArgument, "{} on rank {}: {} {} is out of range (expected 0..{})", fn, rank,
+         p2p ? "peer" : "root", a.root, n - 1);
+  const bool perRank = a.coll == Collective::ReduceScatter || a.coll == Collective::AllGather;
+  const size_t maxCount = SIZE_MAX / elem / (perRank ? static_cast<size_t>(n) : 1);
+  if (a.count > maxCount)
+    fail(braidInvalidArgument, "{} on rank {}: count {} overflows the address space (at most {})",
+         fn, rank, a.count, maxCount);
+  checkStream(comm, fn, stream);
+  if (a.count == 0) return;
+
+  const size_t bytes = a.count * elem;
+  const size_t sendBytes = a.coll == Collective::ReduceScatter ? bytes * n : bytes;
+  const size_t recvBytes = a.coll == Collective::AllGather ? bytes * n : bytes;
+  const bool needSend =
+      a.coll != Collective::Recv && (a.coll != Collective::Broadcast || rank == a.root);
+  const bool needRecv =
+      a.coll != Collective::Send && (a.coll != Collective::Reduce || rank == a.root);
+  if (needSend && a.sendbuff == nullptr)
+    fail(braidInvalidArgument,
+         "{} on rank {}: sendbuff is NULL but count is {} (expected {} bytes)", fn, rank, a.count,
+         sendBytes);
+  if (needRecv && a.recvbuff == nullptr)
+    fail(braidInvalidArgument,
+         "{} on rank {}: recvbuff is NULL but count is {} (expected {} bytes)", fn, rank, a.count,
+         recvBytes);
+  if (!needSend || !needRecv || a.sendbuff == a.recvbuff) {
+    if (perRank && needSend && needRecv)
+      fail(braidInvalidArgument,
+           "{} on rank {}: sendbuff == recvbuff is not the in-place form (expected {} at offset "
+           "rank*count*size = {} bytes)",
+           fn, rank, a.coll == Collective::ReduceScatter ? "recvbuff" : "sendbuff",
+           static_cast<size_t>(rank) * bytes);
+    return;
+  }
+  const auto* send = static_cast<const uint8_t*>(a.sendbuff);
+  const auto* recv = static_cast<const uint8_t*>(a.recvbuff);
+  const size_t inPlaceOffset = static_cast<size_t>(rank) * bytes;
+  if (a.coll == Collective::ReduceScatter && recv == send + inPlaceOffset) return;
+  if (a.coll == Collective::AllGather && send == recv + inPlaceOffset) return;
+  if (overlaps(send, sendBytes, recv, recvBytes))
+    fail(braidInvalidArgument,
+         "{} on rank {}: sendbuff and recvbuff overlap without being the in-place form (expected "
+         "disjoint buffers{})",
+         fn, rank,
+         perRank ? fmt::format(", or the block at offset {} bytes", inPlaceOffset) : std::string());
+}
+
+// ---- groups ------------------------------------------------------------------------------------
+
+bool isSendRecv(const CollArgs& a) {
+  return a.coll == Collective::Send || a.coll == Collective::Recv;
+}
+
+// Runs one communicator's operations of a group in order; consecutive sends/receives progress
+// together.
+void runBatch(braidComm* comm, const std::vector<CollArgs>& ops) {
+  for (size_t i = 0; i < ops.size();) {
+    if (!isSendRecv(ops[i])) {
+      comm->run(ops[i++]);
+      continue;
+    }
+    size_t end = i;
+    while (end < ops.size() && isSendRecv(ops[end])) ++end;
+    comm->runSendRecv(std::span<const CollArgs>(ops.data() + i, end - i));
+    i = end;
+  }
+}
+
+struct Batch {
+  braidComm* comm;
+  braidStream_t stream;
+  std::vector<CollArgs> ops;
+};
+
+void submitToStream(Batch batch) {
+  braidComm* comm = batch.comm;
+  comm->beginQueued();
+  static_cast<braid::HostStream*>(batch.stream)->enqueue([batch = std::move(batch)] {
+    struct Done {
+      braidComm* comm;
+      ~Done() { comm->endQueued(); }
+    } done{batch.comm};
+    try {
+      runBatch(batch.comm, batch.ops);
+    } catch (const Error& e) {
+      batch.comm->recordError(e);
+      BRAID_WARN(braid::log::kColl, "{}", e.what());
+      throw;
+    }
+  });
+}
+
+// Runs batches that have no stream to completion, each communicator on its own thread when
+// there are several (their ranks must progress together). Rethrows the first error.
+void runNow(std::vector<Batch>& batches) {
+  if (batches.empty()) return;
+  if (batches.size() == 1) return runBatch(batches[0].comm, batches[0].ops);
+  std::vector<std::optional<Error>> errors(batches.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < batches.size(); ++i)
+    threads.emplace_back([&, i] {
+      try {
+        runBatch(batches[i].comm, batches[i].ops);
+      } catch (const Error& e) {
+        errors[i] = e;
+      }
+    });
+  try {
+    runBatch(batches[0].comm, batches[0].ops);
+  } catch (const Error& e) {
+    errors[0] = e;
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < errors.size(); ++i)
+    if (errors[i]) {
+      batches[i].comm->recordError(*errors[i]);
+      throw *errors[i];
+    }
+}
+
+struct PendingInit {
+  braidComm* comm;
+  braid::BootstrapId id;
+};
+
+struct GroupState {
+  int depth = 0;
+  std::vector<std::pair<braidComm*, std::pair<CollArgs, braidStream_t>>> ops;
+  std::vector<PendingInit> inits;
+};
+thread_local GroupState tGroup;
+
+void initializeAll(std::vector<PendingInit>& inits) {
+  std::vector<std::thread> threads;
+  for (auto& init : inits) threads.emplace_back([&init] { init.comm->initialize(init.id); });
+  for (auto& t : threads) t.join();
+  for (auto& init : inits) init.comm->waitReady();  // throws the first failure
+}
+
+void endGroup() {
+  std::vector<PendingInit> inits = std::move(tGroup.inits);
+  auto ops = std::move(tGroup.ops);
+  tGroup = GroupState{};
+  initializeAll(inits);
+
+  std::vector<Batch> now, queued;
+  for (auto& [comm, op] : ops) {
+    std::vector<Batch>& list = op.second == nullptr ? now : queued;
+    auto it =
+        std::find_if(list.begin(), list.end(), [&](const Batch& b) { return b.comm == comm; });
+    if (it == list.end()) {
+      list.push_back(Batch{comm, op.second, {}});
+      it = std::prev(list.end());
+    } else if (it->stream != op.second) {
+      fail(braidInvalidUsage,
+           "braidGroupEnd: rank {} has operations on different streams in one group (expected "
+           "one stream per communicator)",
+           comm->rank());
+    }
+    it->ops.push_back(op.first);
+  }
+  for (Batch& b : queued) submitToStream(std::move(b));
+  runNow(now);
+}
+
+braidResult_t enqueue(const CollArgs& args, braidComm* comm, braidStream_t stream) {
+  return guarded(comm, [&] {
+    validate(comm, args, stream);
+    if (tGroup.depth > 0) {
+      tGroup.ops.push_back({comm, {args, stream}});
+      return;
+    }
+    if (stream != nullptr) return submitToStream(Batch{comm, stream, {args}});
+    if (isSendRecv(args)) {
+      if (args.root == comm->rank() && args.count != 0)
+        fail(braidInvalidUsage,
+             "{} on rank {}: a send to or receive from self outside a group can never complete "
+             "(put the matching send and receive in one braidGroupStart/braidGroupEnd)",
+             apiName(args.coll), comm->rank());
+      return comm->runSendRecv(std::span<const CollArgs>(&args, 1));
+    }
+    comm->run(args);
+  });
+}
+
+// ---- communicator creation ---------------------------------------------------------------------
+
+CommOptions optionsFrom(const braidConfig_t* config, int rank, bool* blocking) {
+  CommOptions options;
+  options.timeoutMs = static_cast<int>(braid::param::TimeoutMs());
+  std::string device = braid::param::Device();
+  *blocking = true;
+  if (config != nullptr) {
+    if (config->magic != BRAID_CONFIG_MAGIC || config->size < sizeof(braidConfig_t))
+      fail(braidInvalidArgument,
+           "braidCommInitRankConfig on rank {}: config was not initialized with "
+           "BRAID_CONFIG_INITIALIZER",
+           rank);
+    if (config->blocking != BRAID_CONFIG_UNDEF_INT) *blocking = config->blocking != 0;
+    if (config->commName != nullptr) options.name = config->commName;
+    if (config->timeoutMs != BRAID_CONFIG_UNDEF_INT) options.timeoutMs = config->timeoutMs;
+    if (config->device != nullptr) device = config->device;
+  }
+  if (options.timeoutMs <= 0)
+    fail(braidInvalidArgument, "rank {}: timeout {} ms is not positive", rank, options.timeoutMs);
+  if (device == "cuda")
+    fail(braidInvalidUsage,
+         "rank {}: device 'cuda' was requested but CUDA communicators are not available in this "
+         "build; use device 'cpu'",
+         rank);
+  if (device != "cpu" && device != "auto")
+    fail(braidInvalidArgument, "rank {}: device '{}' is not one of auto, cpu, cuda", rank, device);
+  return options;
+}
+
+braidResult_t initRank(braidComm_t* out, int nranks, const braidUniqueId& commId, int rank,
+                       const braidConfig_t* config) {
+  bool started = false;
+  bool* inProgress = &started;
+  braidResult_t result = guarded(nullptr, [&] {
+    if (out == nullptr) fail(braidInvalidArgument, "braidCommInitRank: comm is NULL");
+    *out = nullptr;
+    if (nranks < 1)
+      fail(braidInvalidArgument, "braidCommInitRank: nranks {} (expected at least 1)", nranks);
+    if (rank < 0 || rank >= nranks)
+      fail(braidInvalidArgument, "braidCommInitRank: rank {} is out of range (expected 0..{})",
+           rank, nranks - 1);
+    bool blocking = true;
+    CommOptions options = optionsFrom(config, rank, &blocking);
+    braid::BootstrapId id = braid::BootstrapId::decode(commId);
+    auto comm = std::make_unique<braidComm>(rank, nranks, std::move(options));
+    if (tGroup.depth > 0) {
+      tGroup.inits.push_back({comm.get(), id});
+      *out = comm.release();
+      return;
+    }
+    if (!blocking) {
+      braidComm* raw = comm.release();
+      std::thread([raw, id] { raw->initialize(id); }).detach();
+      *out = raw;
+      *inProgress = true;
+      return;
+    }
+    comm->initialize(id);
+    comm->waitReady();
+    *out = comm.release();
+  });
+  // Non-blocking init: braidCommGetAsyncError reports when it is done.
+  return result == braidSuccess && started ? braidInProgress : result;
+}
+
+}  // namespace
+
+// ---- the C API ---------------------------------------------------------------------------------
+
+extern "C" {
+
+braidResult_t braidGetVersion(int* version) {
+  return guarded(nullptr, [&] {
+    if (version == nullptr) fail(braidInvalidArgument, "braidGetVersion: version is NULL");
+    *version = BRAID_VERSION_CODE;
+  });
+}
+
+braidResult_t braidGetUniqueId(braidUniqueId* uniqueId) {
+  return guarded(nullptr, [&] {
+    if (uniqueId == nullptr) fail(braidInvalidArgument, "braidGetUniqueId: uniqueId is NULL");
+    *uniqueId = braid::makeUniqueId().encode();
+  });
+}
+
+braidResult_t braidCommInitRank(braidComm_t* comm, int nranks, braidUniqueId commId, int rank) {
+  return initRank(comm, nranks, commId, rank, nullptr);
+}
+
+braidResult_t braidCommInitRankConfig(braidComm_t* comm, int nranks, braidUniqueId commId, int rank,
+                                      braidConfig_t* config) {
+  return initRank(comm, nranks, commId, rank, config);
+}
+
+braidResult_t braidCommInitAll(braidComm_t* comms, int ndev, const int* devlist) {
+  return guarded(nullptr, [&] {
+    if (comms == nullptr) fail(braidInvalidArgument, "braidCommInitAll: comms is NULL");
+    if (ndev < 1)
+      fail(braidInvalidArgument, "braidCommInitAll: ndev {} (expected at least 1)", ndev);
+    braid::BootstrapId id = braid::makeUniqueId();
+    bool blocking = true;
+    std::vector<PendingInit> inits;
+    std::vector<std::unique_ptr<braidComm>> owned;
+    for (int r = 0; r < ndev; ++r) {
+      owned.push_back(std::make_unique<braidComm>(r, ndev, optionsFrom(nullptr, r, &blocking)));
+      inits.push_back({owned.back().get(), id});
+    }
+    initializeAll(inits);
+    for (int r = 0; r < ndev; ++r) comms[r] = owned[r].release();
+  });
+}
+
+braidResult_t braidCommInitFromEnv(braidComm_t* comm, braidConfig_t* config) {
+  braidUniqueId id;
+  int rank = 0, size = 0;
+  braidResult_t res = guarded(nullptr, [&] {
+    std::optional<braid::LaunchEnv> env = braid::readLaunchEnv();
+    if (!env)
+      fail(braidInvalidUsage,
+           "braidCommInitFromEnv: no rank/size in the environment (expected RANK/WORLD_SIZE, "
+           "OMPI_COMM_WORLD_RANK/SIZE or SLURM_PROCID/SLURM_NTASKS)");
+    braid::BootstrapId bid = braid::makeUniqueId();
+    if (!bid.rootHostedByRank0)
+      fail(braidInvalidUsage,
+           "braidCommInitFromEnv: no rendezvous address in the environment (expected "
+           "BRAID_COMM_ID=host:port or MASTER_ADDR/MASTER_PORT)");
+    id = bid.encode();
+    rank = env->rank;
+    size = env->size;
+  });
+  if (res != braidSuccess) return res;
+  return initRank(comm, size, id, rank, config);
+}
+
+braidResult_t braidCommFinalize(braidComm_t comm) {
+  return guarded(comm, [&] {
+    checkComm(comm, "braidCommFinalize");
+    comm->finalize();
+  });
+}
+
+braidResult_t braidCommDestroy(braidComm_t comm) {
+  return guarded(nullptr, [&] {
+    if (comm == nullptr) return;  // as nccl: destroying NULL is a no-op
+    comm->waitQueuedDrained();
+    try {
+      comm->waitReady();
+    } catch (const Error&) {
+      // a failed init leaves nothing to flush
+    }
+    delete comm;
+  });
+}
+
+braidResult_t braidCommAbort(braidComm_t comm) {
+  return guarded(nullptr, [&] {
+    if (comm == nullptr) return;
+    comm->abort();
+    delete comm;
+  });
+}
+
+braidResult_t braidCommGetAsyncError(braidComm_t comm, braidResult_t* asyncError) {
+  return guarded(comm, [&] {
+    checkComm(comm, "braidCommGetAsyncError");
+    if (asyncError == nullptr)
+      fail(braidInvalidArgument, "braidCommGetAsyncError on rank {}: asyncError is NULL",
+           comm->rank());
+    *asyncError = comm->asyncError();
+  });
+}
+
+braidResult_t braidCommCount(const braidComm_t comm, int* count) {
+  return guarded(comm, [&] {
+    checkComm(comm, "braidCommCount");
+    if (count == nullptr) fail(braidInvalidArgument, "braidCommCount: count is NULL");
+    *count = comm->nranks();
+  });
+}
+
+braidResult_t braidCommCuDevice(const braidComm_t comm, int* device) {
+  return guarded(comm, [&] {
+    checkComm(comm, "braidCommCuDevice");
+    if (device == nullptr) fail(braidInvalidArgument, "braidCommCuDevice: device is NULL");
+    *device = -1;  // a CPU communicator
+  });
+}
+
+braidResult_t braidCommUserRank(const braidComm_t comm, int* rank) {
+  return guarded(comm, [&] {
+    checkComm(comm, "braidCommUserRank");
+    if (rank == nullptr) fail(braidInvalidArgument, "braidCommUserRank: rank is NULL");
+    *rank = comm->rank();
+  });
+}
+
+const char* braidGetErrorString(braidResult_t result) {
+  switch (result) {
+    case braidSuccess: return "no error";
+    case braidUnhandledCudaError: return "unhandled cuda error";
+    case braidSystemError: return "unhandled system error";
+    case braidInternalError: return "internal error";
+    case braidInvalidArgument: return "invalid argument";
+    case braidInvalidUsage: return "invalid usage";
+    case braidRemoteError: return "remote process exited or there was a network error";
+    case braidInProgress: return "operation in progress";
+    case braidTimeout: return "operation timed out waiting for a peer";
+    default: return "unknown result code";
+  }
+}
+
+const char* braidGetLastError(braidComm_t comm) {
+  static thread_local std::string copy;
+  copy = comm != nullptr ? comm->lastError() : tLastError;
+  return copy.c_str();
+}
+
+braidResult_t braidAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                             braidDataType_t datatype, braidRedOp_t op, braidComm_t comm,
+                             braidStream_t stream) {
+  return enqueue({Collective::AllReduce, sendbuff, recvbuff, count, datatype, op, 0}, comm, stream);
+}
+
+braidResult_t braidReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                 braidDataType_t datatype, braidRedOp_t op, braidComm_t comm,
+                                 braidStream_t stream) {
+  return enqueue({Collective::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0}, comm,
+                 stream);
+}
+
+braidResult_t braidAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                             braidDataType_t datatype, braidComm_t comm, braidStream_t stream) {
+  return enqueue({Collective::AllGather, sendbuff, recvbuff, sendcount, datatype, braidSum, 0},
+                 comm, stream);
+}
+
+braidResult_t braidBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                             braidDataType_t datatype, int root, braidComm_t comm,
+                             braidStream_t stream) {
+  return enqueue({Collective::Broadcast, sendbuff, recvbuff, count, datatype, braidSum, root}, comm,
+                 stream);
+}
+
+braidResult_t braidReduce(const void* sendbuff, void* recvbuff, size_t count,
+                          braidDataType_t datatype, braidRedOp_t op, int root, braidComm_t comm,
+                          braidStream_t stream) {
+  return enqueue({Collective::Reduce, sendbuff, recvbuff, count, datatype, op, root}, comm, stream);
+}
+
+braidResult_t braidSend(const void* sendbuff, size_t count, braidDataType_t datatype, int peer,
+                        braidComm_t comm, braidStream_t stream) {
+  return enqueue({Collective::Send, sendbuff, nullptr, count, datatype, braidSum, peer}, comm,
+                 stream);
+}
+
+braidResult_t braidRecv(void* recvbuff, size_t count, braidDataType_t datatype, int peer,
+                        braidComm_t comm, braidStream_t stream) {
+  return enqueue({Collective::Recv, nullptr, recvbuff, count, datatype, braidSum, peer}, comm,
+                 stream);
+}
+
+braidResult_t braidGroupStart(void) {
+  ++tGroup.depth;
+  return braidSuccess;
+}
+
+braidResult_t braidGroupEnd(void) {
+  return guarded(nullptr, [&] {
+    if (tGroup.depth == 0)
+      fail(braidInvalidUsage, "braidGroupEnd without a matching braidGroupStart");
+    if (--tGroup.depth > 0) return;
+    endGroup();
+  });
+}
+
+braidResult_t braidStreamCreate(braidStream_t* stream) {
+  return guarded(nullptr, [&] {
+    if (stream == nullptr) fail(braidInvalidArgument, "braidStreamCreate: stream is NULL");
+    *stream = braid::HostStream::create();
+  });
+}
+
+braidResult_t braidStreamSynchronize(braidStream_t stream) {
+  std::string message;
+  braidResult_t result = guarded(nullptr, [&] {
+    if (!braid::HostStream::isLive(stream))
+      fail(braidInvalidArgument, "braidStreamSynchronize: {} is not a live braid host stream",
+           stream);
+  });
+  if (result != braidSuccess) return result;
+  result = static_cast<braid::HostStream*>(stream)->synchronize(&message);
+  if (result != braidSuccess) tLastError = message;
+  return result;
+}
+
+braidResult_t braidStreamDestroy(braidStream_t stream) {
+  return guarded(nullptr, [&] {
+    if (!braid::HostStream::isLive(stream))
+      fail(braidInvalidArgument, "braidStreamDestroy: {} is not a live braid host stream", stream);
+    braid::HostStream::destroy(static_cast<braid::HostStream*>(stream));
+  });
+}
+
+}  // extern "C"

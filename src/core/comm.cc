@@ -1,0 +1,262 @@
+#include "core/comm.h"
+
+#include <poll.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/params.h"
+
+using braid::Clock;
+using braid::Error;
+using braid::fail;
+
+namespace {
+
+uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Ranks share memory only with ranks of the same host: same kernel boot and same network
+// namespace (namespaces stand in for hosts in multi-host tests).
+uint64_t hostHash() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::string bootId;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> bootId;
+  struct stat netns = {};
+  stat("/proc/self/ns/net", &netns);
+  return fnv1a(fmt::format("{}|{}|{}", host, bootId, static_cast<unsigned long>(netns.st_ino)));
+}
+
+uint64_t randomNonce() {
+  uint64_t nonce = 0;
+  if (getrandom(&nonce, sizeof nonce, 0) != sizeof nonce)
+    fail(braidSystemError, "getrandom failed while naming the communicator's resources");
+  return nonce;
+}
+
+braid::FifoGeometry fifoGeometry() {
+  const int64_t slots = braid::param::FifoSlots();
+  const int64_t buffSize = braid::param::BuffSize();
+  if (slots < 2 || slots > braid::kMaxFifoSlots)
+    fail(braidInvalidArgument, "BRAID_FIFO_SLOTS={} is out of range (expected 2..{})", slots,
+         braid::kMaxFifoSlots);
+  const int64_t slotBytes = buffSize / slots / 64 * 64;
+  if (slotBytes < 4096)
+    fail(braidInvalidArgument,
+         "BRAID_BUFFSIZE={} is too small for {} slots (expected at least {} bytes)", buffSize,
+         slots, 4096 * slots);
+  return {static_cast<size_t>(slotBytes), static_cast<int>(slots)};
+}
+
+}  // namespace
+
+braidComm::braidComm(int rank, int nranks, CommOptions options)
+    : rank_(rank), nranks_(nranks), options_(std::move(options)) {
+  asyncError_ = braidInProgress;
+}
+
+braidComm::~braidComm() = default;
+
+Clock::time_point braidComm::deadlineFromNow() const {
+  return Clock::now() + std::chrono::milliseconds(options_.timeoutMs);
+}
+
+void braidComm::initialize(const braid::BootstrapId& id) {
+  try {
+    braid::log::setThreadRank(rank_);
+    const Clock::time_point deadline = deadlineFromNow();
+    braid::PeerInfo self{hostHash(), randomNonce(), static_cast<int32_t>(getpid()), rank_};
+    std::string blob(reinterpret_cast<const char*>(&self), sizeof self);
+    bootstrap_ = braid::Bootstrap::join(id, rank_, nranks_, blob, deadline);
+    peers_.resize(nranks_);
+    for (int r = 0; r < nranks_; ++r) {
+      const std::string& info = bootstrap_->infos()[r];
+      if (info.size() != sizeof(braid::PeerInfo))
+        fail(braidInternalError, "rank {}: rank {} published {} bytes of info, expected {}", rank_,
+             r, info.size(), sizeof(braid::PeerInfo));
+      std::memcpy(&peers_[r], info.data(), sizeof(braid::PeerInfo));
+    }
+    ringOrder_.resize(nranks_);
+    std::iota(ringOrder_.begin(), ringOrder_.end(), 0);
+    const braid::FifoGeometry geometry = fifoGeometry();
+    links_ = braid::connectPeers(peers_, rank_, geometry, [&] { bootstrap_->barrier(deadline); });
+    directMaxBytes_ =
+        std::min<size_t>(std::max<int64_t>(0, braid::param::DirectMaxBytes()), geometry.slotBytes);
+    scratch_.resize(directMaxBytes_);
+    BRAID_INFO(braid::log::kInit, "rank {}/{} ready{}{}", rank_, nranks_,
+               options_.name.empty() ? "" : " comm ", options_.name);
+    asyncError_ = braidSuccess;
+  } catch (const Error& e) {
+    recordError(e);
+    asyncError_ = e.code();
+  } catch (const std::exception& e) {
+    Error wrapped(braidInternalError, fmt::format("rank {}: init failed: {}", rank_, e.what()));
+    recordError(wrapped);
+    asyncError_ = braidInternalError;
+  }
+  {
+    std::lock_guard<std::mutex> lock(readyMutex_);
+    ready_ = true;
+  }
+  readyCv_.notify_all();
+}
+
+void braidComm::waitReady() {
+  {
+    std::unique_lock<std::mutex> lock(readyMutex_);
+    readyCv_.wait(lock, [&] { return ready_; });
+  }
+  if (!bootstrap_ || links_.control.empty())
+    fail(asyncError_.load() == braidSuccess ? braidInternalError : asyncError_.load(),
+         "rank {}: the communicator failed to initialize: {}", rank_, lastError());
+}
+
+void braidComm::recordError(const Error& e) {
+  std::lock_guard<std::mutex> lock(errorMutex_);
+  lastError_ = e.what();
+}
+
+std::string braidComm::lastError() const {
+  std::lock_guard<std::mutex> lock(errorMutex_);
+  return lastError_;
+}
+
+void braidComm::markFailed(const std::string& reason) {
+  braid::RankControl* own = links_.control.empty() ? nullptr : links_.control[rank_];
+  if (own == nullptr || own->failed.load() != 0) return;
+  std::snprintf(own->reason, sizeof own->reason, "%s", reason.c_str());
+  own->failed.store(1, std::memory_order_release);
+}
+
+template <typename Body>
+void braidComm::runOperation(const char* opName, Body&& body) {
+  waitReady();
+  std::lock_guard<std::mutex> lock(opMutex_);
+  const braidResult_t earlier = asyncError_.load();
+  if (earlier != braidSuccess)
+    fail(earlier, "rank {}: the communicator failed earlier and cannot run {}: {}", rank_, opName,
+         lastError());
+  ++opSeq_;
+  opName_ = opName;
+  deadline_ = deadlineFromNow();
+  links_.control[rank_]->opSeq.store(opSeq_, std::memory_order_relaxed);
+  try {
+    body();
+  } catch (const Error& e) {
+    markFailed(e.what());
+    asyncError_ = e.code();
+    throw;
+  }
+}
+
+namespace {
+const char* collectiveName(braid::Collective c) {
+  switch (c) {
+    case braid::Collective::AllReduce: return "allreduce";
+    case braid::Collective::ReduceScatter: return "reducescatter";
+    case braid::Collective::AllGather: return "allgather";
+    case braid::Collective::Broadcast: return "broadcast";
+    case braid::Collective::Reduce: return "reduce";
+    case braid::Collective::Send: return "send";
+    case braid::Collective::Recv: return "recv";
+  }
+  return "?";
+}
+}  // namespace
+
+braid::CollContext braidComm::context() {
+  braid::CollContext ctx;
+  ctx.rank = rank_;
+  ctx.nranks = nranks_;
+  ctx.ringOrder = ringOrder_;
+  ctx.sendTo = links_.send;
+  ctx.recvFrom = links_.recv;
+  ctx.dog = this;
+  ctx.directMaxBytes = directMaxBytes_;
+  ctx.scratch = scratch_.data();
+  return ctx;
+}
+
+void braidComm::run(const braid::CollArgs& args) {
+  runOperation(collectiveName(args.coll), [&] {
+    braid::CollContext ctx = context();
+    braid::runCollective(ctx, args);
+  });
+}
+
+void braidComm::runSendRecv(std::span<const braid::CollArgs> ops) {
+  runOperation("send/recv", [&] {
+    braid::CollContext ctx = context();
+    braid::runSendRecv(ctx, ops);
+  });
+}
+
+std::string braidComm::laggingPeers() const {
+  std::vector<int> lagging;
+  for (int r = 0; r < nranks_; ++r) {
+    const braid::RankControl* c = links_.control[r];
+    if (r != rank_ && c != nullptr && c->opSeq.load(std::memory_order_relaxed) < opSeq_)
+      lagging.push_back(r);
+  }
+  if (lagging.empty()) return "";
+  return fmt::format("; ranks that have not started this operation: {}", fmt::join(lagging, ", "));
+}
+
+void braidComm::poll(int peer, const char* waitingFor) {
+  // A peer process that exited: its pidfd turns readable.
+  for (int r = 0; r < nranks_; ++r) {
+    const int fd = links_.pidfd.empty() ? -1 : links_.pidfd[r];
+    if (fd < 0) continue;
+    struct pollfd p = {fd, POLLIN, 0};
+    if (::poll(&p, 1, 0) > 0)
+      fail(braidRemoteError, "rank {}: {} #{} failed: rank {} (pid {}) died", rank_, opName_,
+           opSeq_, r, peers_[r].pid);
+  }
+  for (int r = 0; r < nranks_; ++r) {
+    const braid::RankControl* c = links_.control[r];
+    if (c == nullptr || c->failed.load(std::memory_order_acquire) == 0) continue;
+    if (r == rank_)
+      fail(braidRemoteError, "rank {}: {} #{} aborted: {}", rank_, opName_, opSeq_, c->reason);
+    fail(braidRemoteError, "rank {}: {} #{} failed because rank {} failed: {}", rank_, opName_,
+         opSeq_, r, c->reason);
+  }
+  if (Clock::now() > deadline_) {
+    const std::string from = peer >= 0 ? fmt::format(" from rank {}", peer) : std::string();
+    fail(braidTimeout, "rank {}: {} #{} timed out after {} ms waiting for {}{}{}", rank_, opName_,
+         opSeq_, options_.timeoutMs, waitingFor, from, laggingPeers());
+  }
+}
+
+void braidComm::endQueued() {
+  if (queued_.fetch_sub(1) == 1) {
+    std::lock_guard<std::mutex> lock(queuedMutex_);
+    queuedCv_.notify_all();
+  }
+}
+
+void braidComm::waitQueuedDrained() {
+  std::unique_lock<std::mutex> lock(queuedMutex_);
+  queuedCv_.wait(lock, [&] { return queued_.load() == 0; });
+}
+
+void braidComm::finalize() {
+  waitQueuedDrained();
+  waitReady();
+  bootstrap_->barrier(deadlineFromNow());
+}
+
+void braidComm::abort() {
+  if (!links_.control.empty()) markFailed(fmt::format("rank {} called braidCommAbort", rank_));
+  asyncError_ = braidRemoteError;
+  waitQueuedDrained();
+}

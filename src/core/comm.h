@@ -1,0 +1,94 @@
+// The communicator: one rank's view of a group of ranks, its links to the peers, and the watchdog
+// that turns a dead or silent peer into an error instead of a hang.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "braid/braid.h"
+#include "coll/host_executor.h"
+#include "core/bootstrap.h"
+#include "core/wait.h"
+#include "transport/transport.h"
+
+struct CommOptions {
+  int timeoutMs = 0;
+  std::string name;
+};
+
+struct braidComm : public braid::Watchdog {
+ public:
+  braidComm(int rank, int nranks, CommOptions options);
+  ~braidComm() override;
+
+  // Rendezvous and connect; blocking. Records the outcome for waitReady()/asyncError().
+  void initialize(const braid::BootstrapId& id);
+  // For non-blocking init: blocks until initialize() has finished, then fails like it did.
+  void waitReady();
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  const std::string& name() const { return options_.name; }
+
+  // Runs one collective or one batch of send/recv to completion on the calling thread.
+  void run(const braid::CollArgs& args);
+  void runSendRecv(std::span<const braid::CollArgs> ops);
+
+  // Operations queued on host streams but not finished; finalize/destroy wait for them.
+  void beginQueued() { queued_.fetch_add(1); }
+  void endQueued();
+  void waitQueuedDrained();
+
+  void finalize();
+  void abort();
+
+  braidResult_t asyncError() const { return asyncError_.load(); }
+  void recordError(const braid::Error& e);
+  std::string lastError() const;
+
+  // Watchdog: deadline, aborts and dead peers.
+  void poll(int peer, const char* waitingFor) override;
+
+ private:
+  template <typename Body>
+  void runOperation(const char* opName, Body&& body);
+  braid::CollContext context();
+  void markFailed(const std::string& reason);
+  std::string laggingPeers() const;
+  braid::Clock::time_point deadlineFromNow() const;
+
+  const int rank_;
+  const int nranks_;
+  const CommOptions options_;
+
+  std::unique_ptr<braid::Bootstrap> bootstrap_;
+  std::vector<braid::PeerInfo> peers_;
+  braid::PeerLinks links_;
+  std::vector<int> ringOrder_;
+  std::vector<unsigned char> scratch_;
+  size_t directMaxBytes_ = 0;
+
+  // Init state (non-blocking init runs initialize() on another thread).
+  std::mutex readyMutex_;
+  std::condition_variable readyCv_;
+  bool ready_ = false;
+
+  std::mutex opMutex_;  // operations of one communicator run one at a time
+  uint64_t opSeq_ = 0;
+  const char* opName_ = "";
+  braid::Clock::time_point deadline_;
+
+  std::atomic<int> queued_{0};
+  std::mutex queuedMutex_;
+  std::condition_variable queuedCv_;
+
+  std::atomic<braidResult_t> asyncError_{braidSuccess};
+  mutable std::mutex errorMutex_;
+  std::string lastError_;
+};

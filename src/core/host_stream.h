@@ -1,0 +1,44 @@
+// A host stream: operations of CPU communicators queued in order and run by one worker thread,
+// so a trainer can overlap communication with compute.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "braid/braid.h"
+
+namespace braid {
+
+class HostStream {
+ public:
+  HostStream();
+  ~HostStream();  // drains the queue, then stops the worker
+
+  // `task` runs on the worker; a braid::Error it throws is kept for synchronize().
+  void enqueue(std::function<void()> task);
+  // Waits until everything queued so far has run; returns (and clears) the first error.
+  braidResult_t synchronize(std::string* message);
+
+  // Whether `handle` is a live host stream (validates user-supplied stream arguments).
+  static bool isLive(braidStream_t handle);
+  static HostStream* create();
+  static void destroy(HostStream* stream);
+
+ private:
+  void work();
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::function<void()>> queue_;
+  bool running_ = false;  // a task is executing
+  bool stopping_ = false;
+  braidResult_t error_ = braidSuccess;
+  std::string errorMessage_;
+  std::thread worker_;
+};
+
+}  // namespace braid

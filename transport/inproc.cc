@@ -1,0 +1,67 @@
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "core/error.h"
+#include "transport/local.h"
+
+namespace braid {
+
+std::shared_ptr<void> allocateZeroed(size_t bytes) {
+  constexpr size_t kPage = 4096;
+  const size_t rounded = (bytes + kPage - 1) / kPage * kPage;
+  void* memory = std::aligned_alloc(kPage, rounded == 0 ? kPage : rounded);
+  if (memory == nullptr) fail(braidSystemError, "out of memory allocating {} bytes", bytes);
+  std::memset(memory, 0, rounded);
+  return std::shared_ptr<void>(memory, std::free);
+}
+
+struct InprocClique::Impl {
+  std::mutex mutex;
+  std::map<std::pair<int, int>, std::shared_ptr<void>> fifos;
+  std::map<int, RankControl*> controls;
+};
+
+namespace {
+std::mutex gRegistryMutex;
+std::map<uint64_t, std::weak_ptr<InprocClique::Impl>> gRegistry;
+}  // namespace
+
+std::shared_ptr<InprocClique> InprocClique::join(uint64_t key) {
+  std::lock_guard<std::mutex> lock(gRegistryMutex);
+  for (auto it = gRegistry.begin(); it != gRegistry.end();)
+    it = it->second.expired() ? gRegistry.erase(it) : std::next(it);
+  auto clique = std::make_shared<InprocClique>();
+  std::shared_ptr<Impl> impl = gRegistry[key].lock();
+  if (!impl) {
+    impl = std::make_shared<Impl>();
+    gRegistry[key] = impl;
+  }
+  clique->impl_ = impl;
+  return clique;
+}
+
+void* InprocClique::fifo(int sender, int receiver, size_t bytes) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  auto& memory = impl_->fifos[{sender, receiver}];
+  if (!memory) memory = allocateZeroed(bytes);
+  return memory.get();
+}
+
+void InprocClique::publishControl(int rank, RankControl* control) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->controls[rank] = control;
+}
+
+RankControl* InprocClique::control(int rank) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  auto it = impl_->controls.find(rank);
+  if (it == impl_->controls.end())
+    fail(braidInternalError, "rank {} did not publish its control block to its process peers",
+         rank);
+  return it->second;
+}
+
+}  // namespace braid

@@ -1,0 +1,63 @@
+// Transports between ranks of one host: inproc (threads of one process, FIFOs on the heap) and
+// shm (processes, FIFOs in POSIX shared memory that the receiver creates).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/transport.h"
+
+namespace braid {
+
+// Zeroed, page-aligned heap memory.
+std::shared_ptr<void> allocateZeroed(size_t bytes);
+
+// The ranks of one communicator that live in this process share a clique: the FIFOs between
+// them and their control blocks. Peers hold it until the last of them is destroyed.
+class InprocClique {
+ public:
+  // The clique named `key` (the nonce of its lowest rank), created by the first to ask.
+  static std::shared_ptr<InprocClique> join(uint64_t key);
+
+  // The FIFO memory from `sender` to `receiver`, created zeroed on first request.
+  void* fifo(int sender, int receiver, size_t bytes);
+  void publishControl(int rank, RankControl* control);
+  RankControl* control(int rank);
+
+  struct Impl;  // shared by the clique's ranks; the registry holds it weakly
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+// One rank's shared-memory segment: its control block, then one receive FIFO per process peer
+// on this host, in the order the creator was given.
+class ShmSegment {
+ public:
+  static std::string name(uint64_t commNonce, int rank);
+  // Creates the segment (mode 0600), reserving its memory so a full /dev/shm fails here, loudly.
+  static std::shared_ptr<ShmSegment> create(const std::string& name, size_t bytes, int rank);
+  // Maps a peer's segment.
+  static std::shared_ptr<ShmSegment> open(const std::string& name, int selfRank, int ownerRank);
+  ~ShmSegment();
+
+  void unlink();
+  uint8_t* base() const { return base_; }
+  size_t size() const { return size_; }
+
+ private:
+  ShmSegment(std::string name, uint8_t* base, size_t size, bool owner)
+      : name_(std::move(name)), base_(base), size_(size), owner_(owner) {}
+  std::string name_;
+  uint8_t* base_;
+  size_t size_;
+  bool owner_;
+};
+
+// Layout of a segment: control block first (its own page), then the FIFOs.
+constexpr size_t kControlBytes = 4096;
+static_assert(sizeof(RankControl) <= kControlBytes);
+
+}  // namespace braid
