@@ -407,12 +407,12 @@ braidResult_t braidCommInitFromEnv(braidComm_t* comm, braidConfig_t* config) {
       fail(braidInvalidUsage,
            "braidCommInitFromEnv: no rank/size in the environment (expected RANK/WORLD_SIZE, "
            "OMPI_COMM_WORLD_RANK/SIZE or SLURM_PROCID/SLURM_NTASKS)");
-    braid::BootstrapId bid = braid::makeUniqueId();
-    if (!bid.rootHostedByRank0)
+    std::optional<braid::BootstrapId> bid = braid::uniqueIdFromEnv();
+    if (!bid)
       fail(braidInvalidUsage,
            "braidCommInitFromEnv: no rendezvous address in the environment (expected "
            "BRAID_COMM_ID=host:port or MASTER_ADDR/MASTER_PORT)");
-    id = bid.encode();
+    id = bid->encode();
     rank = env->rank;
     size = env->size;
   });

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,26 @@ struct BootstrapId {
 // braidGetUniqueId: from BRAID_COMM_ID / MASTER_ADDR+MASTER_PORT when set (every rank gets the
 // same id, rank 0 hosts the root); else a random secret and a root thread started in this
 // process on an ephemeral port of the bootstrap interface.
+//
+// With torchrun's MASTER_ADDR/MASTER_PORT the root listens on MASTER_PORT+1: torchrun's own
+// TCPStore already listens on MASTER_PORT.
 BootstrapId makeUniqueId();
+
+// The environment-derived id alone (BRAID_COMM_ID or MASTER_ADDR/MASTER_PORT), or nothing if
+// neither is set; never starts a root. For braidCommInitFromEnv.
+std::optional<BootstrapId> uniqueIdFromEnv();
+
+// The id of an environment-started job, as makeUniqueId derives it: the root at `hostPort`
+// ("host:port" or "[ipv6]:port", the host resolved to a numeric address), a secret derived from
+// `secretSeed`, hosted by rank 0. Equal inputs give equal ids on every rank. `origin` names where
+// hostPort came from, for errors.
+BootstrapId rendezvousId(const std::string& hostPort, const std::string& secretSeed,
+                         const std::string& origin);
+
+// Starts a root thread in this process on an ephemeral port of the bootstrap interface, with a
+// random secret. It serves one rendezvous, then exits; it gives up after BRAID_TIMEOUT, or at
+// the deadlines of the ranks that arrived, telling them which ranks never did.
+BootstrapId startRootInThisProcess();
 
 class Bootstrap {
  public:

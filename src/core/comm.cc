@@ -1,6 +1,7 @@
 #include "core/comm.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -42,6 +43,16 @@ uint64_t randomNonce() {
   if (getrandom(&nonce, sizeof nonce, 0) != sizeof nonce)
     fail(braidSystemError, "getrandom failed while naming the communicator's resources");
   return nonce;
+}
+
+// Busy-poll iterations per wait when this host has more ranks than cores.
+constexpr int64_t kOversubscribedSpins = 64;
+
+int usableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
 }
 
 braid::FifoGeometry fifoGeometry() {
@@ -97,12 +108,14 @@ void braidComm::initialize(const braid::BootstrapId& id) {
                options_.name.empty() ? "" : " comm ", options_.name);
     asyncError_ = braidSuccess;
   } catch (const Error& e) {
-    recordError(e);
-    asyncError_ = e.code();
+    initError_ = e;
   } catch (const std::exception& e) {
-    Error wrapped(braidInternalError, fmt::format("rank {}: init failed: {}", rank_, e.what()));
-    recordError(wrapped);
-    asyncError_ = braidInternalError;
+    initError_ =
+        Error(braidInternalError, fmt::format("rank {}: init failed: {}", rank_, e.what()));
+  }
+  if (initError_) {
+    recordError(*initError_);
+    asyncError_ = initError_->code();
   }
   {
     std::lock_guard<std::mutex> lock(readyMutex_);
@@ -116,9 +129,7 @@ void braidComm::waitReady() {
     std::unique_lock<std::mutex> lock(readyMutex_);
     readyCv_.wait(lock, [&] { return ready_; });
   }
-  if (!bootstrap_ || links_.control.empty())
-    fail(asyncError_.load() == braidSuccess ? braidInternalError : asyncError_.load(),
-         "rank {}: the communicator failed to initialize: {}", rank_, lastError());
+  if (initError_) throw *initError_;
 }
 
 void braidComm::recordError(const Error& e) {

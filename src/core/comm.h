@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "braid/braid.h"
 #include "coll/host_executor.h"
 #include "core/bootstrap.h"
+#include "core/error.h"
 #include "core/wait.h"
 #include "transport/transport.h"
 
@@ -78,6 +80,7 @@ struct braidComm : public braid::Watchdog {
   std::mutex readyMutex_;
   std::condition_variable readyCv_;
   bool ready_ = false;
+  std::optional<braid::Error> initError_;
 
   std::mutex opMutex_;  // operations of one communicator run one at a time
   uint64_t opSeq_ = 0;

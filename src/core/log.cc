@@ -97,8 +97,9 @@ void setThreadRank(int rank) {
 }
 
 void write(Level level, unsigned, const std::string& message) {
-  static const std::string host = hostName();
-  static std::mutex mutex;
+  // Never destroyed: threads such as the bootstrap root may log while the process exits.
+  static const std::string& host = *new std::string(hostName());
+  static std::mutex& mutex = *new std::mutex;
   std::string rank = tRank >= 0 ? fmt::format(" [{}]", tRank) : std::string();
   std::string line =
       fmt::format("{}:{}:{}{} BRAID {} {}\n", host, getpid(),

@@ -26,6 +26,11 @@ class Watchdog {
   virtual ~Watchdog() = default;
   // Called between sleep slices; `peer` is the rank being waited for (-1 if several).
   virtual void poll(int peer, const char* waitingFor) = 0;
+
+  // How long a wait busy-polls, then yields, before it sleeps. Fewer spins when ranks outnumber
+  // cores: a spinning rank would hold the core its producer needs.
+  int64_t spins = param::SpinCount();
+  int64_t yields = param::YieldCount();
 };
 
 inline void cpuRelax() {
@@ -63,14 +68,12 @@ inline uint32_t waitUntil(WakeableCounter& c, Ready ready, Watchdog& dog, int pe
                           const char* waitingFor) {
   uint32_t v = c.value.load(std::memory_order_acquire);
   if (ready(v)) return v;
-  const int64_t spins = param::SpinCount();
-  for (int64_t i = 0; i < spins; ++i) {
+  for (int64_t i = 0; i < dog.spins; ++i) {
     cpuRelax();
     v = c.value.load(std::memory_order_acquire);
     if (ready(v)) return v;
   }
-  const int64_t yields = param::YieldCount();
-  for (int64_t i = 0; i < yields; ++i) {
+  for (int64_t i = 0; i < dog.yields; ++i) {
     sched_yield();
     v = c.value.load(std::memory_order_acquire);
     if (ready(v)) return v;

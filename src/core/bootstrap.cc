@@ -1,0 +1,782 @@
+#include "core/bootstrap.h"
+
+#include <poll.h>
+#include <sys/random.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <optional>
+#include <thread>
+#include <type_traits>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/params.h"
+#include "core/socket.h"
+
+namespace braid {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr uint32_t kIdMagic = 0x44494272;  // "rBID" in the first bytes of a braidUniqueId
+constexpr uint8_t kIdFormatVersion = 1;
+constexpr uint8_t kIdFlagRootHostedByRank0 = 1;
+
+// Every bootstrap message starts with this; change it when the wire format changes.
+constexpr uint64_t kWireMagic = 0x31762D6469617262;  // "braid-v1"
+constexpr int kMaxRanks = 1 << 20;
+constexpr size_t kMaxInfoBytes = 64 << 10;
+constexpr size_t kMaxErrorBytes = 64 << 10;
+constexpr size_t kAddressBytes = 1 + 2 + 16;  // family, port, address
+constexpr size_t kMaxHelloPayload = kAddressBytes + 8 + kMaxInfoBytes;
+constexpr size_t kHelloHeaderBytes = 8 + 4 + 4 + 4 + 4 + 32;
+constexpr size_t kReplyHeaderBytes = 8 + 4 + 8;
+constexpr size_t kCollectiveHeaderBytes = 8 + 8;
+// A connection must prove itself this quickly: a stranger that sends nothing is dropped soon.
+constexpr auto kHelloTimeout = std::chrono::seconds(1);
+// The root reports missing ranks this long before the earliest arrived rank's deadline, so the
+// report lands before that rank gives up on its own.
+constexpr auto kReportMargin = milliseconds(100);
+
+enum HelloKind : uint32_t { kRootHello = 1, kRingHello = 2 };
+
+// Little-endian encoding, so ids and messages mean the same on every host.
+class WireWriter {
+ public:
+  template <typename T>
+  void put(T value) {
+    auto bits = static_cast<std::make_unsigned_t<T>>(value);
+    for (size_t i = 0; i < sizeof(T); ++i)
+      out_.push_back(static_cast<char>((static_cast<uint64_t>(bits) >> (8 * i)) & 0xff));
+  }
+  void putBytes(const void* data, size_t bytes) {
+    out_.append(static_cast<const char*>(data), bytes);
+  }
+  void putAddress(const SocketAddress& address) {
+    put<uint8_t>(address.family() == AF_INET6 ? 6 : 4);
+    put<uint16_t>(address.port());
+    std::vector<uint8_t> raw = address.bytes();
+    raw.resize(16);
+    putBytes(raw.data(), raw.size());
+  }
+  const std::string& data() const { return out_; }
+
+ private:
+  std::string out_;
+};
+
+class WireReader {
+ public:
+  WireReader(const void* data, size_t bytes, std::string what)
+      : data_(static_cast<const uint8_t*>(data)), left_(bytes), what_(std::move(what)) {}
+
+  template <typename T>
+  T get() {
+    need(sizeof(T));
+    uint64_t bits = 0;
+    for (size_t i = 0; i < sizeof(T); ++i) bits |= static_cast<uint64_t>(data_[i]) << (8 * i);
+    advance(sizeof(T));
+    return static_cast<T>(static_cast<std::make_unsigned_t<T>>(bits));
+  }
+  void getBytes(void* out, size_t bytes) {
+    need(bytes);
+    std::memcpy(out, data_, bytes);
+    advance(bytes);
+  }
+  std::string getString(size_t bytes) {
+    need(bytes);
+    std::string s(reinterpret_cast<const char*>(data_), bytes);
+    advance(bytes);
+    return s;
+  }
+  SocketAddress getAddress() {
+    auto family = get<uint8_t>();
+    auto port = get<uint16_t>();
+    uint8_t raw[16];
+    getBytes(raw, sizeof raw);
+    if (family != 4 && family != 6)
+      fail(braidInvalidArgument, "{} holds an unknown address family {}", what_, family);
+    return SocketAddress::fromBytes(family == 4 ? AF_INET : AF_INET6, raw, port);
+  }
+  size_t left() const { return left_; }
+
+ private:
+  void need(size_t bytes) const {
+    if (bytes > left_) fail(braidInvalidArgument, "{} is truncated", what_);
+  }
+  void advance(size_t bytes) {
+    data_ += bytes;
+    left_ -= bytes;
+  }
+  const uint8_t* data_;
+  size_t left_;
+  std::string what_;
+};
+
+// "rank 3", "ranks 1, 4-6".
+std::string formatRanks(const std::vector<int>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (i > 0) out += ", ";
+    out += j == i ? fmt::format("{}", ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+int64_t millisecondsLeft(Clock::time_point deadline) {
+  return std::max<int64_t>(
+      0, std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count());
+}
+
+// ---- hellos: how a connection proves the secret ----
+
+std::string encodeHello(HelloKind kind, int rank, int nranks, const uint8_t* secret,
+                        const std::string& payload) {
+  WireWriter w;
+  w.put(kWireMagic);
+  w.put<uint32_t>(kind);
+  w.put<int32_t>(rank);
+  w.put<int32_t>(nranks);
+  w.put<uint32_t>(static_cast<uint32_t>(payload.size()));
+  w.putBytes(secret, 32);
+  w.putBytes(payload.data(), payload.size());
+  return w.data();
+}
+
+struct Hello {
+  uint32_t kind = 0;
+  int rank = 0;
+  int nranks = 0;
+  size_t payloadBytes = 0;
+  std::string payload;
+};
+
+// Parses and checks a hello header; returns why it is not acceptable, or nothing.
+std::optional<std::string> checkHelloHeader(const std::string& header, const uint8_t* secret,
+                                            Hello* hello) {
+  WireReader r(header.data(), header.size(), "hello");
+  auto magic = r.get<uint64_t>();
+  if (magic != kWireMagic) return fmt::format("bad magic 0x{:016x}", magic);
+  hello->kind = r.get<uint32_t>();
+  hello->rank = r.get<int32_t>();
+  hello->nranks = r.get<int32_t>();
+  hello->payloadBytes = r.get<uint32_t>();
+  uint8_t claimed[32];
+  r.getBytes(claimed, sizeof claimed);
+  if (std::memcmp(claimed, secret, sizeof claimed) != 0)
+    return std::string("wrong secret (a unique id from another job?)");
+  if (hello->kind != kRootHello && hello->kind != kRingHello)
+    return fmt::format("unknown hello kind {}", hello->kind);
+  if (hello->nranks < 1 || hello->nranks > kMaxRanks)
+    return fmt::format("nranks {} outside 1..{}", hello->nranks, kMaxRanks);
+  if (hello->rank < 0 || hello->rank >= hello->nranks)
+    return fmt::format("rank {} outside 0..{}", hello->rank, hello->nranks - 1);
+  if (hello->payloadBytes > kMaxHelloPayload)
+    return fmt::format("hello payload of {} bytes exceeds {}", hello->payloadBytes,
+                       kMaxHelloPayload);
+  return std::nullopt;
+}
+
+struct Admitted {
+  Socket socket;
+  Hello hello;
+};
+
+// A listening socket that admits only connections proving the secret. Each connection must
+// send a complete hello within kHelloTimeout; anything else is dropped and logged, never fatal,
+// and connections are served side by side so a silent one cannot stall the rest.
+class Gatekeeper {
+ public:
+  Gatekeeper(Socket listener, const uint8_t* secret, std::string name)
+      : listener_(std::move(listener)), name_(std::move(name)) {
+    std::memcpy(secret_, secret, sizeof secret_);
+  }
+
+  const std::string& name() const { return name_; }
+
+  // The next connection with a valid hello, or nothing once the deadline passes.
+  std::optional<Admitted> admit(Clock::time_point deadline) {
+    for (;;) {
+      if (!ready_.empty()) {
+        Admitted a = std::move(ready_.front());
+        ready_.pop_front();
+        return a;
+      }
+      Clock::time_point now = Clock::now();
+      std::erase_if(pending_, [&](const Pending& p) {
+        if (now < p.helloDeadline) return false;
+        drop(p.socket, fmt::format("no complete hello within {} ms ({} bytes received)",
+                                   milliseconds(kHelloTimeout).count(), p.have));
+        return true;
+      });
+      if (now >= deadline) return std::nullopt;
+      Clock::time_point wake = deadline;
+      std::vector<pollfd> fds{{listener_.fd(), POLLIN, 0}};
+      for (const Pending& p : pending_) {
+        wake = std::min(wake, p.helloDeadline);
+        fds.push_back({p.socket.fd(), POLLIN, 0});
+      }
+      int rc = ::poll(fds.data(), fds.size(), pollTimeoutMs(wake));
+      if (rc < 0 && errno != EINTR) failErrno(braidSystemError, name_ + ": poll", errno);
+      if (rc <= 0) continue;
+      for (size_t i = 0; i < pending_.size(); ++i)
+        if (fds[i + 1].revents != 0) progress(pending_[i]);
+      std::erase_if(pending_, [](const Pending& p) { return !p.socket.valid(); });
+      if ((fds[0].revents & POLLIN) != 0)
+        for (Socket s = listener_.acceptPending(); s.valid(); s = listener_.acceptPending())
+          pending_.push_back({std::move(s), Clock::now() + kHelloTimeout,
+                              std::string(kHelloHeaderBytes, '\0'), 0, Hello{}, false});
+    }
+  }
+
+  void reject(const Admitted& a, const std::string& reason) const { drop(a.socket, reason); }
+
+ private:
+  struct Pending {
+    Socket socket;
+    Clock::time_point helloDeadline;
+    std::string buffer;  // sized to the bytes expected so far
+    size_t have;
+    Hello hello;
+    bool headerChecked;
+  };
+
+  void drop(const Socket& s, const std::string& reason) const {
+    BRAID_WARN(log::kBootstrap, "{}: dropped the connection from {}: {}", name_, s.peerName(),
+               reason);
+  }
+
+  // Reads what has arrived; a finished hello moves to ready_, a bad one is dropped (its socket
+  // is closed, left invalid for the caller to sweep away).
+  void progress(Pending& p) {
+    for (;;) {
+      long n = p.socket.readSome(p.buffer.data() + p.have, p.buffer.size() - p.have);
+      if (n == -EAGAIN || n == -EINTR) return;
+      if (n <= 0) {
+        drop(p.socket, n == 0 ? fmt::format("closed after {} hello bytes", p.have)
+                              : fmt::format("read failed after {} hello bytes: {}", p.have,
+                                            std::strerror(static_cast<int>(-n))));
+        p.socket = Socket();
+        return;
+      }
+      p.have += n;
+      if (!p.headerChecked && p.have == kHelloHeaderBytes) {
+        if (std::optional<std::string> why = checkHelloHeader(p.buffer, secret_, &p.hello)) {
+          drop(p.socket, *why);
+          p.socket = Socket();
+          return;
+        }
+        p.headerChecked = true;
+        p.buffer.resize(kHelloHeaderBytes + p.hello.payloadBytes);
+      }
+      if (p.headerChecked && p.have == p.buffer.size()) {
+        p.hello.payload = p.buffer.substr(kHelloHeaderBytes);
+        ready_.push_back({std::move(p.socket), std::move(p.hello)});
+        p.socket = Socket();
+        return;
+      }
+    }
+  }
+
+  Socket listener_;
+  uint8_t secret_[32];
+  std::string name_;
+  std::vector<Pending> pending_;
+  std::deque<Admitted> ready_;
+};
+
+// ---- the root ----
+
+struct RootHello {
+  SocketAddress listenAddress;
+  Clock::time_point deadline;
+  std::string info;
+};
+
+RootHello parseRootHello(const std::string& payload) {
+  WireReader r(payload.data(), payload.size(), "rendezvous hello");
+  RootHello h;
+  h.listenAddress = r.getAddress();
+  h.deadline = Clock::now() + milliseconds(std::max<int64_t>(0, r.get<int64_t>()));
+  h.info = r.getString(r.left());
+  return h;
+}
+
+std::string encodeReply(braidResult_t code, const std::string& payload) {
+  WireWriter w;
+  w.put(kWireMagic);
+  w.put<uint32_t>(code);
+  w.put<uint64_t>(payload.size());
+  w.putBytes(payload.data(), payload.size());
+  return w.data();
+}
+
+// Serves one rendezvous: collects every rank's hello, then sends each the table of all ranks'
+// listen addresses and infos. Failures are told to the ranks that arrived.
+class RendezvousRoot {
+ public:
+  RendezvousRoot(Socket listener, const uint8_t* secret, Clock::time_point deadline)
+      : where_("bootstrap root at " + listener.localAddress().toString()),
+        gate_(std::move(listener), secret, where_),
+        deadline_(deadline) {}
+
+  const std::string& where() const { return where_; }
+
+  void serve() {
+    for (;;) {
+      Clock::time_point wake = deadline_;
+      for (const std::optional<Member>& m : members_)
+        if (m) wake = std::min(wake, m->deadline - kReportMargin);
+      std::optional<Admitted> a = gate_.admit(wake);
+      if (!a) return reportMissing();
+      if (a->hello.kind != kRootHello) {
+        gate_.reject(*a, "a ring hello sent to the root");
+        continue;
+      }
+      RootHello hello;
+      try {
+        hello = parseRootHello(a->hello.payload);
+      } catch (const Error& e) {
+        gate_.reject(*a, e.what());
+        continue;
+      }
+      const int rank = a->hello.rank;
+      if (members_.empty()) {
+        members_.resize(a->hello.nranks);
+        infoBytes_ = hello.info.size();
+        firstRank_ = rank;
+      } else if (a->hello.nranks != nranks() || hello.info.size() != infoBytes_) {
+        std::string why =
+            a->hello.nranks != nranks()
+                ? fmt::format("rank {} joined with nranks={} but rank {} with nranks={}", rank,
+                              a->hello.nranks, firstRank_, nranks())
+                : fmt::format("rank {} published {} bytes of info but rank {} published {}", rank,
+                              hello.info.size(), firstRank_, infoBytes_);
+        BRAID_WARN(log::kBootstrap, "{}: {}", where_, why);
+        reply(a->socket, hello.deadline, braidInvalidArgument, why);
+        for (std::optional<Member>& m : members_)
+          if (m) reply(m->socket, m->deadline, braidInvalidArgument, why);
+        return;
+      }
+      if (members_[rank]) {
+        std::string why = fmt::format("rank {} joined twice (first from {}, again from {})", rank,
+                                      members_[rank]->socket.peerName(), a->socket.peerName());
+        BRAID_WARN(log::kBootstrap, "{}: {}", where_, why);
+        reply(a->socket, hello.deadline, braidInvalidArgument, why);
+        continue;
+      }
+      members_[rank] =
+          Member{std::move(a->socket), hello.listenAddress, std::move(hello.info), hello.deadline};
+      if (++arrived_ == nranks()) return sendTable();
+    }
+  }
+
+ private:
+  struct Member {
+    Socket socket;
+    SocketAddress listenAddress;
+    std::string info;
+    Clock::time_point deadline;
+  };
+
+  int nranks() const { return static_cast<int>(members_.size()); }
+
+  // Best effort: a rank that cannot be told is logged, the others are still served.
+  void reply(Socket& to, Clock::time_point rankDeadline, braidResult_t code,
+             const std::string& payload) {
+    std::string message = encodeReply(code, payload);
+    try {
+      to.sendAll(message.data(), message.size(),
+                 std::max(rankDeadline, Clock::now() + kHelloTimeout), where_ + ": replying");
+    } catch (const Error& e) {
+      BRAID_WARN(log::kBootstrap, "{}", e.what());
+    }
+  }
+
+  void sendTable() {
+    WireWriter table;
+    for (const std::optional<Member>& m : members_) {
+      table.putAddress(m->listenAddress);
+      table.putBytes(m->info.data(), m->info.size());
+    }
+    for (int r = 0; r < nranks(); ++r) {
+      members_[r]->socket.setPeerName(
+          fmt::format("rank {} ({})", r, members_[r]->socket.peerName()));
+      reply(members_[r]->socket, members_[r]->deadline, braidSuccess, table.data());
+    }
+    BRAID_INFO(log::kBootstrap, "{}: all {} ranks arrived", where_, nranks());
+  }
+
+  void reportMissing() {
+    if (arrived_ == 0) {
+      BRAID_INFO(log::kBootstrap, "{}: no rank arrived before the deadline; exiting", where_);
+      return;
+    }
+    std::vector<int> missing;
+    for (int r = 0; r < nranks(); ++r)
+      if (!members_[r]) missing.push_back(r);
+    std::string why = fmt::format("{} of {} ranks never arrived at the {} before the deadline: {}",
+                                  missing.size(), nranks(), where_, formatRanks(missing));
+    BRAID_WARN(log::kBootstrap, "{}", why);
+    for (std::optional<Member>& m : members_)
+      if (m) reply(m->socket, m->deadline, braidTimeout, why);
+  }
+
+  std::string where_;
+  Gatekeeper gate_;
+  Clock::time_point deadline_;
+  std::vector<std::optional<Member>> members_;  // by rank, sized by the first hello
+  size_t infoBytes_ = 0;
+  int firstRank_ = 0;
+  int arrived_ = 0;
+};
+
+// The root runs detached and owns everything it touches, so it neither outlives its rendezvous
+// nor depends on its starter; no exception leaves the thread.
+void startRootThread(Socket listener, const uint8_t* secret, Clock::time_point deadline) {
+  auto root = std::make_unique<RendezvousRoot>(std::move(listener), secret, deadline);
+  std::thread([root = std::move(root)] {
+    try {
+      root->serve();
+    } catch (const std::exception& e) {
+      BRAID_WARN(log::kBootstrap, "{}: {}", root->where(), e.what());
+    }
+  }).detach();
+}
+
+// ---- environment-derived ids ----
+
+// FNV-1a 64 over the seed in four lanes. Not cryptographic: an environment-derived secret only
+// keeps strangers and other jobs out, and is as guessable as the job id it comes from.
+void deriveSecret(const std::string& seed, uint8_t* secret) {
+  for (int lane = 0; lane < 4; ++lane) {
+    uint64_t hash = 0xcbf29ce484222325ull;
+    auto mix = [&hash](uint8_t byte) {
+      hash ^= byte;
+      hash *= 0x100000001b3ull;
+    };
+    mix(static_cast<uint8_t>(lane));
+    for (char c : seed) mix(static_cast<uint8_t>(c));
+    for (int i = 0; i < 8; ++i) secret[lane * 8 + i] = static_cast<uint8_t>(hash >> (8 * i));
+  }
+}
+
+void fillRandom(uint8_t* out, size_t bytes) {
+  size_t have = 0;
+  while (have < bytes) {
+    ssize_t n = getrandom(out + have, bytes - have, 0);
+    if (n < 0 && errno != EINTR) failErrno(braidSystemError, "getrandom", errno);
+    if (n > 0) have += n;
+  }
+}
+
+struct EnvRendezvous {
+  std::string hostPort;
+  std::string origin;
+};
+
+std::optional<EnvRendezvous> rendezvousFromEnv() {
+  if (!param::CommId().empty()) return EnvRendezvous{param::CommId(), "BRAID_COMM_ID"};
+  const char* addr = std::getenv("MASTER_ADDR");
+  const char* port = std::getenv("MASTER_PORT");
+  if (addr == nullptr || *addr == '\0' || port == nullptr || *port == '\0') return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  long value = std::strtol(port, &end, 10);
+  if (errno != 0 || *end != '\0' || value < 1 || value > 65534)
+    fail(braidInvalidArgument,
+         "MASTER_PORT='{}' is not a port between 1 and 65534 (braid's root listens on "
+         "MASTER_PORT+1)",
+         port);
+  std::string host = addr;
+  if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";
+  // torchrun's TCPStore already listens on MASTER_PORT.
+  return EnvRendezvous{fmt::format("{}:{}", host, value + 1), "MASTER_ADDR/MASTER_PORT"};
+}
+
+// The same on every rank of one job, different between jobs.
+std::string secretSeedFromEnv(const std::string& hostPort) {
+  if (!param::Secret().empty()) return "BRAID_SECRET=" + param::Secret();
+  std::string seed;
+  for (const char* name :
+       {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && *value != '\0') seed += fmt::format("{}={};", name, value);
+  }
+  return seed + "@" + hostPort;
+}
+
+// ---- the ranks' side ----
+
+class RingBootstrap final : public Bootstrap {
+ public:
+  RingBootstrap(const BootstrapId& id, int rank, int nranks, const std::string& localInfo,
+                Clock::time_point deadline)
+      : self_(fmt::format("bootstrap rank {} of {}", rank, nranks)) {
+    rank_ = rank;
+    nranks_ = nranks;
+    if (nranks == 1 && id.rootHostedByRank0) {  // nobody to meet and no root to serve
+      infos_ = {localInfo};
+      return;
+    }
+    if (id.rootHostedByRank0 && rank == 0) hostRoot(id, deadline);
+    Socket listener = rendezvous(id, localInfo, deadline);
+    if (nranks > 1) formRing(std::move(listener), id.secret, deadline);
+    BRAID_INFO(log::kBootstrap, "{}: joined at {}", self_,
+               nranks > 1 ? listenAddresses_[rank].toString() : std::string("-"));
+  }
+
+  void allGather(void* data, size_t bytes, Clock::time_point deadline) override {
+    if (nranks_ == 1) return;
+    const uint64_t sequence = ++collectives_;
+    const std::string activity = fmt::format("{}: bootstrap all-gather #{}", self_, sequence);
+    // Agree on the operation first: a size mismatch would otherwise desynchronise the ring.
+    WireWriter mine;
+    mine.put(sequence);
+    mine.put<uint64_t>(bytes);
+    char theirs[kCollectiveHeaderBytes];
+    sendRecv(next_, mine.data().data(), mine.data().size(), prev_, theirs, sizeof theirs, deadline,
+             activity);
+    WireReader r(theirs, sizeof theirs, activity);
+    auto prevSequence = r.get<uint64_t>();
+    auto prevBytes = r.get<uint64_t>();
+    if (prevSequence != sequence)
+      fail(braidInvalidUsage, "{}: {} is at bootstrap collective #{}", activity, prev_.peerName(),
+           prevSequence);
+    if (prevBytes != bytes)
+      fail(braidInvalidArgument, "{}: this rank gathers {} bytes per rank, {} gathers {}", activity,
+           bytes, prev_.peerName(), prevBytes);
+    // Step s forwards the slice received in step s-1: n-1 steps and every slice went round.
+    char* base = static_cast<char*>(data);
+    for (int step = 0; step < nranks_ - 1; ++step) {
+      size_t sendSlice = (rank_ - step + nranks_) % nranks_;
+      size_t recvSlice = (rank_ - step - 1 + nranks_) % nranks_;
+      sendRecv(next_, base + sendSlice * bytes, bytes, prev_, base + recvSlice * bytes, bytes,
+               deadline, fmt::format("{} step {}", activity, step + 1));
+    }
+  }
+
+  // An all-gather completes on a rank only after every rank contributed.
+  void barrier(Clock::time_point deadline) override {
+    std::vector<char> tokens(nranks_);
+    allGather(tokens.data(), 1, deadline);
+  }
+
+ private:
+  std::string rankName(int r) const {
+    return fmt::format("rank {} ({})", r, listenAddresses_[r].toString());
+  }
+
+  void hostRoot(const BootstrapId& id, Clock::time_point deadline) {
+    // All addresses: the name in the id may resolve to a loopback address on its own host.
+    SocketAddress any = SocketAddress::wildcard(
+        SocketAddress::fromNumeric(id.host, id.port, "unique id").family(), id.port);
+    Socket listener;
+    try {
+      listener = Socket::listen(any, true);
+    } catch (const Error& e) {
+      fail(braidSystemError,
+           "{}: cannot host the bootstrap root ({}); set BRAID_COMM_ID to a free "
+           "host:port",
+           self_, e.what());
+    }
+    startRootThread(std::move(listener), id.secret, deadline);
+  }
+
+  // Sends this rank's hello to the root and receives the table; returns this rank's listener.
+  Socket rendezvous(const BootstrapId& id, const std::string& localInfo,
+                    Clock::time_point deadline) {
+    SocketAddress rootAddress = SocketAddress::fromNumeric(id.host, id.port, "unique id");
+    Socket root = Socket::connect(rootAddress, "the bootstrap root at " + rootAddress.toString(),
+                                  deadline, self_ + ": joining the rendezvous");
+    // Listen on the address this host uses to reach the root: the others can reach it too.
+    SocketAddress listenAddress = root.localAddress();
+    listenAddress.setPort(0);
+    Socket listener;
+    if (nranks_ > 1) {
+      listener = Socket::listen(listenAddress, false);
+      listenAddress = listener.localAddress();
+    }
+    WireWriter payload;
+    payload.putAddress(listenAddress);
+    payload.put<int64_t>(millisecondsLeft(deadline));
+    payload.putBytes(localInfo.data(), localInfo.size());
+    std::string hello = encodeHello(kRootHello, rank_, nranks_, id.secret, payload.data());
+    const std::string activity = self_ + ": rendezvous";
+    char header[kReplyHeaderBytes];
+    try {
+      root.sendAll(hello.data(), hello.size(), deadline, activity);
+      root.recvAll(header, sizeof header, deadline, activity);
+    } catch (const Error& e) {
+      if (e.code() != braidRemoteError) throw;
+      fail(braidRemoteError,
+           "{} (the root drops connections that do not prove the unique id's secret: do all "
+           "ranks use the same id?)",
+           e.what());
+    }
+    WireReader r(header, sizeof header, activity);
+    auto magic = r.get<uint64_t>();
+    auto code = r.get<uint32_t>();
+    auto bytes = r.get<uint64_t>();
+    if (magic != kWireMagic)
+      fail(braidRemoteError, "{}: {} sent a reply with bad magic 0x{:016x}", activity,
+           root.peerName(), magic);
+    if (code != braidSuccess) {
+      if (bytes > kMaxErrorBytes || code >= braidNumResults)
+        fail(braidRemoteError, "{}: {} sent a malformed error (code {}, {} bytes)", activity,
+             root.peerName(), code, bytes);
+      std::string message(bytes, '\0');
+      root.recvAll(message.data(), bytes, deadline, activity);
+      throw Error(static_cast<braidResult_t>(code), fmt::format("{}: {}", self_, message));
+    }
+    const uint64_t expected = uint64_t(nranks_) * (kAddressBytes + localInfo.size());
+    if (bytes != expected)
+      fail(braidRemoteError, "{}: {} sent a table of {} bytes, expected {}", activity,
+           root.peerName(), bytes, expected);
+    std::string table(bytes, '\0');
+    root.recvAll(table.data(), bytes, deadline, activity);
+    WireReader t(table.data(), table.size(), activity + ": the rank table");
+    for (int r = 0; r < nranks_; ++r) {
+      listenAddresses_.push_back(t.getAddress());
+      infos_.push_back(t.getString(localInfo.size()));
+    }
+    return listener;
+  }
+
+  // Connects to the next rank's listener and accepts the previous rank on this one.
+  void formRing(Socket listener, const uint8_t* secret, Clock::time_point deadline) {
+    const int next = (rank_ + 1) % nranks_;
+    const int prev = (rank_ + nranks_ - 1) % nranks_;
+    const std::string activity = self_ + ": forming the bootstrap ring";
+    next_ = Socket::connect(listenAddresses_[next], rankName(next), deadline, activity);
+    std::string hello = encodeHello(kRingHello, rank_, nranks_, secret, "");
+    next_.sendAll(hello.data(), hello.size(), deadline, activity);
+    Gatekeeper gate(std::move(listener), secret,
+                    fmt::format("{} listener at {}", self_, listenAddresses_[rank_].toString()));
+    for (;;) {
+      std::optional<Admitted> a = gate.admit(deadline);
+      if (!a)
+        fail(braidTimeout, "{}: {} never connected to this rank's listener before the deadline",
+             activity, rankName(prev));
+      const Hello& h = a->hello;
+      if (h.kind != kRingHello || h.rank != prev || h.nranks != nranks_ || !h.payload.empty()) {
+        gate.reject(*a, fmt::format("expected the ring hello of rank {} of {}; got a kind {} "
+                                    "hello of rank {} of {}",
+                                    prev, nranks_, h.kind, h.rank, h.nranks));
+        continue;
+      }
+      prev_ = std::move(a->socket);
+      prev_.setPeerName(rankName(prev));
+      return;
+    }
+  }
+
+  std::string self_;  // how errors name this rank
+  std::vector<SocketAddress> listenAddresses_;
+  Socket next_;
+  Socket prev_;
+  uint64_t collectives_ = 0;
+};
+
+}  // namespace
+
+braidUniqueId BootstrapId::encode() const {
+  if (port == 0) fail(braidInvalidArgument, "unique id: port 0 is not a rendezvous port");
+  WireWriter w;
+  w.put(kIdMagic);
+  w.put(kIdFormatVersion);
+  w.put<uint8_t>(rootHostedByRank0 ? kIdFlagRootHostedByRank0 : 0);
+  w.putAddress(SocketAddress::fromNumeric(host, port, "unique id"));
+  w.putBytes(secret, sizeof secret);
+  static_assert(4 + 1 + 1 + kAddressBytes + 32 <= BRAID_UNIQUE_ID_BYTES);
+  braidUniqueId id{};
+  std::memcpy(id.internal, w.data().data(), w.data().size());
+  return id;
+}
+
+BootstrapId BootstrapId::decode(const braidUniqueId& raw) {
+  WireReader r(raw.internal, sizeof raw.internal, "commId");
+  auto magic = r.get<uint32_t>();
+  if (magic != kIdMagic)
+    fail(braidInvalidArgument,
+         "commId is not a braid unique id (bad magic 0x{:08x}, expected 0x{:08x}); pass the id "
+         "braidGetUniqueId made",
+         magic, kIdMagic);
+  auto version = r.get<uint8_t>();
+  if (version != kIdFormatVersion)
+    fail(braidInvalidArgument,
+         "commId has format version {}, this braid reads version {} (mixed braid versions?)",
+         version, kIdFormatVersion);
+  auto flags = r.get<uint8_t>();
+  if ((flags & ~kIdFlagRootHostedByRank0) != 0)
+    fail(braidInvalidArgument, "commId is not a braid unique id (unknown flags 0x{:02x})", flags);
+  SocketAddress address = r.getAddress();
+  if (address.port() == 0) fail(braidInvalidArgument, "commId is not a braid unique id (port 0)");
+  BootstrapId id;
+  id.host = address.host();
+  id.port = address.port();
+  r.getBytes(id.secret, sizeof id.secret);
+  id.rootHostedByRank0 = (flags & kIdFlagRootHostedByRank0) != 0;
+  return id;
+}
+
+BootstrapId rendezvousId(const std::string& hostPort, const std::string& secretSeed,
+                         const std::string& origin) {
+  auto [host, port] = splitHostPort(hostPort, origin);
+  BootstrapId id;
+  id.host = SocketAddress::resolve(host, port, origin).host();
+  id.port = port;
+  deriveSecret(secretSeed, id.secret);
+  id.rootHostedByRank0 = true;
+  return id;
+}
+
+BootstrapId startRootInThisProcess() {
+  const NetInterface& interface = bootstrapInterface();
+  Socket listener = Socket::listen(interface.address, false);
+  BootstrapId id;
+  id.host = interface.address.host();
+  id.port = listener.localAddress().port();
+  fillRandom(id.secret, sizeof id.secret);
+  startRootThread(std::move(listener), id.secret, Clock::now() + milliseconds(param::TimeoutMs()));
+  BRAID_INFO(log::kBootstrap, "bootstrap root started at {}",
+             SocketAddress::fromNumeric(id.host, id.port, "unique id").toString());
+  return id;
+}
+
+std::optional<BootstrapId> uniqueIdFromEnv() {
+  std::optional<EnvRendezvous> env = rendezvousFromEnv();
+  if (!env) return std::nullopt;
+  BootstrapId id = rendezvousId(env->hostPort, secretSeedFromEnv(env->hostPort), env->origin);
+  BRAID_INFO(log::kBootstrap, "unique id from {}: root at {} port {}, hosted by rank 0",
+             env->origin, id.host, id.port);
+  return id;
+}
+
+BootstrapId makeUniqueId() {
+  std::optional<BootstrapId> id = uniqueIdFromEnv();
+  return id ? *id : startRootInThisProcess();
+}
+
+std::unique_ptr<Bootstrap> Bootstrap::join(const BootstrapId& id, int rank, int nranks,
+                                           const std::string& localInfo,
+                                           Clock::time_point deadline) {
+  if (nranks < 1 || nranks > kMaxRanks)
+    fail(braidInvalidArgument, "bootstrap: nranks={} is outside 1..{}", nranks, kMaxRanks);
+  if (rank < 0 || rank >= nranks)
+    fail(braidInvalidArgument, "bootstrap: rank={} is outside 0..{} (nranks={})", rank, nranks - 1,
+         nranks);
+  if (localInfo.size() > kMaxInfoBytes)
+    fail(braidInvalidArgument, "bootstrap rank {}: {} bytes of rank info exceed the {} allowed",
+         rank, localInfo.size(), kMaxInfoBytes);
+  return std::make_unique<RingBootstrap>(id, rank, nranks, localInfo, deadline);
+}
+
+}  // namespace braid
