@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/params.h"
+#include "kernels/host_reduce.h"
 
 using braid::Clock;
 using braid::Error;
@@ -104,8 +105,10 @@ void braidComm::initialize(const braid::BootstrapId& id) {
     directMaxBytes_ =
         std::min<size_t>(std::max<int64_t>(0, braid::param::DirectMaxBytes()), geometry.slotBytes);
     scratch_.resize(directMaxBytes_);
-    BRAID_INFO(braid::log::kInit, "rank {}/{} ready{}{}", rank_, nranks_,
-               options_.name.empty() ? "" : " comm ", options_.name);
+    // Chooses the host kernels now, so a bad BRAID_SIMD fails init rather than a collective.
+    const char* isa = braid::kernels::isaName();
+    BRAID_INFO(braid::log::kInit, "rank {}/{} ready{}{}, host kernels {}", rank_, nranks_,
+               options_.name.empty() ? "" : " comm ", options_.name, isa);
     asyncError_ = braidSuccess;
   } catch (const Error& e) {
     initError_ = e;

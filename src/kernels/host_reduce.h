@@ -13,6 +13,7 @@ namespace braid::kernels {
 // the sum is computed first, then divided, then rounded once to the element type.
 // float16/bfloat16 are widened to fp32, reduced, and rounded to nearest-even once.
 // dst may be the same pointer as a or b; no other overlap is allowed.
+// Integer sums and products wrap. Max/Min of floats give NaN when either input is NaN.
 using ReduceFn = void (*)(void* dst, void* dst2, const void* a, const void* b, size_t count,
                           int divisor);
 
@@ -28,5 +29,16 @@ size_t typeSize(braidDataType_t type);
 // "avx512", "avx2" or "scalar": the instruction set the dispatcher chose (BRAID_SIMD may force
 // a lower one).
 const char* isaName();
+
+// Instruction sets with a kernel table, lowest first. "Scalar" is the baseline instruction set
+// (SSE2 on x86-64); Avx2 also needs FMA and F16C; Avx512 needs F, BW, VL and DQ.
+enum class Isa { Scalar, Avx2, Avx512 };
+
+// Whether this CPU (and OS) can run that instruction set's kernels.
+bool isaSupported(Isa isa);
+
+// The kernel of one instruction set, bypassing the dispatcher (tests, benchmarks). nullptr for bad
+// enums or an instruction set this CPU does not support.
+ReduceFn reduceFnFor(Isa isa, braidDataType_t type, braidRedOp_t op);
 
 }  // namespace braid::kernels

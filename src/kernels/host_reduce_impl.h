@@ -1,0 +1,348 @@
+// The one implementation of every host reduction kernel (dtype x op), written once over GCC vector
+// extensions and instantiated by each instruction-set translation unit (host_reduce_scalar.cc,
+// _avx2.cc, _avx512.cc) with its own vector width and fp16 conversions. Include only from those
+// files, the dispatcher and tests.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/host_reduce.h"
+
+namespace braid::kernels {
+
+// One instruction set's kernels, indexed [type][op].
+struct ReduceTable {
+  ReduceFn fn[braidNumTypes][braidNumOps];
+};
+
+namespace scalar {
+const ReduceTable& table();
+}
+namespace avx2 {
+const ReduceTable& table();
+}
+namespace avx512 {
+const ReduceTable& table();
+}
+
+// Internal linkage on purpose, although this is a header: each instruction set's translation unit
+// compiles its own copy with its own -m flags, and the linker must never pick an AVX-512 copy of a
+// shared (inline or template) function for the code that runs on an AVX2-only CPU. The small
+// helpers are forced inline: a call per vector (passing vectors through memory) halves speed.
+namespace {
+
+template <class T, size_t kBytes>
+struct VectorOf {
+  typedef T type __attribute__((vector_size(kBytes)));
+};
+template <class T, size_t kBytes>
+using Vector = typename VectorOf<T, kBytes>::type;
+
+// Unaligned loads and stores of whole vectors (memcpy compiles to one move).
+template <class V>
+[[gnu::always_inline]] inline V loadVector(const char* p) {
+  V v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class V>
+[[gnu::always_inline]] inline void storeVector(char* p, V v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+template <class V>
+[[gnu::always_inline]] inline V broadcast(typename std::remove_reference_t<decltype(V{}[0])> x) {
+  return V{} + x;
+}
+
+// Two compute vectors from one storage vector of 16-bit floats: each 32-bit lane holds an even
+// element (low half) and an odd one (high half). Splitting and joining lanes with shifts and masks
+// avoids the widening shuffles that contiguous 16 -> 32-bit conversion costs.
+template <class V>
+struct Pair {
+  V even, odd;
+};
+
+// IEEE binary16 (in the low 16 bits of each lane, the rest zero) -> binary32, with integer
+// vector code, for instruction sets without F16C.
+template <size_t kBytes>
+[[gnu::always_inline]] inline Vector<float, kBytes> softHalfToFloat(Vector<int32_t, kBytes> half) {
+  using Int = Vector<int32_t, kBytes>;
+  using Float = Vector<float, kBytes>;
+  const Int sign = (half & 0x8000) << 16;
+  const Int magnitude = half & 0x7fff;
+  Int bits = (magnitude << 13) + ((127 - 15) << 23);              // normal: rebias exponent
+  bits = magnitude >= 0x7c00 ? bits + ((128 - 16) << 23) : bits;  // inf/NaN: exponent all ones
+  const Float subnormal = __builtin_convertvector(magnitude, Float) * 0x1p-24f;  // exact
+  bits = magnitude < 0x400 ? (Int)subnormal : bits;
+  return (Float)(bits | sign);
+}
+
+// IEEE binary32 -> binary16 in the low 16 bits of each lane (the rest zero): round to nearest
+// even, overflow to inf, NaN stays a (quiet) NaN.
+template <size_t kBytes>
+[[gnu::always_inline]] inline Vector<int32_t, kBytes> softFloatToHalf(Vector<float, kBytes> value) {
+  using Int = Vector<int32_t, kBytes>;
+  using Float = Vector<float, kBytes>;
+  const Int bits = (Int)value;
+  const Int sign = (bits >> 16) & 0x8000;
+  const Int magnitude = bits & 0x7fffffff;
+  // Normal results: rebias, then round the 13 dropped bits to nearest even; carries may reach inf.
+  Int normal = (magnitude - ((127 - 15) << 23) + 0xfff + ((magnitude >> 13) & 1)) >> 13;
+  normal = normal > 0x7c00 ? broadcast<Int>(0x7c00) : normal;
+  // Subnormal results: adding 0.5 (whose ulp is 2^-24, the fp16 subnormal step) lets the FPU
+  // round; a float denormal input flushed by DAZ still correctly becomes zero.
+  const Int subnormal = (Int)((Float)magnitude + 0.5f) - 0x3f000000;
+  const Int nanPayload = 0x200 | ((magnitude >> 13) & 0x3ff);
+  const Int special = 0x7c00 | (magnitude > 0x7f800000 ? nanPayload : Int{});
+  Int half = magnitude < (113 << 23) ? subnormal : normal;
+  half = magnitude >= 0x7f800000 ? special : half;
+  return half | sign;
+}
+
+// binary32 -> bfloat16 in the top 16 bits of each lane (the low 16 bits are left over for the
+// caller to discard): round the 16 dropped bits to nearest even. A NaN is kept a NaN (rounding
+// could carry its payload into inf or into the sign bit) by truncating it and setting the quiet
+// bit.
+template <size_t kBytes>
+[[gnu::always_inline]] inline Vector<uint32_t, kBytes> roundToBfloat16High(
+    Vector<float, kBytes> value) {
+  using Bits = Vector<uint32_t, kBytes>;
+  const Bits bits = (Bits)value;
+  const Bits rounded = bits + 0x7fff + ((bits >> 16) & 1);
+  return value != value ? bits | 0x400000 : rounded;
+}
+
+// Element types reduced in their own type: vectors of kBytes.
+template <class T, size_t kBytes>
+struct NativeCodec {
+  using Compute = T;
+  using Vec = Vector<T, kBytes>;
+  static constexpr size_t kElementBytes = sizeof(T);
+  [[gnu::always_inline]] static Vec load(const char* p) { return loadVector<Vec>(p); }
+  [[gnu::always_inline]] static void store(char* p, Vec v) { storeVector(p, v); }
+};
+
+// 16-bit floats are widened to fp32, reduced, and rounded once when stored.
+
+// fp16 with the instruction set's conversions (F16C, AVX-512): contiguous lanes.
+template <class Isa>
+struct HardwareHalfCodec {
+  static constexpr size_t kBytes = Isa::kVectorBytes;
+  using Compute = float;
+  using Vec = Vector<float, kBytes>;
+  static constexpr size_t kElementBytes = 2;
+  [[gnu::always_inline]] static Vec load(const char* p) {
+    return Isa::halfToFloat(loadVector<Vector<uint16_t, kBytes / 2>>(p));
+  }
+  [[gnu::always_inline]] static void store(char* p, Vec v) { storeVector(p, Isa::floatToHalf(v)); }
+};
+
+// fp16 converted in software, even/odd pairs.
+template <size_t kBytes>
+struct SoftHalfCodec {
+  using Compute = float;
+  using Int = Vector<int32_t, kBytes>;
+  using Vec = Pair<Vector<float, kBytes>>;
+  static constexpr size_t kElementBytes = 2;
+  [[gnu::always_inline]] static Vec load(const char* p) {
+    const Int lanes = loadVector<Int>(p);
+    return {softHalfToFloat<kBytes>(lanes & 0xffff),
+            softHalfToFloat<kBytes>((lanes >> 16) & 0xffff)};
+  }
+  [[gnu::always_inline]] static void store(char* p, Vec v) {
+    storeVector(p, softFloatToHalf<kBytes>(v.even) | (softFloatToHalf<kBytes>(v.odd) << 16));
+  }
+};
+
+// bfloat16, even/odd pairs: widened with a shift and a mask, joined with a shift and an or.
+template <size_t kBytes>
+struct Bfloat16Codec {
+  using Compute = float;
+  using Float = Vector<float, kBytes>;
+  using Bits = Vector<uint32_t, kBytes>;
+  using Vec = Pair<Float>;
+  static constexpr size_t kElementBytes = 2;
+  [[gnu::always_inline]] static Vec load(const char* p) {
+    const Bits lanes = loadVector<Bits>(p);
+    return {(Float)(lanes << 16), (Float)(lanes & 0xffff0000)};
+  }
+  [[gnu::always_inline]] static void store(char* p, Vec v) {
+    storeVector(p, (roundToBfloat16High<kBytes>(v.odd) & 0xffff0000) |
+                       (roundToBfloat16High<kBytes>(v.even) >> 16));
+  }
+};
+
+// Isa may supply halfToFloat/floatToHalf for its vector width; without them fp16 is converted in
+// software.
+template <class Isa>
+constexpr bool kHasHalfConversions = requires {
+  &Isa::halfToFloat;
+};
+
+template <class Isa>
+using HalfCodec = std::conditional_t<kHasHalfConversions<Isa>, HardwareHalfCodec<Isa>,
+                                     SoftHalfCodec<Isa::kVectorBytes>>;
+
+enum class Op { Sum, Prod, Max, Min };
+
+template <Op kOp, class T, class V>
+[[gnu::always_inline]] inline V combine(V a, V b) {
+  if constexpr (std::is_integral_v<T>) {
+    // Integer sums and products wrap: computed unsigned, where overflow is defined.
+    using Unsigned = Vector<std::make_unsigned_t<T>, sizeof(V)>;
+    if constexpr (kOp == Op::Sum) return (V)((Unsigned)a + (Unsigned)b);
+    if constexpr (kOp == Op::Prod) return (V)((Unsigned)a * (Unsigned)b);
+  } else {
+    if constexpr (kOp == Op::Sum) return a + b;
+    if constexpr (kOp == Op::Prod) return a * b;
+  }
+  // Max/Min: a NaN in either input gives a NaN, so a NaN gradient is never hidden. A NaN `a` is
+  // picked by (a != a); a NaN `b` fails every comparison and is picked as the "else". Equal
+  // inputs (+0 and -0) give b. For integers (a != a) is always false.
+  if constexpr (kOp == Op::Max) return ((a > b) | (a != a)) ? a : b;
+  if constexpr (kOp == Op::Min) return ((a < b) | (a != a)) ? a : b;
+}
+
+// result / divisor with C semantics: truncating for integers, in the type C promotes to (int for
+// 8-bit types, so a divisor above 127 is still exact), then converted back. Integers of up to 32
+// bits divide in floating point instead, which vectorizes: while |value| < 2^24 (float) or 2^53
+// (double), the rounded quotient never crosses an integer, so truncating it gives C's quotient.
+// 8-bit lanes widen one size at a time: GCC 12 scalarizes conversions that skip sizes.
+template <class T, class V>
+[[gnu::always_inline]] inline V divide(V value, int divisor) {
+  constexpr size_t kLanes = sizeof(V) / sizeof(T);
+  if constexpr (std::is_integral_v<T> && sizeof(T) == 1) {
+    using Short = Vector<std::conditional_t<std::is_signed_v<T>, int16_t, uint16_t>, kLanes * 2>;
+    using Int = Vector<int32_t, kLanes * 4>;
+    using Float = Vector<float, kLanes * 4>;
+    const Int wide = __builtin_convertvector(__builtin_convertvector(value, Short), Int);
+    const Float quotient = __builtin_convertvector(wide, Float) / static_cast<float>(divisor);
+    return __builtin_convertvector(
+        __builtin_convertvector(__builtin_convertvector(quotient, Int), Short), V);
+  } else {
+    using Quotient = std::conditional_t<std::is_integral_v<T> && sizeof(T) == 4, double,
+                                        decltype(T{} / divisor)>;
+    using Wide = Vector<Quotient, kLanes * sizeof(Quotient)>;
+    const Wide quotient = __builtin_convertvector(value, Wide) / static_cast<Quotient>(divisor);
+    return __builtin_convertvector(quotient, V);
+  }
+}
+
+template <Op kOp, class T, class V>
+[[gnu::always_inline]] inline Pair<V> combine(Pair<V> a, Pair<V> b) {
+  return {combine<kOp, T>(a.even, b.even), combine<kOp, T>(a.odd, b.odd)};
+}
+
+template <class T, class V>
+[[gnu::always_inline]] inline Pair<V> divide(Pair<V> value, int divisor) {
+  return {divide<T>(value.even, divisor), divide<T>(value.odd, divisor)};
+}
+
+template <class Codec, Op kOp, bool kDivide, bool kSecondDst>
+struct Kernel {
+  using Vec = typename Codec::Vec;
+  using Compute = typename Codec::Compute;
+  static constexpr size_t kLanes = sizeof(Vec) / sizeof(Compute);
+  static constexpr size_t kStride = kLanes * Codec::kElementBytes;  // stored bytes per vector
+  static constexpr size_t kUnroll = 4;
+
+  [[gnu::always_inline]] static Vec compute(const char* a, const char* b, int divisor) {
+    const Vec result = combine<kOp, Compute>(Codec::load(a), Codec::load(b));
+    if constexpr (kDivide) return divide<Compute>(result, divisor);
+    return result;
+  }
+
+  // Fewer than kLanes elements go through zeroed stack vectors, so heads and tails run the same
+  // arithmetic (and rounding) as the body. Inputs are copied before dst is written (dst may be a).
+  static void partial(char* dst, char* dst2, const char* a, const char* b, size_t bytes,
+                      int divisor) {
+    alignas(64) char inA[kStride] = {};
+    alignas(64) char inB[kStride] = {};
+    alignas(64) char out[kStride];
+    std::memcpy(inA, a, bytes);
+    std::memcpy(inB, b, bytes);
+    Codec::store(out, compute(inA, inB, divisor));
+    std::memcpy(dst, out, bytes);
+    if constexpr (kSecondDst) std::memcpy(dst2, out, bytes);
+  }
+
+  static void run(char* dst, char* dst2, const char* a, const char* b, size_t count, int divisor) {
+    const size_t bytes = count * Codec::kElementBytes;
+    // Align the stores when elements allow it: a store split across cache lines costs two.
+    const auto dstAddress = reinterpret_cast<uintptr_t>(dst);
+    size_t head = dstAddress % Codec::kElementBytes == 0 ? -dstAddress % kStride : 0;
+    if (head > bytes) head = bytes;
+    if (head > 0) partial(dst, dst2, a, b, head, divisor);
+    size_t offset = head;
+    for (; offset + kUnroll * kStride <= bytes; offset += kUnroll * kStride) {
+      // All loads before any store: correct when dst is exactly a or b, and lets loads run ahead.
+      Vec results[kUnroll];
+      for (size_t u = 0; u < kUnroll; ++u)
+        results[u] = compute(a + offset + u * kStride, b + offset + u * kStride, divisor);
+      for (size_t u = 0; u < kUnroll; ++u) {
+        Codec::store(dst + offset + u * kStride, results[u]);
+        if constexpr (kSecondDst) Codec::store(dst2 + offset + u * kStride, results[u]);
+      }
+    }
+    for (; offset + kStride <= bytes; offset += kStride) {
+      const Vec result = compute(a + offset, b + offset, divisor);
+      Codec::store(dst + offset, result);
+      if constexpr (kSecondDst) Codec::store(dst2 + offset, result);
+    }
+    if (offset < bytes) {
+      partial(dst + offset, kSecondDst ? dst2 + offset : nullptr, a + offset, b + offset,
+              bytes - offset, divisor);
+    }
+  }
+};
+
+// The ReduceFn: picks the variant once per call, outside the loop.
+template <class Codec, Op kOp>
+void reduce(void* dst, void* dst2, const void* a, const void* b, size_t count, int divisor) {
+  auto* d = static_cast<char*>(dst);
+  auto* d2 = static_cast<char*>(dst2);
+  const auto* pa = static_cast<const char*>(a);
+  const auto* pb = static_cast<const char*>(b);
+  if constexpr (kOp == Op::Sum) {
+    if (divisor > 1) {
+      if (d2 != nullptr) return Kernel<Codec, kOp, true, true>::run(d, d2, pa, pb, count, divisor);
+      return Kernel<Codec, kOp, true, false>::run(d, d2, pa, pb, count, divisor);
+    }
+  }
+  if (d2 != nullptr) return Kernel<Codec, kOp, false, true>::run(d, d2, pa, pb, count, divisor);
+  Kernel<Codec, kOp, false, false>::run(d, d2, pa, pb, count, divisor);
+}
+
+template <class Codec>
+constexpr void fillType(ReduceTable& table, braidDataType_t type) {
+  table.fn[type][braidSum] = &reduce<Codec, Op::Sum>;
+  table.fn[type][braidProd] = &reduce<Codec, Op::Prod>;
+  table.fn[type][braidMax] = &reduce<Codec, Op::Max>;
+  table.fn[type][braidMin] = &reduce<Codec, Op::Min>;
+  table.fn[type][braidAvg] = &reduce<Codec, Op::Sum>;  // divides when given divisor > 1
+}
+
+// Isa: kVectorBytes, and optionally fp16 conversions (see HalfCodec).
+template <class Isa>
+constexpr ReduceTable makeTable() {
+  constexpr size_t kBytes = Isa::kVectorBytes;
+  ReduceTable table{};
+  fillType<NativeCodec<int8_t, kBytes>>(table, braidInt8);
+  fillType<NativeCodec<uint8_t, kBytes>>(table, braidUint8);
+  fillType<NativeCodec<int32_t, kBytes>>(table, braidInt32);
+  fillType<NativeCodec<uint32_t, kBytes>>(table, braidUint32);
+  fillType<NativeCodec<int64_t, kBytes>>(table, braidInt64);
+  fillType<NativeCodec<uint64_t, kBytes>>(table, braidUint64);
+  fillType<HalfCodec<Isa>>(table, braidFloat16);
+  fillType<NativeCodec<float, kBytes>>(table, braidFloat32);
+  fillType<NativeCodec<double, kBytes>>(table, braidFloat64);
+  fillType<Bfloat16Codec<kBytes>>(table, braidBfloat16);
+  return table;
+}
+
+}  // namespace
+}  // namespace braid::kernels

@@ -1,0 +1,598 @@
+// Host reduction kernels against a scalar reference written here (one element at a time, fp16
+// through the compiler's _Float16 soft-float, bf16 by comparing distances), for every instruction
+// set this CPU supports x dtype x op x awkward counts and alignments, plus chosen fp16/bf16
+// rounding cases, exhaustive 16-bit sweeps, and the fp32 -> fp16/bf16 primitives on sampled fp32
+// bit patterns (every NaN payload shape included).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/host_reduce.h"
+#include "kernels/host_reduce_impl.h"  // the conversion primitives, at the baseline width
+
+namespace braid::kernels {
+namespace {
+
+constexpr Isa kIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512};
+constexpr braidRedOp_t kOps[] = {braidSum, braidProd, braidMax, braidMin, braidAvg};
+constexpr braidDataType_t kTypes[] = {braidInt8,    braidUint8,   braidInt32,   braidUint32,
+                                      braidInt64,   braidUint64,  braidFloat16, braidFloat32,
+                                      braidFloat64, braidBfloat16};
+
+const char* isaLabel(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return "scalar";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+const char* typeLabel(braidDataType_t type) {
+  static const char* const kNames[] = {"int8",   "uint8",   "int32",   "uint32",  "int64",
+                                       "uint64", "float16", "float32", "float64", "bfloat16"};
+  return kNames[type];
+}
+
+const char* opLabel(braidRedOp_t op) {
+  static const char* const kNames[] = {"sum", "prod", "max", "min", "avg"};
+  return kNames[op];
+}
+
+template <class To, class From>
+To bitCast(From from) {
+  static_assert(sizeof(To) == sizeof(From));
+  To to;
+  std::memcpy(&to, &from, sizeof to);
+  return to;
+}
+
+// ---- Reference ----
+
+// fp16 through GCC's _Float16, converted in software by libgcc (this file gets no -mf16c).
+float halfToFloat(uint16_t bits) {
+  return static_cast<float>(bitCast<_Float16>(bits));
+}
+uint16_t floatToHalf(float value) {
+  return bitCast<uint16_t>(static_cast<_Float16>(value));
+}
+
+float bfloat16ToFloat(uint16_t bits) {
+  return bitCast<float>(static_cast<uint32_t>(bits) << 16);
+}
+
+// Nearest bfloat16 by comparing the distances to the two neighbours in double; ties to the even
+// one; above the largest finite value (ties included) the upper neighbour is infinity.
+uint16_t floatToBfloat16(float value) {
+  if (std::isnan(value)) return 0x7fc0;
+  const uint32_t bits = bitCast<uint32_t>(value);
+  const uint16_t sign = (bits >> 16) & 0x8000;
+  const uint32_t magnitude = bits & 0x7fffffff;
+  const uint16_t below = magnitude >> 16;
+  if ((magnitude & 0xffff) == 0) return sign | below;
+  const int biasedExponent = std::max(1, static_cast<int>(below >> 7));
+  const double step = std::ldexp(1.0, biasedExponent - 127 - 7);
+  const double low = bfloat16ToFloat(below);
+  const double distanceDown = std::fabs(value) - low;
+  const double distanceUp = low + step - std::fabs(value);
+  const bool up = distanceUp < distanceDown || (distanceUp == distanceDown && (below & 1) != 0);
+  return sign | static_cast<uint16_t>(below + (up ? 1 : 0));
+}
+
+template <class F>
+F referenceFloat(F a, F b, braidRedOp_t op, int divisor) {
+  switch (op) {
+    case braidMax:
+    case braidMin:
+      if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<F>::quiet_NaN();
+      return op == braidMax ? std::max(a, b) : std::min(a, b);
+    case braidProd: return a * b;
+    case braidAvg:
+      if (divisor > 1) return (a + b) / static_cast<F>(divisor);
+      return a + b;
+    default: return a + b;
+  }
+}
+
+template <class T>
+T referenceInteger(T a, T b, braidRedOp_t op, int divisor) {
+  // Exact in 128 bits, then reduced modulo 2^bits by the conversion (defined since C++20).
+  const __int128 wideA = a;
+  const __int128 wideB = b;
+  switch (op) {
+    case braidMax: return a > b ? a : b;
+    case braidMin: return a < b ? a : b;
+    case braidProd:
+      return static_cast<T>(static_cast<unsigned __int128>(wideA) *
+                            static_cast<unsigned __int128>(wideB));
+    case braidAvg:
+      if (divisor > 1) return static_cast<T>(static_cast<T>(wideA + wideB) / divisor);
+      return static_cast<T>(wideA + wideB);
+    default: return static_cast<T>(wideA + wideB);
+  }
+}
+
+// One element type as seen by the tests: reference, comparison and random values, on raw bytes.
+struct TypeInfo {
+  size_t size;
+  void (*reference)(void* out, const void* a, const void* b, braidRedOp_t op, int divisor);
+  bool (*isNan)(const void* value);  // false for integers
+  bool (*isZero)(const void* value);
+  void (*random)(void* out, std::mt19937_64& rng);
+};
+
+template <class T>
+T load(const void* p) {
+  T value;
+  std::memcpy(&value, p, sizeof value);
+  return value;
+}
+
+template <class T>
+TypeInfo integerInfo() {
+  return {sizeof(T),
+          [](void* out, const void* a, const void* b, braidRedOp_t op, int divisor) {
+            const T result = referenceInteger<T>(load<T>(a), load<T>(b), op, divisor);
+            std::memcpy(out, &result, sizeof result);
+          },
+          [](const void*) { return false; }, [](const void* v) { return load<T>(v) == 0; },
+          [](void* out, std::mt19937_64& rng) {
+            const uint64_t bits = rng();
+            std::memcpy(out, &bits, sizeof(T));
+          }};
+}
+
+// Mostly moderate values with random exponents (so sums round), sometimes any bit pattern
+// (NaN, infinities, subnormals, extremes).
+template <class F>
+TypeInfo floatInfo() {
+  return {sizeof(F),
+          [](void* out, const void* a, const void* b, braidRedOp_t op, int divisor) {
+            const F result = referenceFloat<F>(load<F>(a), load<F>(b), op, divisor);
+            std::memcpy(out, &result, sizeof result);
+          },
+          [](const void* v) { return std::isnan(load<F>(v)); },
+          [](const void* v) { return load<F>(v) == 0; },
+          [](void* out, std::mt19937_64& rng) {
+            const uint64_t bits = rng();
+            F value;
+            if (bits % 16 == 0) {
+              std::memcpy(&value, &bits, sizeof value);
+            } else {
+              const double mantissa = 1.0 + static_cast<double>(bits >> 12) * 0x1p-52;
+              const int exponent = static_cast<int>((bits >> 4) % 41) - 20;
+              value = static_cast<F>(std::ldexp((bits & 2) ? -mantissa : mantissa, exponent));
+            }
+            std::memcpy(out, &value, sizeof value);
+          }};
+}
+
+// 16-bit floats: reduced in fp32 and rounded once. kBias is the format's exponent bias and
+// kMantissaBits its stored mantissa width.
+template <float (*kWiden)(uint16_t), uint16_t (*kNarrow)(float), int kBias, int kMantissaBits>
+TypeInfo halfInfo() {
+  return {2,
+          [](void* out, const void* a, const void* b, braidRedOp_t op, int divisor) {
+            const float wide = referenceFloat<float>(kWiden(load<uint16_t>(a)),
+                                                     kWiden(load<uint16_t>(b)), op, divisor);
+            const uint16_t result = kNarrow(wide);
+            std::memcpy(out, &result, sizeof result);
+          },
+          [](const void* v) { return std::isnan(kWiden(load<uint16_t>(v))); },
+          [](const void* v) { return kWiden(load<uint16_t>(v)) == 0; },
+          [](void* out, std::mt19937_64& rng) {
+            const uint64_t bits = rng();
+            uint16_t value = static_cast<uint16_t>(bits);
+            if (bits % 8 != 0) {
+              const uint16_t exponent = kBias - 4 + static_cast<uint16_t>((bits >> 16) % 9);
+              const uint16_t mantissa = (bits >> 24) & ((1u << kMantissaBits) - 1);
+              value = (value & 0x8000) | (exponent << kMantissaBits) | mantissa;
+            }
+            std::memcpy(out, &value, sizeof value);
+          }};
+}
+
+const TypeInfo& typeInfo(braidDataType_t type) {
+  static const TypeInfo kInfos[] = {integerInfo<int8_t>(),
+                                    integerInfo<uint8_t>(),
+                                    integerInfo<int32_t>(),
+                                    integerInfo<uint32_t>(),
+                                    integerInfo<int64_t>(),
+                                    integerInfo<uint64_t>(),
+                                    halfInfo<halfToFloat, floatToHalf, 15, 10>(),
+                                    floatInfo<float>(),
+                                    floatInfo<double>(),
+                                    halfInfo<bfloat16ToFloat, floatToBfloat16, 127, 7>()};
+  return kInfos[type];
+}
+
+std::string hexBytes(const unsigned char* p, size_t size) {
+  std::string text = "0x";
+  static const char kDigits[] = "0123456789abcdef";
+  for (size_t i = size; i-- > 0;) {  // little-endian: most significant byte last
+    text += kDigits[p[i] >> 4];
+    text += kDigits[p[i] & 15];
+  }
+  return text;
+}
+
+// Same value: equal bits, or both NaN (payloads may differ), or for max/min both zeros (which of
+// +0 and -0 an equal comparison keeps is unspecified).
+bool sameResult(const TypeInfo& info, const unsigned char* expected, const unsigned char* got,
+                braidRedOp_t op) {
+  if (info.isNan(expected)) return info.isNan(got);
+  if ((op == braidMax || op == braidMin) && info.isZero(expected) && info.isZero(got)) return true;
+  return std::memcmp(expected, got, info.size) == 0;
+}
+
+// ---- Buffers ----
+
+constexpr unsigned char kPoison = 0xa5;
+constexpr size_t kSlack = 128;  // bytes around every region, poisoned and checked
+
+// A region of `bytes` at `offset` from a 64-byte boundary, with poisoned slack on both sides.
+class Region {
+ public:
+  Region(size_t bytes, size_t offset) : storage_(bytes + 2 * kSlack + 64, kPoison) {
+    auto base = reinterpret_cast<uintptr_t>(storage_.data()) + kSlack;
+    base = (base + 63) / 64 * 64;
+    data_ = reinterpret_cast<unsigned char*>(base) + offset;
+    bytes_ = bytes;
+  }
+  unsigned char* data() { return data_; }
+  // Nothing outside [data, data + bytes) was written.
+  bool slackIntact() const {
+    for (size_t i = 0; i < storage_.size(); ++i) {
+      const unsigned char* p = storage_.data() + i;
+      if ((p < data_ || p >= data_ + bytes_) && *p != kPoison) return false;
+    }
+    return true;
+  }
+
+ private:
+  std::vector<unsigned char> storage_;
+  unsigned char* data_;
+  size_t bytes_;
+};
+
+enum class Placement { OutOfPlace, WithSecondDst, IntoA, IntoB };
+
+struct Offsets {
+  size_t a, b, dst, dst2;  // in elements when `elements`, else in bytes
+  bool elements;
+};
+
+const Offsets kOffsets[] = {{0, 0, 0, 0, true}, {1, 3, 5, 7, true}, {1, 2, 3, 5, false}};
+const size_t kCounts[] = {0, 1, 3, 15, 16, 17, 31, 33, 1000, 4099};
+
+::testing::AssertionResult runCase(ReduceFn fn, braidDataType_t type, braidRedOp_t op, size_t count,
+                                   const Offsets& offsets, Placement placement, int divisor,
+                                   std::mt19937_64& rng) {
+  const TypeInfo& info = typeInfo(type);
+  const size_t bytes = count * info.size;
+  const size_t unit = offsets.elements ? info.size : 1;
+  Region a(bytes, offsets.a * unit), b(bytes, offsets.b * unit);
+  Region dst(bytes, offsets.dst * unit), dst2(bytes, offsets.dst2 * unit);
+  for (size_t i = 0; i < count; ++i) {
+    info.random(a.data() + i * info.size, rng);
+    info.random(b.data() + i * info.size, rng);
+  }
+  std::vector<unsigned char> expected(bytes), inA(a.data(), a.data() + bytes),
+      inB(b.data(), b.data() + bytes);
+  for (size_t i = 0; i < count; ++i) {
+    const size_t at = i * info.size;
+    info.reference(expected.data() + at, inA.data() + at, inB.data() + at, op, divisor);
+  }
+
+  unsigned char* out = placement == Placement::IntoA   ? a.data()
+                       : placement == Placement::IntoB ? b.data()
+                                                       : dst.data();
+  unsigned char* out2 = placement == Placement::WithSecondDst ? dst2.data() : nullptr;
+  fn(out, out2, a.data(), b.data(), count, divisor);
+
+  for (unsigned char* result : {out, out2}) {
+    if (result == nullptr) continue;
+    for (size_t i = 0; i < count; ++i) {
+      const size_t at = i * info.size;
+      if (!sameResult(info, expected.data() + at, result + at, op)) {
+        return ::testing::AssertionFailure()
+               << (result == out ? "dst" : "dst2") << "[" << i
+               << "]: a=" << hexBytes(inA.data() + at, info.size)
+               << " b=" << hexBytes(inB.data() + at, info.size) << " expected "
+               << hexBytes(expected.data() + at, info.size) << ", got "
+               << hexBytes(result + at, info.size);
+      }
+    }
+  }
+  if (placement != Placement::IntoA && std::memcmp(a.data(), inA.data(), bytes) != 0)
+    return ::testing::AssertionFailure() << "input a was modified";
+  if (placement != Placement::IntoB && std::memcmp(b.data(), inB.data(), bytes) != 0)
+    return ::testing::AssertionFailure() << "input b was modified";
+  if (!a.slackIntact() || !b.slackIntact() || !dst.slackIntact() || !dst2.slackIntact())
+    return ::testing::AssertionFailure() << "bytes outside the arrays were written";
+  if (placement != Placement::OutOfPlace && placement != Placement::WithSecondDst) {
+    if (!std::all_of(dst.data(), dst.data() + bytes, [](unsigned char c) { return c == kPoison; }))
+      return ::testing::AssertionFailure() << "unused dst was written";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// ---- Every instruction set x dtype x op ----
+
+using KernelCase = std::tuple<Isa, braidDataType_t, braidRedOp_t>;
+
+class ReduceKernelTest : public ::testing::TestWithParam<KernelCase> {};
+
+TEST_P(ReduceKernelTest, MatchesReferenceForAnyCountAlignmentAndPlacement) {
+  const auto [isa, type, op] = GetParam();
+  if (!isaSupported(isa)) GTEST_SKIP() << "this CPU does not support " << isaLabel(isa);
+  const ReduceFn fn = reduceFnFor(isa, type, op);
+  ASSERT_NE(fn, nullptr);
+  std::mt19937_64 rng(1000 * type + 10 * op + static_cast<int>(isa));
+  const std::vector<int> divisors = op == braidAvg ? std::vector<int>{1, 3, 200} : std::vector{1};
+  for (size_t count : kCounts) {
+    for (const Offsets& offsets : kOffsets) {
+      for (Placement placement :
+           {Placement::OutOfPlace, Placement::WithSecondDst, Placement::IntoA, Placement::IntoB}) {
+        for (int divisor : divisors) {
+          SCOPED_TRACE(::testing::Message()
+                       << "count " << count << ", offsets a/b/dst/dst2 " << offsets.a << "/"
+                       << offsets.b << "/" << offsets.dst << "/" << offsets.dst2
+                       << (offsets.elements ? " elements" : " bytes") << ", placement "
+                       << static_cast<int>(placement) << ", divisor " << divisor);
+          ASSERT_TRUE(runCase(fn, type, op, count, offsets, placement, divisor, rng));
+        }
+      }
+    }
+  }
+}
+
+std::string kernelCaseName(const ::testing::TestParamInfo<KernelCase>& info) {
+  const auto [isa, type, op] = info.param;
+  return std::string(isaLabel(isa)) + "_" + typeLabel(type) + "_" + opLabel(op);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllKernels, ReduceKernelTest,
+                         ::testing::Combine(::testing::ValuesIn(kIsas), ::testing::ValuesIn(kTypes),
+                                            ::testing::ValuesIn(kOps)),
+                         kernelCaseName);
+
+// ---- fp16 / bf16 rounding on chosen values ----
+
+struct RoundingCase {
+  braidDataType_t type;
+  braidRedOp_t op;
+  uint16_t a, b;
+  int divisor;
+  uint16_t expected;  // exact bits, or any NaN when expectNan
+  bool expectNan;
+  const char* why;
+};
+
+const RoundingCase kRoundingCases[] = {
+    // fp16: 1.0 = 0x3c00, ulp(1) = 2^-10; 2^-11 = 0x1000.
+    {braidFloat16, braidSum, 0x3c00, 0x1000, 1, 0x3c00, false, "tie rounds down to even"},
+    {braidFloat16, braidSum, 0x3c01, 0x1000, 1, 0x3c02, false, "tie rounds up to even"},
+    {braidFloat16, braidSum, 0x3c00, 0x1001, 1, 0x3c01, false, "above the tie rounds up"},
+    {braidFloat16, braidSum, 0x7bff, 0x4c00, 1, 0x7c00, false, "65504+16 is a tie: inf"},
+    {braidFloat16, braidSum, 0x7bff, 0x4800, 1, 0x7bff, false, "65504+8 stays finite"},
+    {braidFloat16, braidSum, 0xfbff, 0xcc00, 1, 0xfc00, false, "negative overflow: -inf"},
+    {braidFloat16, braidProd, 0x5c00, 0x5c00, 1, 0x7c00, false, "256 * 256 overflows to inf"},
+    {braidFloat16, braidSum, 0x0001, 0x0001, 1, 0x0002, false, "subnormal sum"},
+    {braidFloat16, braidProd, 0x0001, 0x3800, 1, 0x0000, false, "2^-25: tie to even zero"},
+    {braidFloat16, braidProd, 0x0003, 0x3800, 1, 0x0002, false, "1.5 * 2^-24: tie to even 2"},
+    {braidFloat16, braidProd, 0x0400, 0x3800, 1, 0x0200, false, "normal to subnormal"},
+    {braidFloat16, braidAvg, 0x3c00, 0x3c00, 3, 0x3955, false, "(1+1)/3 rounded once"},
+    {braidFloat16, braidSum, 0x7e00, 0x3c00, 1, 0, true, "NaN + 1"},
+    {braidFloat16, braidSum, 0x7c00, 0xfc00, 1, 0, true, "inf - inf"},
+    {braidFloat16, braidMax, 0x7e00, 0x3c00, 1, 0, true, "max(NaN, 1)"},
+    {braidFloat16, braidMax, 0x3c00, 0x7e00, 1, 0, true, "max(1, NaN)"},
+    {braidFloat16, braidMin, 0x3c00, 0x7d00, 1, 0, true, "min(1, signalling NaN)"},
+    {braidFloat16, braidMax, 0xfc00, 0x0001, 1, 0x0001, false, "max(-inf, tiny)"},
+    // bf16: 1.0 = 0x3f80, ulp(1) = 2^-7; 2^-8 = 0x3b80.
+    {braidBfloat16, braidSum, 0x3f80, 0x3b80, 1, 0x3f80, false, "tie rounds down to even"},
+    {braidBfloat16, braidSum, 0x3f81, 0x3b80, 1, 0x3f82, false, "tie rounds up to even"},
+    {braidBfloat16, braidSum, 0x3f80, 0x3b81, 1, 0x3f81, false, "above the tie rounds up"},
+    {braidBfloat16, braidSum, 0x7f7f, 0x7b00, 1, 0x7f80, false, "max + half ulp: tie to inf"},
+    {braidBfloat16, braidSum, 0x7f7f, 0x7a80, 1, 0x7f7f, false, "max + quarter ulp stays"},
+    {braidBfloat16, braidSum, 0xff7f, 0xff7f, 1, 0xff80, false, "negative overflow: -inf"},
+    {braidBfloat16, braidAvg, 0x3f80, 0x3f80, 3, 0x3f2b, false, "(1+1)/3 rounded once"},
+    {braidBfloat16, braidSum, 0x7fc0, 0x3f80, 1, 0, true, "NaN + 1"},
+    {braidBfloat16, braidSum, 0x7f81, 0x3f80, 1, 0, true, "signalling NaN + 1"},
+    {braidBfloat16, braidMax, 0x3f80, 0x7fff, 1, 0, true, "max(1, NaN with full payload)"},
+    {braidBfloat16, braidMin, 0xffff, 0x3f80, 1, 0, true, "min(negative NaN, 1)"},
+    {braidBfloat16, braidProd, 0x7f80, 0x0000, 1, 0, true, "inf * 0"},
+};
+
+bool isNanBits(braidDataType_t type, uint16_t bits) {
+  return type == braidFloat16 ? (bits & 0x7c00) == 0x7c00 && (bits & 0x3ff) != 0
+                              : (bits & 0x7f80) == 0x7f80 && (bits & 0x7f) != 0;
+}
+
+class RoundingTest : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(RoundingTest, ChosenValuesRoundOnceToNearestEven) {
+  const Isa isa = GetParam();
+  if (!isaSupported(isa)) GTEST_SKIP() << "this CPU does not support " << isaLabel(isa);
+  // Alone (tail path) and in a run long enough for the vector body.
+  for (size_t count : {size_t{1}, size_t{77}}) {
+    for (const RoundingCase& c : kRoundingCases) {
+      SCOPED_TRACE(::testing::Message() << typeLabel(c.type) << " " << opLabel(c.op) << ": "
+                                        << c.why << ", count " << count);
+      const std::vector<uint16_t> a(count, c.a), b(count, c.b);
+      std::vector<uint16_t> out(count, 0x1234);
+      reduceFnFor(isa, c.type, c.op)(out.data(), nullptr, a.data(), b.data(), count, c.divisor);
+      for (uint16_t got : out) {
+        if (c.expectNan) {
+          EXPECT_TRUE(isNanBits(c.type, got)) << std::hex << "got 0x" << got;
+        } else {
+          EXPECT_EQ(got, c.expected)
+              << std::hex << "got 0x" << got << ", expected 0x" << c.expected;
+        }
+      }
+    }
+  }
+}
+
+// Every 16-bit pattern against a few partners, for each op: catches conversion errors anywhere
+// in the range (subnormals, the normal/subnormal boundary, infinities, NaN payloads).
+TEST_P(RoundingTest, EveryHalfAndBfloat16PatternMatchesReference) {
+  const Isa isa = GetParam();
+  if (!isaSupported(isa)) GTEST_SKIP() << "this CPU does not support " << isaLabel(isa);
+  std::vector<uint16_t> all(1 << 16);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+  for (braidDataType_t type : {braidFloat16, braidBfloat16}) {
+    const TypeInfo& info = typeInfo(type);
+    const std::vector<uint16_t> partners =
+        type == braidFloat16
+            ? std::vector<uint16_t>{0x3c00, 0x1000, 0x0001, 0x3555, 0xc400, 0x7bff}
+            : std::vector<uint16_t>{0x3f80, 0x3b80, 0x0001, 0x3eab, 0xc080, 0x7f7f};
+    for (braidRedOp_t op : kOps) {
+      for (uint16_t partner : partners) {
+        const int divisor = op == braidAvg ? 3 : 1;
+        const std::vector<uint16_t> b(all.size(), partner);
+        std::vector<uint16_t> out(all.size());
+        reduceFnFor(isa, type, op)(out.data(), nullptr, all.data(), b.data(), all.size(), divisor);
+        int failures = 0;
+        for (size_t i = 0; i < all.size() && failures < 5; ++i) {
+          uint16_t expected;
+          info.reference(&expected, &all[i], &partner, op, divisor);
+          if (!sameResult(info, reinterpret_cast<const unsigned char*>(&expected),
+                          reinterpret_cast<const unsigned char*>(&out[i]), op)) {
+            ++failures;
+            ADD_FAILURE() << std::hex << typeLabel(type) << " " << opLabel(op) << "(0x" << all[i]
+                          << ", 0x" << partner << "): expected 0x" << expected << ", got 0x"
+                          << out[i];
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllIsas, RoundingTest, ::testing::ValuesIn(kIsas),
+                         [](const ::testing::TestParamInfo<Isa>& info) {
+                           return std::string(isaLabel(info.param));
+                         });
+
+// ---- fp32 -> 16-bit rounding primitives ----
+
+// Sampled fp32 patterns: a stride through all 2^32, each also with its low bits set to an fp16
+// tie, a bf16 tie, and all ones (NaNs whose payload lies only in the bits rounding drops).
+std::vector<uint32_t> sampledFloatBits() {
+  std::vector<uint32_t> samples;
+  for (uint64_t bits = 0; bits <= 0xffffffff; bits += 4093) {
+    const auto b = static_cast<uint32_t>(bits);
+    for (uint32_t sample : {b, (b & ~0x1fffu) | 0x1000u, (b & ~0xffffu) | 0x8000u, b | 0xffffu})
+      samples.push_back(sample);
+  }
+  for (uint32_t nan : {0x7f800001u, 0x7f80ffffu, 0x7fffffffu, 0xff800001u, 0xffffffffu})
+    samples.push_back(nan);
+  return samples;
+}
+
+TEST(RoundingPrimitives, FloatToBfloat16MatchesReferenceAndKeepsNan) {
+  using Float = Vector<float, 16>;
+  for (uint32_t bits : sampledFloatBits()) {
+    const float value = bitCast<float>(bits);
+    const Float lanes = Float{} + value;
+    const auto got = static_cast<uint16_t>(roundToBfloat16High<16>(lanes)[0] >> 16);
+    if (std::isnan(value)) {
+      ASSERT_TRUE(std::isnan(bfloat16ToFloat(got))) << std::hex << bits << " gave " << got;
+    } else {
+      ASSERT_EQ(got, floatToBfloat16(value)) << std::hex << bits;
+    }
+  }
+}
+
+TEST(RoundingPrimitives, SoftFloatToHalfMatchesCompilerConversion) {
+  using Float = Vector<float, 16>;
+  for (uint32_t bits : sampledFloatBits()) {
+    const float value = bitCast<float>(bits);
+    const auto got = static_cast<uint16_t>(softFloatToHalf<16>(Float{} + value)[0]);
+    if (std::isnan(value)) {
+      ASSERT_TRUE(std::isnan(halfToFloat(got))) << std::hex << bits << " gave " << got;
+    } else {
+      ASSERT_EQ(got, floatToHalf(value)) << std::hex << bits;
+    }
+  }
+}
+
+// ---- Dispatcher, copy2, typeSize ----
+
+TEST(Dispatch, ChoosesTheBestSupportedIsaUnlessBraidSimdAsksForLess) {
+  EXPECT_TRUE(isaSupported(Isa::Scalar));
+  Isa expected = Isa::Scalar;
+  for (Isa isa : kIsas)
+    if (isaSupported(isa)) expected = isa;
+  const char* wanted = std::getenv("BRAID_SIMD");
+  for (Isa isa : kIsas) {
+    if (wanted != nullptr && std::string(wanted) == isaLabel(isa) && isaSupported(isa))
+      expected = isa;
+  }
+  EXPECT_STREQ(isaName(), isaLabel(expected));
+  for (braidDataType_t type : kTypes) {
+    for (braidRedOp_t op : kOps) {
+      EXPECT_EQ(reduceFn(type, op), reduceFnFor(expected, type, op));
+      EXPECT_NE(reduceFn(type, op), nullptr);
+    }
+    EXPECT_EQ(reduceFn(type, braidAvg), reduceFn(type, braidSum)) << "avg is the sum kernel";
+  }
+}
+
+TEST(Dispatch, UnsupportedIsaAndBadEnumsGiveNoKernel) {
+  for (Isa isa : kIsas) {
+    EXPECT_EQ(reduceFnFor(isa, braidFloat32, braidSum) != nullptr, isaSupported(isa))
+        << isaLabel(isa);
+  }
+  EXPECT_EQ(reduceFn(braidNumTypes, braidSum), nullptr);
+  EXPECT_EQ(reduceFn(static_cast<braidDataType_t>(-1), braidSum), nullptr);
+  EXPECT_EQ(reduceFn(braidFloat32, braidNumOps), nullptr);
+  EXPECT_EQ(reduceFn(braidFloat32, static_cast<braidRedOp_t>(-1)), nullptr);
+}
+
+TEST(Copy2, CopiesToOneOrTwoDestinations) {
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{63}, size_t{4099}}) {
+    std::vector<unsigned char> src(bytes);
+    for (size_t i = 0; i < bytes; ++i) src[i] = static_cast<unsigned char>(i * 7 + 1);
+    std::vector<unsigned char> dst(bytes + 1, kPoison), dst2(bytes + 1, kPoison);
+    copy2(dst.data(), nullptr, src.data(), bytes);
+    EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin())) << bytes;
+    EXPECT_EQ(dst[bytes], kPoison);
+    std::fill(dst.begin(), dst.end(), kPoison);
+    copy2(dst.data(), dst2.data(), src.data(), bytes);
+    EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin())) << bytes;
+    EXPECT_TRUE(std::equal(src.begin(), src.end(), dst2.begin())) << bytes;
+    EXPECT_EQ(dst[bytes], kPoison);
+    EXPECT_EQ(dst2[bytes], kPoison);
+    copy2(src.data(), nullptr, src.data(), bytes);  // onto itself: unchanged
+    EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin())) << bytes;
+  }
+}
+
+TEST(TypeSize, MatchesTheElementTypes) {
+  EXPECT_EQ(typeSize(braidInt8), 1u);
+  EXPECT_EQ(typeSize(braidUint8), 1u);
+  EXPECT_EQ(typeSize(braidInt32), 4u);
+  EXPECT_EQ(typeSize(braidUint32), 4u);
+  EXPECT_EQ(typeSize(braidInt64), 8u);
+  EXPECT_EQ(typeSize(braidUint64), 8u);
+  EXPECT_EQ(typeSize(braidFloat16), 2u);
+  EXPECT_EQ(typeSize(braidFloat32), 4u);
+  EXPECT_EQ(typeSize(braidFloat64), 8u);
+  EXPECT_EQ(typeSize(braidBfloat16), 2u);
+  EXPECT_EQ(typeSize(braidNumTypes), 0u);
+  EXPECT_EQ(typeSize(static_cast<braidDataType_t>(-1)), 0u);
+}
+
+}  // namespace
+}  // namespace braid::kernels
