@@ -6,6 +6,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev
   openmpi-bin libopenmpi-dev
   iproute2 procps
+  libcli11-dev nlohmann-json3-dev
+  libhwloc-dev libpugixml-dev clang libclang-rt-14-dev
 )
 missing=()
 for p in "${packages[@]}"; do

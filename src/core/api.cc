@@ -126,7 +126,8 @@ void validate(const braidComm* comm, const CollArgs& a, braidStream_t stream) {
          "{} on rank {}: recvbuff is NULL but count is {} (expected {} bytes)", fn, rank, a.count,
          recvBytes);
   if (!needSend || !needRecv || a.sendbuff == a.recvbuff) {
-    if (perRank && needSend && needRecv)
+    // Equal pointers are the in-place form of reduce-scatter and all-gather on rank 0 only.
+    if (perRank && needSend && needRecv && rank != 0)
       fail(braidInvalidArgument,
            "{} on rank {}: sendbuff == recvbuff is not the in-place form (expected {} at offset "
            "rank*count*size = {} bytes)",

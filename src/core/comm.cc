@@ -158,8 +158,8 @@ void braidComm::runOperation(const char* opName, Body&& body) {
   std::lock_guard<std::mutex> lock(opMutex_);
   const braidResult_t earlier = asyncError_.load();
   if (earlier != braidSuccess)
-    fail(earlier, "rank {}: the communicator failed earlier and cannot run {}: {}", rank_, opName,
-         lastError());
+    fail(earlier, "rank {}: the communicator failed earlier and cannot run {}; the first error: {}",
+         rank_, opName, links_.control[rank_]->reason);
   ++opSeq_;
   opName_ = opName;
   deadline_ = deadlineFromNow();

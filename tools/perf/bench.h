@@ -1,0 +1,23 @@
+// One rank's part of a braid-perf run: the sweeps of nccl-tests' TimeTest/BenchTime over an
+// initialized communicator. Every rank calls runBenchmark; rank 0 prints.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "braid/braid.h"
+#include "perf/options.h"
+
+namespace braid_perf {
+
+struct LaunchInfo {
+  std::string mode;  // shown in the header: "fork", "threads", "environment (<variable>)"
+  int processes;     // 0: one per rank (an external launcher's)
+};
+
+// Runs every datatype x op sweep the options ask for. Returns the number of wrong elements over
+// all rows, the same on every rank. Throws RunError when a braid call fails and UsageError when
+// the options do not fit the communicator (a root outside it).
+int64_t runBenchmark(const Options& options, braidComm_t comm, const LaunchInfo& launch);
+
+}  // namespace braid_perf

@@ -1,0 +1,59 @@
+// braid-perf's command line: nccl-tests' flags with their meanings, plus how ranks are launched.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "braid/braid.h"
+#include "perf/collectives.h"
+
+namespace braid_perf {
+
+struct Options {
+  const Collective* collective = nullptr;
+  size_t minBytes = 32u << 20;  // nccl-tests' defaults
+  size_t maxBytes = 32u << 20;
+  size_t stepBytes = 1u << 20;
+  int stepFactor = 1;  // > 1: sizes grow by this factor; otherwise by stepBytes
+  int iters = 20;
+  int warmupIters = 5;
+  bool check = true;
+  std::vector<braidDataType_t> datatypes{braidFloat32};
+  std::vector<braidRedOp_t> ops{braidSum};
+  int root = 0;
+  bool blocking = false;  // -z 1: NULL stream, each call completes before it returns
+  int threadsPerProcess = 1;
+  int processes = 0;  // --np; 0 when not given
+  std::string device = "cpu";
+  int timeoutSeconds = 3600;
+  std::string jsonPath;
+};
+
+// A command line braid-perf cannot run; what() is one sentence naming the flag.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A run that could not complete: a braid call failed, a rank died, a file could not be written.
+class RunError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Parses and validates argv. Returns nullopt after printing --help. Throws UsageError.
+std::optional<Options> parseOptions(int argc, char** argv);
+
+// "8", "1K", "1.5M", "2G" (powers of 1024, as nccl-tests) to bytes; throws UsageError naming flag.
+size_t parseSize(const std::string& text, const char* flag);
+
+// Throws UsageError if a rooted collective's -r is not one of the nranks ranks.
+void checkRoot(const Options& options, int nranks);
+
+// The message sizes of one sweep: from minBytes to maxBytes by stepFactor or stepBytes.
+std::vector<size_t> sweepSizes(const Options& options);
+
+}  // namespace braid_perf

@@ -1,0 +1,166 @@
+#include "perf/report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "perf/types.h"
+
+namespace braid_perf {
+namespace {
+
+std::string rightTrimmed(std::string line) {
+  line.erase(line.find_last_not_of(' ') + 1);
+  return line;
+}
+
+std::string formatMeasurement(const Measurement& m) {
+  const std::string wrong = m.wrong < 0 ? "N/A" : std::to_string(m.wrong);
+  return fmt::format("  {:>7}  {:6.2f}  {:6.2f}  {:>5}", formatTime(m.timeUs), m.algbw, m.busbw,
+                     wrong);
+}
+
+nlohmann::json measurementJson(const Measurement& m) {
+  nlohmann::json j = {{"time_us", m.timeUs}, {"algbw_gbps", m.algbw}, {"busbw_gbps", m.busbw}};
+  j["wrong"] = m.wrong < 0 ? nlohmann::json(nullptr) : nlohmann::json(m.wrong);
+  return j;
+}
+
+}  // namespace
+
+std::string formatTime(double timeUs) {
+  if (timeUs >= 10000.0) return fmt::format("{:7.0f}", timeUs);
+  if (timeUs >= 100.0) return fmt::format("{:7.1f}", timeUs);
+  return fmt::format("{:7.2f}", timeUs);
+}
+
+std::string formatRow(const Row& row) {
+  return fmt::format("{:12}  {:12}  {:>8}  {:>6}  {:6}", row.bytes, row.count, row.type, row.redop,
+                     row.root) +
+         formatMeasurement(row.outOfPlace) + formatMeasurement(row.inPlace);
+}
+
+std::vector<std::string> columnHeader() {
+  return {
+      rightTrimmed(fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6} {:>6}  "
+                               "{:>7}  {:>6}  {:>6} {:>6}",
+                               "size", "count", "type", "redop", "root", "time", "algbw", "busbw",
+                               "#wrong", "time", "algbw", "busbw", "#wrong")),
+      rightTrimmed(fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>5}  "
+                               "{:>7}  {:>6}  {:>6}  {:>5}",
+                               "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "",
+                               "(us)", "(GB/s)", "(GB/s)", "")),
+  };
+}
+
+Reporter::Reporter(std::FILE* out, const Options& options, RunInfo run)
+    : out_(out), options_(options), run_(std::move(run)) {}
+
+void Reporter::printHeader() {
+  const Options& o = options_;
+  fmt::print(out_, "# braid-perf {} (braid {})\n", o.collective->name, run_.braidVersion);
+  fmt::print(out_,
+             "# nThread {} nProcs {} nRanks {} minBytes {} maxBytes {} step: {}({}) warmup iters: "
+             "{} iters: {} validation: {} blocking: {} device: {} launch: {}\n",
+             o.threadsPerProcess, run_.processes, run_.nranks, o.minBytes, o.maxBytes,
+             o.stepFactor > 1 ? o.stepFactor : o.stepBytes, o.stepFactor > 1 ? "factor" : "bytes",
+             o.warmupIters, o.iters, o.check ? 1 : 0, o.blocking ? 1 : 0, o.device, run_.launch);
+  if (o.blocking)
+    fmt::print(out_, "# Blocking Enabled: NULL stream, every call completes before it returns\n");
+  fmt::print(out_, "#\n# Using devices\n");
+  for (const RankInfo& r : run_.ranks)
+    fmt::print(out_, "#  Rank {:2} Pid {:6} on {:>10} device {}\n", r.rank, r.pid, r.host,
+               o.device);
+  fmt::print(out_, "#\n");
+  fmt::print(out_, "{}\n",
+             rightTrimmed(fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           "
+                                      "out-of-place                       in-place",
+                                      "", "", "", "", "")));
+  for (const std::string& line : columnHeader()) fmt::print(out_, "{}\n", line);
+  std::fflush(out_);
+}
+
+void Reporter::addRow(const Row& row) {
+  rows_.push_back(row);
+  fmt::print(out_, "{}\n", formatRow(row));
+  std::fflush(out_);
+}
+
+int64_t Reporter::wrongTotal() const {
+  int64_t total = 0;
+  for (const Row& row : rows_)
+    total += std::max<int64_t>(row.outOfPlace.wrong, 0) + std::max<int64_t>(row.inPlace.wrong, 0);
+  return total;
+}
+
+// nccl-tests averages busbw over every measurement, out-of-place and in-place alike.
+double Reporter::averageBusbw() const {
+  double sum = 0;
+  for (const Row& row : rows_) sum += row.outOfPlace.busbw + row.inPlace.busbw;
+  return rows_.empty() ? 0.0 : sum / (2.0 * rows_.size());
+}
+
+void Reporter::finish() {
+  const int64_t wrong = wrongTotal();
+  fmt::print(out_, "# Out of bounds values : {} {}\n", wrong, wrong == 0 ? "OK" : "FAILED");
+  fmt::print(out_, "# Avg bus bandwidth    : {:g}\n#\n", averageBusbw());
+  std::fflush(out_);
+  if (!options_.jsonPath.empty()) writeJson();
+}
+
+void Reporter::writeJson() const {
+  const Options& o = options_;
+  nlohmann::json datatypes = nlohmann::json::array(), ops = nlohmann::json::array();
+  for (braidDataType_t t : o.datatypes) datatypes.push_back(datatypeInfo(t).name);
+  for (braidRedOp_t op : o.ops) ops.push_back(kOpNames[op]);
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const RankInfo& r : run_.ranks)
+    ranks.push_back({{"rank", r.rank}, {"pid", r.pid}, {"host", r.host}});
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Row& row : rows_) {
+    rows.push_back({{"size_bytes", row.bytes},
+                    {"count", row.count},
+                    {"type", row.type},
+                    {"redop", row.redop},
+                    {"root", row.root},
+                    {"out_of_place", measurementJson(row.outOfPlace)},
+                    {"in_place", measurementJson(row.inPlace)}});
+  }
+  const nlohmann::json doc = {
+      {"tool", "braid-perf"},
+      {"braid_version", run_.braidVersion},
+      {"collective", o.collective->name},
+      {"config",
+       {{"nranks", run_.nranks},
+        {"processes", run_.processes},
+        {"threads_per_process", o.threadsPerProcess},
+        {"launch", run_.launch},
+        {"host", run_.ranks.empty() ? "" : run_.ranks[0].host},
+        {"device", o.device},
+        {"minbytes", o.minBytes},
+        {"maxbytes", o.maxBytes},
+        {"stepbytes", o.stepBytes},
+        {"stepfactor", o.stepFactor},
+        {"iters", o.iters},
+        {"warmup_iters", o.warmupIters},
+        {"check", o.check},
+        {"blocking", o.blocking},
+        {"root", o.root},
+        {"datatypes", datatypes},
+        {"ops", ops}}},
+      {"ranks", ranks},
+      {"rows", rows},
+      {"out_of_bounds_values", wrongTotal()},
+      {"avg_busbw_gbps", averageBusbw()},
+  };
+  std::ofstream file(o.jsonPath);
+  file << doc.dump(2) << "\n";
+  if (!file)
+    throw RunError(fmt::format("could not write --json {}: {}", o.jsonPath, std::strerror(errno)));
+}
+
+}  // namespace braid_perf

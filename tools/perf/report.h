@@ -1,0 +1,74 @@
+// The nccl-tests table braid-perf prints on rank 0, and the same rows as JSON (--json).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "perf/options.h"
+
+namespace braid_perf {
+
+struct RankInfo {
+  int rank;
+  int pid;
+  std::string host;
+};
+
+// How the ranks were started, for the header and the JSON configuration.
+struct RunInfo {
+  std::string launch;  // "fork", "threads" or "environment (<variable>)"
+  int processes;
+  int threadsPerProcess;
+  int nranks;
+  std::string braidVersion;
+  std::vector<RankInfo> ranks;
+};
+
+struct Measurement {
+  double timeUs;
+  double algbw;  // GB/s, GB = 1e9 bytes
+  double busbw;
+  int64_t wrong;  // -1: not checked (printed N/A)
+};
+
+struct Row {
+  size_t bytes;
+  size_t count;
+  const char* type;
+  const char* redop;
+  int root;
+  Measurement outOfPlace;
+  Measurement inPlace;
+};
+
+// nccl-tests' time column: 2 decimals below 100 us, 1 below 10 ms, none above.
+std::string formatTime(double timeUs);
+std::string formatRow(const Row& row);
+// The two column-header lines (names, units), exactly as nccl-tests prints them.
+std::vector<std::string> columnHeader();
+
+class Reporter {
+ public:
+  Reporter(std::FILE* out, const Options& options, RunInfo run);
+
+  void printHeader();
+  void addRow(const Row& row);
+  // Prints "# Out of bounds values" and "# Avg bus bandwidth"; writes --json if asked (throws
+  // RunError if it cannot).
+  void finish();
+
+  int64_t wrongTotal() const;
+
+ private:
+  double averageBusbw() const;
+  void writeJson() const;
+
+  std::FILE* out_;
+  const Options& options_;
+  RunInfo run_;
+  std::vector<Row> rows_;
+};
+
+}  // namespace braid_perf

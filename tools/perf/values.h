@@ -1,0 +1,86 @@
+// The data of a checked run (-c 1): what every rank puts in its input and what each output
+// element must then hold. Values are chosen per datatype and operation so that the exact result
+// is representable and no order of reduction or rounding step can change it: small integers for
+// sum, max and min; products of +-1, 2 and 1/2 for prod; sums that are multiples of the rank
+// count for avg. Any difference from the expected value is therefore a wrong element.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "braid/braid.h"
+#include "perf/types.h"
+
+namespace braid_perf {
+
+class ValueModel {
+ public:
+  ValueModel(braidDataType_t type, braidRedOp_t op, int nranks, uint64_t seed);
+
+  // What `rank` contributes at element `index` of the global data.
+  double input(int rank, size_t index) const;
+  // The operation applied over every rank's input at `index`.
+  double reduced(size_t index) const;
+
+ private:
+  uint64_t hash(uint64_t stream, size_t index) const;
+
+  braidRedOp_t op_;
+  int nranks_;
+  uint64_t seed_;
+  bool signed_;
+  int64_t perRankMagnitude_;  // |input| bound for sum and avg: the sum over ranks stays exact
+  int prodRanks_;             // ranks that may contribute a factor of 2 (or 1/2) to a product
+  bool halves_;               // prod may use 1/2 (floating-point types)
+};
+
+inline double elementToDouble(_Float16 v) {
+  return static_cast<double>(v);
+}
+inline double elementToDouble(Bfloat16 v) {
+  return toFloat(v);
+}
+template <typename T>
+double elementToDouble(T v) {
+  return static_cast<double>(v);
+}
+
+template <typename T>
+T elementFromDouble(double v) {
+  if constexpr (std::is_same_v<T, Bfloat16>) {
+    return toBfloat16(static_cast<float>(v));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+// buf[i] = value(i) for i < count, converted to `type`. The values are exact in every type.
+template <typename ValueAt>
+void fillElements(void* buf, size_t count, braidDataType_t type, ValueAt value) {
+  withElementType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* out = static_cast<T*>(buf);
+    for (size_t i = 0; i < count; ++i) out[i] = elementFromDouble<T>(value(i));
+  });
+}
+
+// Overwrites count elements with a value no checked run can legitimately produce (NaN for
+// floating-point types, the most negative or largest integer otherwise), so an element the
+// collective failed to write is counted wrong.
+void poisonElements(void* buf, size_t count, braidDataType_t type);
+
+// How many of the count elements differ from expected(i). NaN never equals anything.
+template <typename ExpectedAt>
+size_t countWrongElements(const void* buf, size_t count, braidDataType_t type,
+                          ExpectedAt expected) {
+  return withElementType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* in = static_cast<const T*>(buf);
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; ++i) wrong += elementToDouble(in[i]) != expected(i);
+    return wrong;
+  });
+}
+
+}  // namespace braid_perf
