@@ -29,6 +29,7 @@ struct PeerInfo {
 struct RankControl {
   alignas(64) std::atomic<uint64_t> opSeq{0};
   alignas(64) std::atomic<uint32_t> failed{0};
+  std::atomic<uint32_t> departed{0};  // destroyed its communicator: its exit is no failure
   char reason[240] = {};  // why it failed, NUL-terminated, written before `failed` is set
 };
 

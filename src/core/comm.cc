@@ -77,7 +77,10 @@ braidComm::braidComm(int rank, int nranks, CommOptions options)
   asyncError_ = braidInProgress;
 }
 
-braidComm::~braidComm() = default;
+braidComm::~braidComm() {
+  // Peers watching this process must not mistake its exit for a crash.
+  if (!links_.control.empty()) links_.control[rank_]->departed.store(1, std::memory_order_release);
+}
 
 Clock::time_point braidComm::deadlineFromNow() const {
   return Clock::now() + std::chrono::milliseconds(options_.timeoutMs);
@@ -230,7 +233,7 @@ void braidComm::poll(int peer, const char* waitingFor) {
   // A peer process that exited: its pidfd turns readable.
   for (int r = 0; r < nranks_; ++r) {
     const int fd = links_.pidfd.empty() ? -1 : links_.pidfd[r];
-    if (fd < 0) continue;
+    if (fd < 0 || links_.control[r]->departed.load(std::memory_order_acquire) != 0) continue;
     struct pollfd p = {fd, POLLIN, 0};
     if (::poll(&p, 1, 0) > 0)
       fail(braidRemoteError, "rank {}: {} #{} failed: rank {} (pid {}) died", rank_, opName_,

@@ -2,6 +2,7 @@
 // so a trainer can overlap communication with compute.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -30,12 +31,16 @@ class HostStream {
 
  private:
   void work();
+  template <typename Done>
+  static void pollBriefly(Done done);
+  static constexpr int kPollIterations = 2000;
 
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<std::function<void()>> queue_;
   bool running_ = false;  // a task is executing
   bool stopping_ = false;
+  std::atomic<size_t> outstanding_{0};  // queued or running: polled without the mutex
   braidResult_t error_ = braidSuccess;
   std::string errorMessage_;
   std::thread worker_;

@@ -1,0 +1,535 @@
+// The public API around the collectives: argument errors and the sentences that explain them,
+// result strings, version, communicator queries, host streams, group semantics, finalize/destroy
+// and abort. Only braid.h is used.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <initializer_list>
+#include <regex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "multirank/grid_common.h"
+#include "multirank/rank_launcher.h"
+
+namespace braid_test {
+namespace {
+
+constexpr std::chrono::seconds kStallLimit(2 * kOpTimeoutMs / 1000);
+
+std::string lastError(braidComm_t comm) {
+  const char* sentence = braidGetLastError(comm);
+  return sentence ? sentence : "";
+}
+
+// True when `sentence` names rank (or peer) `rank`, as in "rank 1", "rank=1" or "peer 1".
+bool namesRank(const std::string& sentence, int rank) {
+  const std::regex pattern("(rank|peer)[ =:#]*" + std::to_string(rank) + "\\b", std::regex::icase);
+  return std::regex_search(sentence, pattern);
+}
+
+// Expects braidInvalidArgument with a last-error sentence (of `comm`, or of this thread when comm
+// is null) that names one of `argumentNames`, contains `found` (what was passed; may be empty)
+// and, when rank >= 0, names the rank.
+void expectInvalidArgument(braidResult_t result, braidComm_t comm,
+                           std::vector<std::string> argumentNames, const std::string& found,
+                           int rank) {
+  EXPECT_EQ(result, braidInvalidArgument) << describeResult(result, comm);
+  const std::string sentence = lastError(comm);
+  bool named = false;
+  for (const std::string& name : argumentNames) named |= sentence.find(name) != std::string::npos;
+  EXPECT_TRUE(named) << "the sentence names none of " << testing::PrintToString(argumentNames)
+                     << ": \"" << sentence << "\"";
+  if (!found.empty()) {
+    EXPECT_NE(sentence.find(found), std::string::npos) << found << " not in \"" << sentence << "\"";
+  }
+  if (rank >= 0) {
+    EXPECT_TRUE(namesRank(sentence, rank))
+        << "rank " << rank << " not named: \"" << sentence << "\"";
+  }
+}
+
+// Two communicators of this thread (braidCommInitAll), for calls that fail before they talk to a
+// peer. Calls that must succeed on both ranks go through one group.
+class Arguments : public testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(braidCommInitAll(comms_, 2, nullptr), braidSuccess) << lastError(nullptr);
+  }
+  void TearDown() override {
+    for (braidComm_t comm : comms_) {
+      EXPECT_EQ(braidCommDestroy(comm), braidSuccess) << lastError(comm);
+    }
+  }
+
+  braidComm_t comms_[2] = {};
+  float send_[8] = {};
+  float recv_[8] = {};
+};
+
+TEST_F(Arguments, NullCommunicator) {
+  expectInvalidArgument(braidAllReduce(send_, recv_, 4, braidFloat32, braidSum, nullptr, nullptr),
+                        nullptr, {"comm"}, "", -1);
+  int count = 0;
+  expectInvalidArgument(braidCommCount(nullptr, &count), nullptr, {"comm"}, "", -1);
+}
+
+TEST_F(Arguments, NullBufferWithElements) {
+  braidComm_t rank1 = comms_[1];
+  expectInvalidArgument(braidAllReduce(nullptr, recv_, 4, braidFloat32, braidSum, rank1, nullptr),
+                        rank1, {"sendbuff"}, "", 1);
+  expectInvalidArgument(braidAllReduce(send_, nullptr, 4, braidFloat32, braidSum, rank1, nullptr),
+                        rank1, {"recvbuff"}, "", 1);
+  expectInvalidArgument(
+      braidReduceScatter(send_, nullptr, 4, braidFloat32, braidSum, rank1, nullptr), rank1,
+      {"recvbuff"}, "", 1);
+  expectInvalidArgument(braidAllGather(nullptr, recv_, 4, braidFloat32, rank1, nullptr), rank1,
+                        {"sendbuff"}, "", 1);
+  expectInvalidArgument(braidBroadcast(nullptr, recv_, 4, braidFloat32, 1, rank1, nullptr), rank1,
+                        {"sendbuff"}, "", 1);
+  expectInvalidArgument(braidSend(nullptr, 4, braidFloat32, 0, rank1, nullptr), rank1, {"sendbuff"},
+                        "", 1);
+  expectInvalidArgument(braidRecv(nullptr, 4, braidFloat32, 0, rank1, nullptr), rank1, {"recvbuff"},
+                        "", 1);
+}
+
+TEST_F(Arguments, UnknownDatatypeAndOp) {
+  braidComm_t rank1 = comms_[1];
+  const auto badType = static_cast<braidDataType_t>(42);
+  const auto badOp = static_cast<braidRedOp_t>(42);
+  expectInvalidArgument(braidAllReduce(send_, recv_, 4, badType, braidSum, rank1, nullptr), rank1,
+                        {"datatype", "dtype"}, "42", 1);
+  expectInvalidArgument(braidSend(send_, 4, badType, 0, rank1, nullptr), rank1,
+                        {"datatype", "dtype"}, "42", 1);
+  expectInvalidArgument(braidAllReduce(send_, recv_, 4, braidFloat32, badOp, rank1, nullptr), rank1,
+                        {"op"}, "42", 1);
+  expectInvalidArgument(braidReduce(send_, recv_, 4, braidFloat32, badOp, 0, rank1, nullptr), rank1,
+                        {"op"}, "42", 1);
+}
+
+TEST_F(Arguments, RootOutOfRange) {
+  braidComm_t rank1 = comms_[1];
+  expectInvalidArgument(braidBroadcast(send_, recv_, 4, braidFloat32, 2, rank1, nullptr), rank1,
+                        {"root"}, "2", 1);
+  expectInvalidArgument(braidBroadcast(send_, recv_, 4, braidFloat32, -1, rank1, nullptr), rank1,
+                        {"root"}, "-1", 1);
+  expectInvalidArgument(braidReduce(send_, recv_, 4, braidFloat32, braidSum, 2, rank1, nullptr),
+                        rank1, {"root"}, "2", 1);
+}
+
+TEST_F(Arguments, PeerOutOfRange) {
+  braidComm_t rank1 = comms_[1];
+  expectInvalidArgument(braidSend(send_, 4, braidFloat32, 2, rank1, nullptr), rank1, {"peer"}, "2",
+                        1);
+  expectInvalidArgument(braidRecv(recv_, 4, braidFloat32, -1, rank1, nullptr), rank1, {"peer"},
+                        "-1", 1);
+}
+
+TEST_F(Arguments, CountOverflow) {
+  braidComm_t rank1 = comms_[1];
+  expectInvalidArgument(
+      braidAllReduce(send_, recv_, SIZE_MAX, braidFloat32, braidSum, rank1, nullptr), rank1,
+      {"count"}, "", 1);
+  // nranks * count overflows although count * element size alone does not.
+  constexpr size_t kHalfAddressSpace = SIZE_MAX / 2 + 1;
+  expectInvalidArgument(braidAllGather(send_, recv_, kHalfAddressSpace, braidInt8, rank1, nullptr),
+                        rank1, {"count"}, "", 1);
+  expectInvalidArgument(
+      braidReduceScatter(send_, recv_, kHalfAddressSpace, braidInt8, braidSum, rank1, nullptr),
+      rank1, {"count"}, "", 1);
+  expectInvalidArgument(braidSend(send_, SIZE_MAX, braidFloat64, 0, rank1, nullptr), rank1,
+                        {"count"}, "", 1);
+}
+
+// In place means exactly nccl.h's position: recvbuff == sendbuff + rank * recvcount for
+// reduce-scatter, sendbuff == recvbuff + rank * sendcount for all-gather. Other overlaps are
+// errors.
+TEST_F(Arguments, OverlapOutsideTheInPlacePosition) {
+  braidComm_t rank1 = comms_[1];
+  float buffer[8] = {};
+  expectInvalidArgument(
+      braidReduceScatter(buffer, buffer + 1, 4, braidFloat32, braidSum, rank1, nullptr), rank1,
+      {"recvbuff", "sendbuff"}, "", 1);
+  expectInvalidArgument(
+      braidReduceScatter(buffer, buffer, 4, braidFloat32, braidSum, rank1, nullptr), rank1,
+      {"recvbuff", "sendbuff"}, "", 1);  // rank 0's block
+  expectInvalidArgument(braidAllGather(buffer + 1, buffer, 4, braidFloat32, rank1, nullptr), rank1,
+                        {"recvbuff", "sendbuff"}, "", 1);
+  expectInvalidArgument(braidAllGather(buffer, buffer, 4, braidFloat32, rank1, nullptr), rank1,
+                        {"recvbuff", "sendbuff"}, "", 1);  // rank 0's block
+}
+
+TEST_F(Arguments, ZeroCountAcceptsNullBuffers) {
+  auto bothRanks = [&](const char* what, auto call) {
+    ASSERT_EQ(braidGroupStart(), braidSuccess);
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_EQ(call(rank, comms_[rank]), braidSuccess)
+          << what << " rank " << rank << ": " << lastError(comms_[rank]);
+    }
+    EXPECT_EQ(braidGroupEnd(), braidSuccess) << what << ": " << lastError(nullptr);
+  };
+  bothRanks("allreduce", [](int, braidComm_t comm) {
+    return braidAllReduce(nullptr, nullptr, 0, braidFloat32, braidSum, comm, nullptr);
+  });
+  bothRanks("reducescatter", [](int, braidComm_t comm) {
+    return braidReduceScatter(nullptr, nullptr, 0, braidFloat32, braidMax, comm, nullptr);
+  });
+  bothRanks("allgather", [](int, braidComm_t comm) {
+    return braidAllGather(nullptr, nullptr, 0, braidInt8, comm, nullptr);
+  });
+  bothRanks("broadcast", [](int, braidComm_t comm) {
+    return braidBroadcast(nullptr, nullptr, 0, braidFloat64, 1, comm, nullptr);
+  });
+  bothRanks("reduce", [](int, braidComm_t comm) {
+    return braidReduce(nullptr, nullptr, 0, braidBfloat16, braidAvg, 0, comm, nullptr);
+  });
+  bothRanks("send/recv", [](int rank, braidComm_t comm) {
+    const braidResult_t sent = braidSend(nullptr, 0, braidUint8, 1 - rank, comm, nullptr);
+    return sent != braidSuccess ? sent : braidRecv(nullptr, 0, braidUint8, 1 - rank, comm, nullptr);
+  });
+}
+
+TEST(Results, EveryCodeHasItsOwnString) {
+  std::set<std::string> seen;
+  for (int code = braidSuccess; code < braidNumResults; ++code) {
+    const char* text = braidGetErrorString(static_cast<braidResult_t>(code));
+    ASSERT_NE(text, nullptr) << "code " << code;
+    EXPECT_STRNE(text, "") << "code " << code;
+    EXPECT_TRUE(seen.insert(text).second) << "code " << code << " repeats \"" << text << "\"";
+  }
+  EXPECT_NE(braidGetErrorString(static_cast<braidResult_t>(1000)), nullptr);
+}
+
+TEST(Version, MatchesTheHeader) {
+  int version = -1;
+  ASSERT_EQ(braidGetVersion(&version), braidSuccess);
+  EXPECT_EQ(version, BRAID_VERSION_CODE);
+  EXPECT_EQ(braidGetVersion(nullptr), braidInvalidArgument);
+}
+
+TEST(CommQueries, CountAndRankOfInitAll) {
+  braidComm_t comms[3] = {};
+  ASSERT_EQ(braidCommInitAll(comms, 3, nullptr), braidSuccess) << lastError(nullptr);
+  for (int rank = 0; rank < 3; ++rank) {
+    int count = -1, userRank = -1;
+    EXPECT_EQ(braidCommCount(comms[rank], &count), braidSuccess);
+    EXPECT_EQ(braidCommUserRank(comms[rank], &userRank), braidSuccess);
+    EXPECT_EQ(count, 3);
+    EXPECT_EQ(userRank, rank);
+  }
+  EXPECT_EQ(braidCommCount(comms[0], nullptr), braidInvalidArgument);
+  EXPECT_EQ(braidCommUserRank(comms[0], nullptr), braidInvalidArgument);
+  for (braidComm_t comm : comms) EXPECT_EQ(braidCommDestroy(comm), braidSuccess);
+}
+
+// Runs `program` on nranks ranks in each launch mode and reports every failure.
+void runAs(std::initializer_list<Launch> launches, int nranks, const RankProgram& program) {
+  for (Launch how : launches) {
+    for (const std::string& failure : launchRanks(how, nranks, program, kStallLimit)) {
+      ADD_FAILURE() << (how == Launch::Threads ? "threads: " : "processes: ") << failure;
+    }
+  }
+}
+
+// Appends a failure unless `result` is braidSuccess.
+bool succeeded(braidResult_t result, braidComm_t comm, const std::string& call,
+               Failures& failures) {
+  if (result == braidSuccess) return true;
+  failures.push_back(call + " returned " + describeResult(result, comm));
+  return false;
+}
+
+// Appends a failure naming the first element where `got` differs from expected(i).
+template <typename Expected>
+void expectElements(const std::vector<float>& got, Expected expected, const std::string& what,
+                    Failures& failures) {
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] == expected(i)) continue;
+    failures.push_back(what + "[" + std::to_string(i) + "] = " + std::to_string(got[i]) +
+                       ", expected " + std::to_string(expected(i)));
+    return;
+  }
+}
+
+TEST(CommQueries, CountAndRankOfInitRank) {
+  RankProgram program;
+  program.describeStep = [](int64_t) { return std::string("the queries"); };
+  program.run = [](const RankEnv& env) {
+    Failures failures;
+    braidComm_t comm = nullptr;
+    if (!succeeded(initRank(&comm, env), nullptr, "init", failures)) return failures;
+    int count = -1, userRank = -1;
+    succeeded(braidCommCount(comm, &count), comm, "braidCommCount", failures);
+    succeeded(braidCommUserRank(comm, &userRank), comm, "braidCommUserRank", failures);
+    if (count != env.nranks || userRank != env.rank) {
+      failures.push_back("count " + std::to_string(count) + ", rank " + std::to_string(userRank));
+    }
+    succeeded(braidCommDestroy(comm), nullptr, "braidCommDestroy", failures);
+    return failures;
+  };
+  runAs({Launch::Threads, Launch::Processes}, 3, program);
+}
+
+// Memory visible to threads and to children forked after it is made.
+class SharedFlag {
+ public:
+  SharedFlag()
+      : flag_(static_cast<std::atomic<int>*>(mmap(nullptr, sizeof(std::atomic<int>),
+                                                  PROT_READ | PROT_WRITE,
+                                                  MAP_SHARED | MAP_ANONYMOUS, -1, 0))) {
+    if (flag_ == MAP_FAILED) std::abort();
+    new (flag_) std::atomic<int>(0);
+  }
+  ~SharedFlag() { munmap(flag_, sizeof(std::atomic<int>)); }
+  SharedFlag(const SharedFlag&) = delete;
+  SharedFlag& operator=(const SharedFlag&) = delete;
+
+  void raise() const { flag_->store(1); }
+  // True once raised; false if not raised within `limit`.
+  bool waitRaised(std::chrono::milliseconds limit) const {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (flag_->load() == 0) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+  }
+
+ private:
+  std::atomic<int>* flag_;
+};
+
+// Rank 0 queues three dependent all-reduces on a host stream; they must return while rank 1 has
+// not even started (so they cannot have finished), and after braidStreamSynchronize show the
+// results of running in order: y = sum(x), then y = sum(y) in place, then z = prod(y).
+TEST(Streams, QueuedCallsReturnBeforeTheyFinishAndRunInOrder) {
+  constexpr size_t kCount = (size_t{1} << 20) + 3;  // beyond the FIFO: every call takes a while
+  SharedFlag rank0Queued;
+  RankProgram program;
+  program.describeStep = [](int64_t step) {
+    return step == 0 ? std::string("queueing") : std::string("waiting for the results");
+  };
+  program.run = [&](const RankEnv& env) {
+    Failures failures;
+    braidComm_t comm = nullptr;
+    if (!succeeded(initRank(&comm, env), nullptr, "init", failures)) return failures;
+    std::vector<float> x(kCount), y(kCount, NAN), z(kCount, NAN);
+    for (size_t i = 0; i < kCount; ++i) x[i] = static_cast<float>(env.rank + 1 + i % 5);
+    braidStream_t stream = nullptr;
+    if (env.rank == 0) {
+      env.at(0);
+      if (!succeeded(braidStreamCreate(&stream), nullptr, "braidStreamCreate", failures)) {
+        return failures;
+      }
+      succeeded(braidAllReduce(x.data(), y.data(), kCount, braidFloat32, braidSum, comm, stream),
+                comm, "queued all-reduce 1", failures);
+      succeeded(braidAllReduce(y.data(), y.data(), kCount, braidFloat32, braidSum, comm, stream),
+                comm, "queued all-reduce 2", failures);
+      succeeded(braidAllReduce(y.data(), z.data(), kCount, braidFloat32, braidProd, comm, stream),
+                comm, "queued all-reduce 3", failures);
+      rank0Queued.raise();
+      env.at(1);
+      succeeded(braidStreamSynchronize(stream), comm, "braidStreamSynchronize", failures);
+      succeeded(braidStreamSynchronize(stream), comm, "braidStreamSynchronize (nothing queued)",
+                failures);
+      succeeded(braidStreamDestroy(stream), nullptr, "braidStreamDestroy", failures);
+    } else {
+      env.at(0);
+      if (!rank0Queued.waitRaised(std::chrono::milliseconds(kOpTimeoutMs))) {
+        failures.push_back("rank 0's calls on its stream did not return before rank 1 joined them");
+      }
+      env.at(1);
+      succeeded(braidAllReduce(x.data(), y.data(), kCount, braidFloat32, braidSum, comm, nullptr),
+                comm, "all-reduce 1", failures);
+      succeeded(braidAllReduce(y.data(), y.data(), kCount, braidFloat32, braidSum, comm, nullptr),
+                comm, "all-reduce 2", failures);
+      succeeded(braidAllReduce(y.data(), z.data(), kCount, braidFloat32, braidProd, comm, nullptr),
+                comm, "all-reduce 3", failures);
+    }
+    auto twiceSum = [](size_t i) { return 2.0f * (3 + 2 * (i % 5)); };
+    expectElements(y, twiceSum, "y", failures);
+    expectElements(
+        z, [&](size_t i) { return twiceSum(i) * twiceSum(i); }, "z", failures);
+    succeeded(braidCommDestroy(comm), nullptr, "braidCommDestroy", failures);
+    return failures;
+  };
+  runAs({Launch::Threads}, 2, program);
+}
+
+// A message much larger than the FIFO, both ways at once: only completes if the group lets each
+// rank's send and receive progress together.
+constexpr size_t kBigMessage = size_t{4} << 20;  // floats: 16 MiB, sixteen times the FIFO
+
+Failures exchangeInOneGroup(const std::vector<braidComm_t>& comms, const std::vector<int>& ranks) {
+  Failures failures;
+  const int nranks = 2;
+  std::vector<std::vector<float>> sent(comms.size()), received(comms.size());
+  for (size_t k = 0; k < comms.size(); ++k) {
+    sent[k].resize(kBigMessage);
+    received[k].assign(kBigMessage, NAN);
+    for (size_t i = 0; i < kBigMessage; ++i) {
+      sent[k][i] = inputValue<float, InputKind::Sum>(7, ranks[k], i);
+    }
+  }
+  if (!succeeded(braidGroupStart(), nullptr, "braidGroupStart", failures)) return failures;
+  for (size_t k = 0; k < comms.size(); ++k) {
+    const int peer = (ranks[k] + 1) % nranks;
+    succeeded(braidSend(sent[k].data(), kBigMessage, braidFloat32, peer, comms[k], nullptr),
+              comms[k], "braidSend", failures);
+    succeeded(braidRecv(received[k].data(), kBigMessage, braidFloat32, peer, comms[k], nullptr),
+              comms[k], "braidRecv", failures);
+  }
+  succeeded(braidGroupEnd(), nullptr, "braidGroupEnd", failures);
+  for (size_t k = 0; k < comms.size(); ++k) {
+    const int peer = (ranks[k] + 1) % nranks;
+    expectElements(
+        received[k], [&](size_t i) { return inputValue<float, InputKind::Sum>(7, peer, i); },
+        "rank " + std::to_string(ranks[k]) + " received", failures);
+  }
+  return failures;
+}
+
+TEST(Groups, SendRecvBeyondTheFifoBothWaysOnePerRank) {
+  RankProgram program;
+  program.describeStep = [](int64_t) { return std::string("the exchange"); };
+  program.run = [](const RankEnv& env) {
+    Failures failures;
+    braidComm_t comm = nullptr;
+    if (!succeeded(initRank(&comm, env), nullptr, "init", failures)) return failures;
+    failures = exchangeInOneGroup({comm}, {env.rank});
+    succeeded(braidCommDestroy(comm), nullptr, "braidCommDestroy", failures);
+    return failures;
+  };
+  runAs({Launch::Threads, Launch::Processes}, 2, program);
+}
+
+TEST(Groups, SendRecvBeyondTheFifoBothWaysFromOneThread) {
+  braidComm_t comms[2] = {};
+  ASSERT_EQ(braidCommInitAll(comms, 2, nullptr), braidSuccess) << lastError(nullptr);
+  for (const std::string& failure : exchangeInOneGroup({comms[0], comms[1]}, {0, 1})) {
+    ADD_FAILURE() << failure;
+  }
+  for (braidComm_t comm : comms) EXPECT_EQ(braidCommDestroy(comm), braidSuccess);
+}
+
+TEST(Lifecycle, FinalizeThenDestroy) {
+  RankProgram program;
+  program.describeStep = [](int64_t step) {
+    return step == 0 ? std::string("all-reduce") : std::string("finalize");
+  };
+  program.run = [](const RankEnv& env) {
+    Failures failures;
+    braidComm_t comm = nullptr;
+    if (!succeeded(initRank(&comm, env), nullptr, "init", failures)) return failures;
+    env.at(0);
+    std::vector<float> value(1031, static_cast<float>(env.rank + 1));
+    succeeded(braidAllReduce(value.data(), value.data(), value.size(), braidFloat32, braidSum, comm,
+                             nullptr),
+              comm, "braidAllReduce", failures);
+    expectElements(
+        value, [](size_t) { return 3.0f; }, "sum", failures);
+    env.at(1);
+    succeeded(braidCommFinalize(comm), comm, "braidCommFinalize", failures);
+    succeeded(braidCommDestroy(comm), nullptr, "braidCommDestroy", failures);
+    return failures;
+  };
+  runAs({Launch::Threads, Launch::Processes}, 2, program);
+}
+
+// braidCommDestroy is local (as in NCCL): a rank that has done its part may destroy its
+// communicator and exit while peers still finish theirs. Here rank 0 sends to rank 1 and exits;
+// rank 1 receives only after that and forwards to rank 2, which waits meanwhile. Neither may
+// take rank 0's clean exit for a failure.
+TEST(Lifecycle, PeerThatDestroyedAndExitedIsNoFailure) {
+  constexpr size_t kCount = 1031;
+  SharedFlag rank0Gone;
+  RankProgram program;
+  program.describeStep = [](int64_t) { return std::string("the relay"); };
+  program.run = [&](const RankEnv& env) {
+    Failures failures;
+    braidComm_t comm = nullptr;
+    if (!succeeded(initRank(&comm, env), nullptr, "init", failures)) return failures;
+    env.at(0);
+    std::vector<float> message(kCount, 0.0f);
+    if (env.rank == 0) {
+      for (size_t i = 0; i < kCount; ++i) message[i] = static_cast<float>(i);
+      succeeded(braidSend(message.data(), kCount, braidFloat32, 1, comm, nullptr), comm,
+                "rank 0 send", failures);
+      succeeded(braidCommDestroy(comm), nullptr, "braidCommDestroy", failures);
+      rank0Gone.raise();  // the process exits right after this
+      return failures;
+    }
+    if (env.rank == 1) {
+      rank0Gone.waitRaised(std::chrono::milliseconds(kOpTimeoutMs));
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0 has exited
+      succeeded(braidRecv(message.data(), kCount, braidFloat32, 0, comm, nullptr), comm,
+                "rank 1 recv", failures);
+      succeeded(braidSend(message.data(), kCount, braidFloat32, 2, comm, nullptr), comm,
+                "rank 1 send", failures);
+    } else {
+      succeeded(braidRecv(message.data(), kCount, braidFloat32, 1, comm, nullptr), comm,
+                "rank 2 recv", failures);
+    }
+    expectElements(
+        message, [](size_t i) { return static_cast<float>(i); }, "received", failures);
+    succeeded(braidCommDestroy(comm), nullptr, "braidCommDestroy", failures);
+    return failures;
+  };
+  runAs({Launch::Processes}, 3, program);
+}
+
+// Rank 1 aborts while rank 0 waits for it in an all-reduce: rank 0 must get braidRemoteError
+// naming rank 1 well before its own timeout would have given braidTimeout. Rank 1 aborts after
+// rank 0 announced its call (whether the call is already waiting or not, the answer is the same)
+// and stays alive until rank 0 has its answer, so the error comes from the abort, not an exit.
+TEST(Lifecycle, AbortFailsThePeersPendingCollective) {
+  constexpr int kAbortTestTimeoutMs = 30000;
+  for (Launch how : {Launch::Threads, Launch::Processes}) {
+    SharedFlag rank0Calling;
+    SharedFlag rank0Answered;
+    RankProgram program;
+    program.describeStep = [](int64_t) { return std::string("the aborted all-reduce"); };
+    program.run = [&](const RankEnv& env) {
+      Failures failures;
+      braidComm_t comm = nullptr;
+      if (!succeeded(initRank(&comm, env, kAbortTestTimeoutMs), nullptr, "init", failures)) {
+        return failures;
+      }
+      env.at(0);
+      if (env.rank == 1) {
+        if (!rank0Calling.waitRaised(std::chrono::milliseconds(kOpTimeoutMs))) {
+          failures.push_back("rank 0 never reached its all-reduce");
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let it start waiting
+        succeeded(braidCommAbort(comm), nullptr, "braidCommAbort", failures);
+        rank0Answered.waitRaised(std::chrono::milliseconds(kAbortTestTimeoutMs));
+        return failures;
+      }
+      std::vector<float> value(1031, 1.0f);
+      rank0Calling.raise();
+      const braidResult_t result = braidAllReduce(value.data(), value.data(), value.size(),
+                                                  braidFloat32, braidSum, comm, nullptr);
+      const std::string sentence = lastError(comm);
+      rank0Answered.raise();
+      if (result != braidRemoteError) {
+        failures.push_back("all-reduce with an aborted peer returned " +
+                           describeResult(result, comm));
+      } else if (!namesRank(sentence, 1)) {
+        failures.push_back("the remote error does not name rank 1: \"" + sentence + "\"");
+      }
+      succeeded(braidCommAbort(comm), nullptr, "braidCommAbort of the survivor", failures);
+      return failures;
+    };
+    runAs({how}, 2, program);
+  }
+}
+
+}  // namespace
+}  // namespace braid_test

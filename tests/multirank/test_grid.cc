@@ -1,0 +1,635 @@
+// The multirank correctness grid: every collective x dtype x op x in-place/out-of-place x count x
+// nranks, with ranks as threads, as processes, and as communicators of one thread driven through
+// group calls. Before each run every buffer is filled with inputs or poison; after it every element
+// of every buffer (send buffers too) is compared with a reference computed from the input
+// generators of grid_common.h, never by braid.
+//
+// One ctest entry per (launch mode, nranks, collective), e.g. .../threads_4ranks_allreduce. What
+// each runs, in this order ("reducing" = allreduce, reducescatter, reduce; count = recvcount for
+// reducescatter, sendcount for allgather):
+//  counts 0, 1, 7, 1031: the full product: every dtype x every op (reducing) x in-place and
+//    out-of-place (sendrecv: out of place) x roots (broadcast: every root; reduce: 0 and
+//    nranks-1) x exchanges (sendrecv: ring to rank+1 and to itself, each inside one group).
+//  count 1 Mi + 3 (beyond the 1 MiB FIFO in every dtype, beyond 4 MiB in 4- and 8-byte ones):
+//    every dtype, in and out of place, roots 0 and nranks-1, ring and self; reducing with sum, and
+//    with prod, max, min and avg for int8, float16 and float32 out of place.
+//  count 4 MiB / element size + 7 (beyond 4 MiB) for int8, uint8, float16 and bfloat16: as
+//    1 Mi + 3, reducing with sum only.
+//  onethread entries (braidCommInitAll; every rank's call inside one group from one thread):
+//    counts 0, 7, 1031 as above with roots 0 and nranks-1, and 1 Mi + 3 for float32 (reducing:
+//    sum) in and out of place.
+// Every buffer starts 0 to 7 elements past a 64-byte boundary and lies between 64-byte guards
+// that must stay poisoned.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "multirank/grid_common.h"
+#include "multirank/rank_launcher.h"
+
+namespace braid_test {
+namespace {
+
+enum class Collective { AllReduce, ReduceScatter, AllGather, Broadcast, Reduce, SendRecv };
+constexpr Collective kAllCollectives[] = {Collective::AllReduce, Collective::ReduceScatter,
+                                          Collective::AllGather, Collective::Broadcast,
+                                          Collective::Reduce,    Collective::SendRecv};
+
+const char* collectiveName(Collective collective) {
+  switch (collective) {
+    case Collective::AllReduce: return "allreduce";
+    case Collective::ReduceScatter: return "reducescatter";
+    case Collective::AllGather: return "allgather";
+    case Collective::Broadcast: return "broadcast";
+    case Collective::Reduce: return "reduce";
+    case Collective::SendRecv: return "sendrecv";
+  }
+  return "?";
+}
+
+bool reduces(Collective collective) {
+  return collective == Collective::AllReduce || collective == Collective::ReduceScatter ||
+         collective == Collective::Reduce;
+}
+
+bool hasRoot(Collective collective) {
+  return collective == Collective::Broadcast || collective == Collective::Reduce;
+}
+
+struct GridCase {
+  Collective collective;
+  braidDataType_t type;
+  braidRedOp_t op;  // reducing collectives only
+  bool inPlace;
+  size_t count;   // recvcount for reduce-scatter, sendcount for all-gather
+  int root;       // broadcast and reduce
+  int peerShift;  // send/recv: every rank sends to rank + peerShift (1: ring, 0: itself)
+  uint64_t salt;  // gives every case inputs of its own, so stale data cannot pass for a result
+};
+
+std::string describe(const GridCase& c, int nranks) {
+  std::string text = std::string(collectiveName(c.collective)) + " " + dtypeName(c.type);
+  if (reduces(c.collective)) text += std::string(" ") + opName(c.op);
+  text += c.inPlace ? " in-place" : " out-of-place";
+  text += " count=" + std::to_string(c.count);
+  if (hasRoot(c.collective)) text += " root=" + std::to_string(c.root);
+  if (c.collective == Collective::SendRecv) text += c.peerShift ? " ring" : " self";
+  return text + " nranks=" + std::to_string(nranks);
+}
+
+enum class Coverage { Full, OneThread };
+
+constexpr size_t kSmallCounts[] = {0, 1, 7, 1031};
+constexpr size_t kOneThreadSmallCounts[] = {0, 7, 1031};
+constexpr size_t kLargeCount = (size_t{1} << 20) + 3;
+// "Beyond the FIFO": four times the default BRAID_BUFFSIZE of 1 MiB per connector.
+constexpr size_t kBeyondFifoBytes = size_t{4} << 20;
+
+enum class CountClass { Small, Large, BeyondFifo };
+
+// Which ops and placements run at each count (see the top of the file).
+bool covered(Coverage coverage, CountClass countClass, braidDataType_t type, braidRedOp_t op,
+             bool inPlace) {
+  if (countClass == CountClass::Small) return true;
+  if (coverage == Coverage::OneThread) return type == braidFloat32 && op == braidSum;
+  if (op == braidSum) return true;
+  return countClass == CountClass::Large && !inPlace &&
+         (type == braidInt8 || type == braidFloat16 || type == braidFloat32);
+}
+
+std::vector<GridCase> gridCases(Collective collective, int nranks, Coverage coverage) {
+  std::vector<GridCase> cases;
+  std::vector<braidRedOp_t> ops = {braidSum};
+  if (reduces(collective)) ops.assign(std::begin(kAllOps), std::end(kAllOps));
+  std::vector<bool> placements = {false};
+  if (collective != Collective::SendRecv) placements.push_back(true);
+  std::vector<int> peerShifts = {0};
+  if (collective == Collective::SendRecv && nranks > 1) peerShifts = {1, 0};
+
+  auto addVariants = [&](CountClass countClass, size_t count, braidDataType_t type) {
+    std::vector<int> roots = {0};
+    if (hasRoot(collective) && nranks > 1) roots.push_back(nranks - 1);
+    if (collective == Collective::Broadcast && countClass == CountClass::Small &&
+        coverage == Coverage::Full) {
+      for (int root = 1; root < nranks - 1; ++root) roots.push_back(root);
+    }
+    for (braidRedOp_t op : ops) {
+      for (bool inPlace : placements) {
+        if (!covered(coverage, countClass, type, op, inPlace)) continue;
+        for (int root : roots) {
+          for (int shift : peerShifts) {
+            const uint64_t salt = mixBits(0x62726169640aULL, 0, cases.size());
+            cases.push_back({collective, type, op, inPlace, count, root, shift, salt});
+          }
+        }
+      }
+    }
+  };
+
+  const bool oneThread = coverage == Coverage::OneThread;
+  const std::span<const size_t> smallCounts = oneThread
+                                                  ? std::span<const size_t>(kOneThreadSmallCounts)
+                                                  : std::span<const size_t>(kSmallCounts);
+  for (size_t count : smallCounts) {
+    for (braidDataType_t type : kAllDtypes) addVariants(CountClass::Small, count, type);
+  }
+  for (braidDataType_t type : kAllDtypes) addVariants(CountClass::Large, kLargeCount, type);
+  if (oneThread) return cases;
+  for (braidDataType_t type : kAllDtypes) {
+    if (dtypeSize(type) <= 2) {
+      addVariants(CountClass::BeyondFifo, kBeyondFifoBytes / dtypeSize(type) + 7, type);
+    }
+  }
+  return cases;
+}
+
+// What one stretch of a buffer holds before or after the call.
+struct Segment {
+  enum Kind { kPoison, kInput, kReduced } kind;
+  size_t offset;  // elements into the buffer
+  size_t length;
+  int rank;      // kInput: whose input
+  size_t index;  // input or reduction index of the first element
+};
+
+Segment poison(size_t offset, size_t length) {
+  return {Segment::kPoison, offset, length, -1, 0};
+}
+Segment input(int rank, size_t offset, size_t length, size_t index) {
+  return {Segment::kInput, offset, length, rank, index};
+}
+Segment reduced(size_t offset, size_t length, size_t index) {
+  return {Segment::kReduced, offset, length, -1, index};
+}
+
+struct BufferPlan {
+  const char* name = "";
+  size_t elements = 0;
+  std::vector<Segment> before, after;
+};
+
+// One rank's buffers for one case. In place there is one buffer (recv), and sendbuff and recvbuff
+// point into it at the offsets nccl.h defines.
+struct RankPlan {
+  BufferPlan send;
+  BufferPlan recv;
+  size_t sendOffset = 0;
+  size_t recvOffset = 0;
+};
+
+RankPlan planFor(const GridCase& c, int rank, int nranks) {
+  const size_t count = c.count;
+  const size_t all = count * nranks;
+  const size_t mine = count * rank;
+  const size_t sendElements = c.collective == Collective::ReduceScatter ? all : count;
+  const Segment ownInput = input(rank, 0, sendElements, 0);
+  RankPlan plan;
+  if (!c.inPlace) {
+    plan.send = {"sendbuff (must stay unchanged)", sendElements, {ownInput}, {ownInput}};
+  }
+  switch (c.collective) {
+    case Collective::AllReduce:
+    case Collective::Reduce: {
+      const bool getsResult = c.collective == Collective::AllReduce || rank == c.root;
+      if (c.inPlace) {
+        plan.recv = {"buffer", count, {ownInput}, {getsResult ? reduced(0, count, 0) : ownInput}};
+      } else {
+        plan.recv = {"recvbuff",
+                     count,
+                     {poison(0, count)},
+                     {getsResult ? reduced(0, count, 0) : poison(0, count)}};
+      }
+      break;
+    }
+    case Collective::Broadcast:
+      plan.recv = {c.inPlace ? "buffer" : "recvbuff",
+                   count,
+                   {c.inPlace && rank == c.root ? ownInput : poison(0, count)},
+                   {input(c.root, 0, count, 0)}};
+      break;
+    case Collective::ReduceScatter:
+      if (c.inPlace) {
+        plan.recv = {"buffer",
+                     all,
+                     {ownInput},
+                     {input(rank, 0, mine, 0), reduced(mine, count, mine),
+                      input(rank, mine + count, all - mine - count, mine + count)}};
+        plan.recvOffset = mine;
+      } else {
+        plan.recv = {"recvbuff", count, {poison(0, count)}, {reduced(0, count, mine)}};
+      }
+      break;
+    case Collective::AllGather: {
+      std::vector<Segment> gathered;
+      for (int from = 0; from < nranks; ++from) {
+        gathered.push_back(input(from, count * from, count, 0));
+      }
+      if (c.inPlace) {
+        plan.recv = {"buffer",
+                     all,
+                     {poison(0, mine), input(rank, mine, count, 0),
+                      poison(mine + count, all - mine - count)},
+                     gathered};
+        plan.sendOffset = mine;
+      } else {
+        plan.recv = {"recvbuff", all, {poison(0, all)}, gathered};
+      }
+      break;
+    }
+    case Collective::SendRecv:
+      plan.recv = {"recvbuff",
+                   count,
+                   {poison(0, count)},
+                   {input((rank - c.peerShift + nranks) % nranks, 0, count, 0)}};
+      break;
+  }
+  return plan;
+}
+
+constexpr unsigned char kPoisonByte = 0xa5;
+constexpr size_t kShownMismatches = 4;
+
+// Where segment values come from for one case.
+struct Source {
+  InputKind kind;
+  braidRedOp_t op;
+  uint64_t salt;
+  int nranks;
+};
+
+template <typename T>
+void fill(unsigned char* buffer, const std::vector<Segment>& segments, const Source& source) {
+  for (const Segment& s : segments) {
+    T* out = reinterpret_cast<T*>(buffer) + s.offset;
+    if (s.kind == Segment::kPoison) {
+      std::memset(out, kPoisonByte, s.length * sizeof(T));
+      continue;
+    }
+    visitKind(source.kind, [&](auto kind) {  // plans put only inputs and poison before a call
+      for (size_t k = 0; k < s.length; ++k) {
+        out[k] = inputValue<T, kind()>(source.salt, s.rank, s.index + k);
+      }
+    });
+  }
+}
+
+struct Mismatches {
+  size_t count = 0;
+  std::string shown;
+};
+
+// Compares data[k] with expected(k) for every k of the segment; `what` qualifies the expected
+// value in the report. Only the first few mismatches are formatted: a wrong result must not make
+// the check slow.
+template <typename T, typename Expected>
+void compareEach(const T* data, const Segment& s, Expected expected, const std::string& what,
+                 Mismatches& m) {
+  const T poisoned = bitsAs<T>(0xa5a5a5a5a5a5a5a5ULL);
+  for (size_t k = 0; k < s.length; ++k) {
+    const T want = expected(k);
+    if (sameBits(data[k], want) || ++m.count > kShownMismatches) continue;
+    m.shown +=
+        "; [" + std::to_string(s.offset + k) + "] expected " +
+        (s.kind == Segment::kPoison ? std::string("untouched poison") : formatElement(want)) +
+        what + " got " + formatElement(data[k]) +
+        (sameBits(data[k], poisoned) ? " (poison: never written)" : "");
+  }
+}
+
+template <typename T>
+void compare(const unsigned char* buffer, const Segment& s, const Source& source, Mismatches& m) {
+  const T* data = reinterpret_cast<const T*>(buffer) + s.offset;
+  switch (s.kind) {
+    case Segment::kPoison: {
+      const T poisoned = bitsAs<T>(0xa5a5a5a5a5a5a5a5ULL);
+      compareEach(
+          data, s, [&](size_t) { return poisoned; }, "", m);
+      break;
+    }
+    case Segment::kInput:
+      visitKind(source.kind, [&](auto kind) {
+        compareEach(
+            data, s,
+            [&](size_t k) { return inputValue<T, kind()>(source.salt, s.rank, s.index + k); },
+            " (input of rank " + std::to_string(s.rank) + ")", m);
+      });
+      break;
+    case Segment::kReduced:
+      visitOp(source.op, [&](auto op) {
+        compareEach(
+            data, s,
+            [&](size_t k) {
+              return referenceReduce<T, op()>(source.salt, source.nranks, s.index + k);
+            },
+            "", m);
+      });
+      break;
+  }
+}
+
+// Memory one rank reuses from case to case: fresh multi-MiB allocations per case would cost more in
+// page faults than the checks do. Every buffer starts `shift` bytes past a 64-byte boundary, so the
+// library meets unaligned buffers too, between poisoned guards that must stay intact.
+class Arena {
+ public:
+  static constexpr size_t kGuardBytes = 64;
+
+  struct Buffer {
+    unsigned char* data;
+    size_t bytes;
+    unsigned char* guardBefore;  // kGuardBytes + shift bytes
+    unsigned char* guardAfter;   // kGuardBytes bytes
+  };
+
+  std::array<Buffer, 3> layOut(const std::array<size_t, 3>& bytes, size_t shift) {
+    auto regionBytes = [&](size_t size) { return (2 * kGuardBytes + shift + size + 63) / 64 * 64; };
+    size_t total = 64;  // room to align the first region
+    for (size_t size : bytes) total += regionBytes(size);
+    if (storage_.size() < total) storage_.resize(total);
+    auto* region = reinterpret_cast<unsigned char*>(
+        (reinterpret_cast<uintptr_t>(storage_.data()) + 63) / 64 * 64);
+    std::array<Buffer, 3> buffers;
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      unsigned char* data = region + kGuardBytes + shift;
+      buffers[i] = {data, bytes[i], region, data + bytes[i]};
+      std::memset(region, kPoisonByte, kGuardBytes + shift);
+      std::memset(data + bytes[i], kPoisonByte, kGuardBytes);
+      region += regionBytes(bytes[i]);
+    }
+    return buffers;
+  }
+
+ private:
+  std::vector<unsigned char> storage_;
+};
+
+// "" when both guards of `buffer` are intact, else what was overwritten.
+std::string damagedGuards(const Arena::Buffer& buffer) {
+  auto damaged = [](const unsigned char* from, const unsigned char* to) {
+    size_t count = 0;
+    for (const unsigned char* p = from; p < to; ++p) count += *p != kPoisonByte;
+    return count;
+  };
+  const size_t before = damaged(buffer.guardBefore, buffer.data);
+  const size_t after = damaged(buffer.guardAfter, buffer.guardAfter + Arena::kGuardBytes);
+  if (before + after == 0) return "";
+  return std::to_string(before) + " bytes written in the " +
+         std::to_string(buffer.data - buffer.guardBefore) + " before it and " +
+         std::to_string(after) + " in the " + std::to_string(Arena::kGuardBytes) + " after it";
+}
+
+// One rank's part of one case: its buffers, filled on construction; the call; the check.
+class RankRun {
+ public:
+  RankRun(const GridCase& c, int rank, int nranks, Arena& arena)
+      : case_(&c),
+        rank_(rank),
+        nranks_(nranks),
+        plan_(planFor(c, rank, nranks)),
+        elementSize_(dtypeSize(c.type)),
+        source_{reduces(c.collective) ? inputKindFor(c.op) : InputKind::Data, c.op, c.salt,
+                nranks} {
+    const size_t sendBytes = plan_.send.elements * elementSize_;
+    const auto buffers = arena.layOut({sendBytes, plan_.recv.elements * elementSize_, sendBytes},
+                                      c.salt % 8 * elementSize_);
+    send_ = buffers[0];
+    recv_ = buffers[1];
+    sendSnapshot_ = buffers[2].data;
+    visitDtype(c.type, [&](auto element) {
+      using T = decltype(element);
+      fill<T>(send_.data, plan_.send.before, source_);
+      fill<T>(recv_.data, plan_.recv.before, source_);
+    });
+    std::memcpy(sendSnapshot_, send_.data, sendBytes);
+  }
+
+  braidResult_t issue(braidComm_t comm) const {
+    const GridCase& c = *case_;
+    switch (c.collective) {
+      case Collective::AllReduce:
+        return braidAllReduce(sendbuff(), recvbuff(), c.count, c.type, c.op, comm, nullptr);
+      case Collective::ReduceScatter:
+        return braidReduceScatter(sendbuff(), recvbuff(), c.count, c.type, c.op, comm, nullptr);
+      case Collective::AllGather:
+        return braidAllGather(sendbuff(), recvbuff(), c.count, c.type, comm, nullptr);
+      case Collective::Broadcast:
+        return braidBroadcast(sendbuff(), recvbuff(), c.count, c.type, c.root, comm, nullptr);
+      case Collective::Reduce:
+        return braidReduce(sendbuff(), recvbuff(), c.count, c.type, c.op, c.root, comm, nullptr);
+      case Collective::SendRecv: {
+        const braidResult_t started = braidGroupStart();
+        if (started != braidSuccess) return started;
+        const braidResult_t sent =
+            braidSend(sendbuff(), c.count, c.type, (rank_ + c.peerShift) % nranks_, comm, nullptr);
+        const braidResult_t received = braidRecv(
+            recvbuff(), c.count, c.type, (rank_ - c.peerShift + nranks_) % nranks_, comm, nullptr);
+        const braidResult_t ended = braidGroupEnd();
+        return sent != braidSuccess ? sent : received != braidSuccess ? received : ended;
+      }
+    }
+    return braidInternalError;
+  }
+
+  // Appends one line for every buffer that differs anywhere from its plan or whose guards changed.
+  void check(Failures& failures) const {
+    // The send buffer is compared with its snapshot first; inputs are regenerated only to report
+    // what changed.
+    if (std::memcmp(send_.data, sendSnapshot_, send_.bytes) != 0) {
+      checkBuffer(plan_.send, send_.data, failures);
+    }
+    checkBuffer(plan_.recv, recv_.data, failures);
+    for (const auto* buffer : {&send_, &recv_}) {
+      const std::string damage = damagedGuards(*buffer);
+      if (damage.empty()) continue;
+      failures.push_back(where() + (buffer == &send_ ? plan_.send.name : plan_.recv.name) + ": " +
+                         damage);
+    }
+  }
+
+ private:
+  const void* sendbuff() const {
+    return case_->inPlace ? recv_.data + plan_.sendOffset * elementSize_ : send_.data;
+  }
+  void* recvbuff() const { return recv_.data + plan_.recvOffset * elementSize_; }
+
+  std::string where() const {
+    return describe(*case_, nranks_) + " rank=" + std::to_string(rank_) + ": ";
+  }
+
+  void checkBuffer(const BufferPlan& plan, const unsigned char* buffer, Failures& failures) const {
+    Mismatches m;
+    visitDtype(case_->type, [&](auto element) {
+      for (const Segment& s : plan.after) compare<decltype(element)>(buffer, s, source_, m);
+    });
+    if (m.count == 0) return;
+    failures.push_back(where() + plan.name + " has " + std::to_string(m.count) + " of " +
+                       std::to_string(plan.elements) + " elements wrong" + m.shown);
+  }
+
+  const GridCase* case_;
+  int rank_;
+  int nranks_;
+  RankPlan plan_;
+  size_t elementSize_;
+  Source source_;
+  Arena::Buffer send_;  // empty in place
+  Arena::Buffer recv_;  // in place: the one buffer
+  unsigned char* sendSnapshot_;
+};
+
+constexpr size_t kMaxFailureLines = 40;
+
+Failures capped(Failures failures) {
+  if (failures.size() > kMaxFailureLines) {
+    const size_t more = failures.size() - kMaxFailureLines;
+    failures.resize(kMaxFailureLines);
+    failures.push_back("... and " + std::to_string(more) + " more");
+  }
+  return failures;
+}
+
+// One rank of a threads or processes grid: its own communicator, every case in order. A failed call
+// ends the run and aborts the communicator, so the peers fail fast instead of timing out one case
+// after another.
+Failures runRankGrid(const RankEnv& env, const std::vector<GridCase>& cases) {
+  braidComm_t comm = nullptr;
+  if (braidResult_t result = initRank(&comm, env); result != braidSuccess) {
+    return {"braidCommInitRankConfig returned " + describeResult(result, nullptr)};
+  }
+  Failures failures;
+  Arena arena;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    env.at(static_cast<int64_t>(i));
+    const RankRun run(cases[i], env.rank, env.nranks, arena);
+    if (braidResult_t result = run.issue(comm); result != braidSuccess) {
+      failures.push_back(describe(cases[i], env.nranks) + ": returned " +
+                         describeResult(result, comm));
+      braidCommAbort(comm);
+      return capped(failures);
+    }
+    run.check(failures);
+  }
+  // Finalize waits for every rank, so no process exits while a peer still runs the last case.
+  if (braidResult_t result = braidCommFinalize(comm); result != braidSuccess) {
+    failures.push_back("braidCommFinalize returned " + describeResult(result, comm));
+  }
+  if (braidResult_t result = braidCommDestroy(comm); result != braidSuccess) {
+    failures.push_back("braidCommDestroy returned " + describeResult(result, nullptr));
+  }
+  return capped(failures);
+}
+
+// Every rank's communicator from braidCommInitAll, every rank's call of a case inside one group,
+// all from the one thread this runs on.
+Failures runOneThreadGrid(const RankEnv& env, int nranks, const std::vector<GridCase>& cases) {
+  std::vector<braidComm_t> comms(nranks, nullptr);
+  if (braidResult_t result = braidCommInitAll(comms.data(), nranks, nullptr);
+      result != braidSuccess) {
+    return {"braidCommInitAll returned " + describeResult(result, nullptr)};
+  }
+  Failures failures;
+  std::vector<Arena> arenas(nranks);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    env.at(static_cast<int64_t>(i));
+    std::vector<RankRun> runs;
+    for (int rank = 0; rank < nranks; ++rank) {
+      runs.emplace_back(cases[i], rank, nranks, arenas[rank]);
+    }
+    std::string failure;
+    if (braidResult_t result = braidGroupStart(); result != braidSuccess) {
+      failure = "braidGroupStart returned " + describeResult(result, nullptr);
+    } else {
+      for (int rank = 0; rank < nranks; ++rank) {
+        const braidResult_t result = runs[rank].issue(comms[rank]);
+        if (result != braidSuccess && failure.empty()) {
+          failure =
+              "rank " + std::to_string(rank) + " returned " + describeResult(result, comms[rank]);
+        }
+      }
+      const braidResult_t ended = braidGroupEnd();
+      if (ended != braidSuccess && failure.empty()) {
+        failure = "braidGroupEnd returned " + describeResult(ended, nullptr);
+      }
+    }
+    if (!failure.empty()) {
+      failures.push_back(describe(cases[i], nranks) + " (one thread): " + failure);
+      for (braidComm_t comm : comms) braidCommAbort(comm);
+      return capped(failures);
+    }
+    for (const RankRun& run : runs) run.check(failures);
+  }
+  for (int rank = 0; rank < nranks; ++rank) {
+    if (braidResult_t result = braidCommDestroy(comms[rank]); result != braidSuccess) {
+      failures.push_back("braidCommDestroy of rank " + std::to_string(rank) + " returned " +
+                         describeResult(result, nullptr));
+    }
+  }
+  return capped(failures);
+}
+
+enum class Mode { Threads, Processes, OneThread };
+
+struct GridParam {
+  Mode mode;
+  int nranks;
+  Collective collective;
+};
+
+std::vector<GridParam> gridParams() {
+  std::vector<GridParam> params;
+  for (Mode mode : {Mode::Threads, Mode::Processes, Mode::OneThread}) {
+    const std::vector<int> rankCounts =
+        mode == Mode::OneThread ? std::vector<int>{2, 3, 8} : std::vector<int>{1, 2, 3, 4, 8};
+    for (int nranks : rankCounts) {
+      for (Collective collective : kAllCollectives) params.push_back({mode, nranks, collective});
+    }
+  }
+  return params;
+}
+
+std::string paramName(const GridParam& param) {
+  static const char* const kModeNames[] = {"threads", "processes", "onethread"};
+  return std::string(kModeNames[static_cast<int>(param.mode)]) + "_" +
+         std::to_string(param.nranks) + "ranks_" + collectiveName(param.collective);
+}
+
+void PrintTo(const GridParam& param, std::ostream* out) {
+  *out << paramName(param);
+}
+
+// A rank that advances through no case for this long is stuck (every call has kOpTimeoutMs).
+constexpr std::chrono::seconds kStallLimit(2 * kOpTimeoutMs / 1000);
+
+class Collectives : public testing::TestWithParam<GridParam> {};
+
+TEST_P(Collectives, MatchReference) {
+  const GridParam& param = GetParam();
+  const bool oneThread = param.mode == Mode::OneThread;
+  const std::vector<GridCase> cases =
+      gridCases(param.collective, param.nranks, oneThread ? Coverage::OneThread : Coverage::Full);
+  RecordProperty("cases", static_cast<int>(cases.size()));
+  RankProgram program;
+  program.describeStep = [&](int64_t step) { return describe(cases[step], param.nranks); };
+  if (oneThread) {
+    program.run = [&](const RankEnv& env) { return runOneThreadGrid(env, param.nranks, cases); };
+  } else {
+    program.run = [&](const RankEnv& env) { return runRankGrid(env, cases); };
+  }
+  const Launch launch = oneThread                       ? Launch::OneWorker
+                        : param.mode == Mode::Processes ? Launch::Processes
+                                                        : Launch::Threads;
+  const Failures failures = launchRanks(launch, param.nranks, program, kStallLimit);
+  for (const std::string& failure : failures) ADD_FAILURE() << failure;
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, Collectives, testing::ValuesIn(gridParams()),
+                         [](const auto& info) { return paramName(info.param); });
+
+}  // namespace
+}  // namespace braid_test
