@@ -1,0 +1,203 @@
+// braid data parallelism: gradient buckets that all-reduce while the backward pass runs, dynamic
+// loss scaling for fp16, and ZeRO stage 1 and 2 (optimizer state, then gradients, sharded 1/N
+// per rank). Built on the public C API (braid.h) only. Defaults follow PyTorch DDP, GradScaler and
+// DeepSpeed; docs/dp.md describes the design.
+//
+// One training step, per rank:
+//
+//   braid::dp::DataParallel dp(comm, options);
+//   int w = dp.addParameter(count, "w");     // every parameter, in forward order
+//   dp.finalize();                           // lays out buckets and buffers
+//   dp.setParameter(w, initialValues);       // the same values on every rank
+//   for (...) {
+//     forward with dp.parameter(w) ...;      // the working copy (options.precision)
+//     backward, seeded with loss * dp.lossScale(); for each parameter, last layer first:
+//       add the gradient into dp.gradient(w), then dp.markReady(w);
+//     braid::dp::StepResult r = dp.step();   // reduce, unscale, check, clip, update, gather
+//   }
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+#include "braid/braid.h"
+
+namespace braid::dp {
+
+// What every function here throws: a braid result code and a sentence naming the rank, the
+// parameter or bucket, and what was expected.
+class Error : public std::runtime_error {
+ public:
+  Error(braidResult_t code, const std::string& message)
+      : std::runtime_error(message), code_(code) {}
+  braidResult_t code() const { return code_; }
+
+ private:
+  braidResult_t code_;
+};
+
+// ---- element conversion (fp32 <-> braidFloat32, braidFloat16, braidBfloat16) -----------------
+
+void convertToFloat(const void* src, braidDataType_t type, float* dst, size_t count);
+void convertFromFloat(const float* src, void* dst, braidDataType_t type, size_t count);
+// dst[i] += src[i], rounded once to `type`: how a backward pass adds into dp.gradient().
+void accumulateFromFloat(const float* src, void* dst, braidDataType_t type, size_t count);
+size_t elementSize(braidDataType_t type);  // 4 or 2; throws for types gradients cannot have
+
+// ---- dynamic loss scaling ----------------------------------------------------------------------
+
+struct LossScalerOptions {
+  double initialScale = 65536.0;  // 2^16, as GradScaler and DeepSpeed
+  double growthFactor = 2.0;
+  double backoffFactor = 0.5;
+  int growthInterval = 2000;  // clean steps in a row before the scale grows
+  double minScale = 1.0;
+  // Overflows in a row tolerated before the scale is cut (DeepSpeed's delayed shift); every
+  // overflowing step is skipped regardless. 1: cut at the first.
+  int hysteresis = 1;
+};
+
+// The scale's state machine. DataParallel feeds it the overflow verdict all ranks agreed on, so
+// every rank's scaler moves in lockstep.
+class LossScaler {
+ public:
+  explicit LossScaler(const LossScalerOptions& options = {});
+  double scale() const { return scale_; }
+  // Records one step: an overflow (a skipped step) or a clean one.
+  void update(bool overflow);
+  int cleanSteps() const { return cleanSteps_; }
+
+ private:
+  LossScalerOptions options_;
+  double scale_;
+  int cleanSteps_ = 0;
+  int overflowsLeft_;  // until the scale is cut
+};
+
+// ---- optimizer ---------------------------------------------------------------------------------
+
+enum class OptimizerKind {
+  kSgd,   // with momentum (PyTorch's SGD: L2 weight decay, no dampening)
+  kAdam,  // L2 weight decay added to the gradient
+  kAdamW  // decoupled weight decay
+};
+
+struct OptimizerOptions {
+  OptimizerKind kind = OptimizerKind::kAdamW;
+  double learningRate = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double epsilon = 1e-8;
+  double momentum = 0.9;  // SGD; 0 keeps no momentum buffer
+  double weightDecay = 0.0;
+  double maxGradNorm = 0.0;  // clip by the global L2 norm when > 0
+};
+
+// ---- data parallelism --------------------------------------------------------------------------
+
+enum class Stage {
+  kDdp = 0,    // gradients all-reduced; every rank keeps the whole optimizer
+  kZero1 = 1,  // optimizer state (fp32 master weights, moments) sharded 1/N
+  kZero2 = 2   // ... and gradients: each rank keeps only its shard's
+};
+
+struct Options {
+  Stage stage = Stage::kDdp;
+  // Parameters and gradients: braidFloat32, braidFloat16 or braidBfloat16. With 16-bit types the
+  // optimizer keeps fp32 master weights.
+  braidDataType_t precision = braidFloat32;
+  size_t bucketBytes = 25u << 20;      // PyTorch DDP's bucket_cap_mb
+  size_t firstBucketBytes = 1u << 20;  // the first bucket (last layers) launches early
+  // ZeRO-2 only: bucket-sized buffers the backward pass writes into before their reduce-scatter.
+  int stagingBuffers = 2;
+  bool lossScaling = false;  // dynamic loss scaling (use with fp16); off: the scale stays 1
+  LossScalerOptions lossScaler;
+  OptimizerOptions optimizer;
+};
+
+struct StepResult {
+  bool applied;      // false: some rank found inf/NaN, every rank skipped this step
+  double lossScale;  // the scale the step's gradients carried
+  double gradNorm;   // global L2 norm of the averaged, unscaled gradients (before clipping)
+};
+
+// Bytes one rank holds; a stage's figures follow the ZeRO paper with Adam in mixed precision
+// (stage 1: 4P + 12P/N, stage 2: 2P + 14P/N), P counted with padding.
+struct MemoryReport {
+  size_t parameterCount;        // P as registered
+  size_t paddedParameterCount;  // P plus padding: every bucket a multiple of the rank count
+  size_t parameterBytes;        // the working copy, always whole
+  size_t gradientBytes;         // gradients kept across the step (stage 2: the shard's)
+  size_t gradientStagingBytes;  // stage 2: buffers the backward pass writes before reduction
+  size_t optimizerStateBytes;   // fp32 master weights (16-bit precision) and moments
+  size_t total() const {
+    return parameterBytes + gradientBytes + gradientStagingBytes + optimizerStateBytes;
+  }
+};
+
+class DataParallel {
+ public:
+  // comm: a CPU communicator. The object creates one host stream for its collectives; nothing
+  // else may use `comm` while it lives. One thread drives the object (it is not thread-safe).
+  DataParallel(braidComm_t comm, const Options& options);
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  // Registers a parameter of `count` elements; call in forward order (buckets fill in reverse)
+  // and identically on every rank. Returns its id.
+  int addParameter(size_t count, std::string name = {});
+  // Lays out buckets and allocates; no parameter may be added afterwards.
+  void finalize();
+
+  // Initial values; every rank must pass the same ones.
+  void setParameter(int id, std::span<const float> values);
+  // The working copy as fp32.
+  void getParameter(int id, std::span<float> out) const;
+
+  // The working copy (options.precision) the forward pass reads; whole on every rank.
+  const void* parameter(int id) const;
+  // Where the backward pass adds this parameter's gradient (options.precision): zero at the
+  // start of an accumulation window (ZeRO-2: of every micro-batch). Valid until markReady(id).
+  void* gradient(int id);
+  // The gradient is complete for this micro-batch. Once every parameter of a bucket is ready the
+  // bucket's all-reduce (ZeRO: reduce-scatter) starts on the stream, overlapping what follows.
+  // A micro-batch ends when every parameter is ready.
+  void markReady(int id);
+  // false: the micro-batches that follow only accumulate (PyTorch's no_sync); the last one of a
+  // window must sync. ZeRO-2 reduces every micro-batch anyway and accumulates its shard.
+  void setGradientSync(bool sync);
+
+  // Multiply the loss (the backward pass's seed) by this.
+  double lossScale() const;
+  void setLearningRate(double learningRate);
+
+  // Ends the accumulation window: waits for the reductions, agrees on overflow across ranks,
+  // unscales, clips, updates the (owned) parameters, all-gathers them (ZeRO), zeroes gradients.
+  StepResult step();
+
+  MemoryReport memoryReport() const;
+  // Wall time this rank spent waiting for communication (stream synchronizations), in total.
+  double exposedCommSeconds() const;
+  int rank() const;
+  int nranks() const;
+  int bucketCount() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- large-batch training (Goyal et al. 2017) --------------------------------------------------
+
+// The learning rate grows linearly with the global batch: baseLr * globalBatch / baseBatch.
+double scaleLearningRate(double baseLearningRate, int baseBatch, int globalBatch);
+
+// Gradual warm-up: from startLr at step 0 linearly to targetLr at warmupSteps, then targetLr.
+double warmupLearningRate(double startLearningRate, double targetLearningRate, int step,
+                          int warmupSteps);
+
+}  // namespace braid::dp

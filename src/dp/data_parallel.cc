@@ -1,0 +1,544 @@
+// DataParallel: the flat layout, bucket launches on a host stream, and the step.
+//
+// Layout. Parameters are laid out in reverse registration order (the order a backward pass
+// produces gradients) and cut into buckets; each bucket is padded to a multiple of the rank count
+// so that it splits into equal slices. Rank r owns slice r of every bucket: a bucket's
+// reduce-scatter lands exactly in its owner's shard and its all-gather starts from it, so ZeRO's
+// communication overlaps the backward pass bucket by bucket just like DDP's all-reduce.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "dp/error.h"
+#include "dp/kernels.h"
+
+namespace braid::dp {
+
+struct DataParallel::Impl {
+  struct Param {
+    std::string name;
+    size_t count;
+    size_t offset = 0;  // in the flat layout
+    int bucket = -1;
+    bool ready = false;  // in this micro-batch
+  };
+  struct Bucket {
+    size_t offset = 0;  // in the flat layout
+    size_t count = 0;   // padded to a multiple of the rank count
+    std::vector<int> params;
+    size_t unready = 0;       // parameters not yet ready in this micro-batch
+    int stagingSlot = -1;     // ZeRO-2: the staging buffer being filled for this micro-batch
+    bool accumulate = false;  // ZeRO-2: reduced into accumulation, to be added at drain()
+  };
+  // The part of a bucket whose optimizer update this rank owns (the whole bucket under DDP).
+  struct Segment {
+    size_t flatOffset;   // in the flat layout
+    size_t stateOffset;  // in the shard: master weights, moments, ZeRO-2 gradients
+    size_t count;
+  };
+  struct StagingSlot {
+    int occupant = -1;  // the bucket that used it last
+    bool inFlight = false;
+  };
+
+  Impl(braidComm_t comm, const Options& options);
+  ~Impl();
+
+  bool sharded() const { return options.stage != Stage::kDdp; }
+  // Whether markReady() reduces in this micro-batch (ZeRO-2 reduces every one).
+  bool reducesNow() const { return sync || options.stage == Stage::kZero2; }
+  std::byte* at(std::vector<std::byte>& storage, size_t element) {
+    return storage.data() + element * elementBytes;
+  }
+
+  void check(braidResult_t result, const char* what) const;
+  void requireFinalized(const char* what) const;
+  Param& param(int id, const char* what);
+  void layOut();
+  void* gradientOf(Param& p);
+  void acquireStaging(int bucketIndex);
+  void launch(int bucketIndex);
+  void endMicroBatch();
+  void drain(const char* what);
+  std::byte* ownedGradient(const Segment& segment);
+  float* masterOf(const Segment& segment);
+  float* momentOf(std::vector<float>& moment, const Segment& segment);
+  StepResult step();
+
+  braidComm_t comm;
+  Options options;
+  int rank = 0;
+  int nranks = 1;
+  size_t elementBytes;
+  braidStream_t stream = nullptr;
+  LossScaler scaler;
+
+  bool finalized = false;
+  std::vector<Param> params;
+  std::vector<Bucket> buckets;
+  std::vector<Segment> segments;  // one per bucket
+  size_t registeredCount = 0;
+  size_t paddedCount = 0;
+  size_t ownedCount = 0;
+
+  std::vector<std::byte> working;       // the whole working copy
+  std::vector<std::byte> gradients;     // DDP, ZeRO-1: whole; ZeRO-2: the owned shard
+  std::vector<std::byte> staging;       // ZeRO-2: slots x slotCount
+  std::vector<std::byte> accumulation;  // ZeRO-2, once a window has a second micro-batch
+  std::vector<StagingSlot> slots;
+  size_t slotCount = 0;        // elements per staging slot: the largest bucket
+  std::vector<float> master;   // fp32 master weights of the owned shard (16-bit precision)
+  std::vector<float> moment1;  // Adam's m, SGD's momentum buffer
+  std::vector<float> moment2;  // Adam's v
+
+  size_t readyCount = 0;  // parameters ready in this micro-batch
+  bool sync = true;       // this micro-batch reduces
+  int microBatchInWindow = 0;
+  bool lastMicroBatchSynced = false;
+  int optimizerSteps = 0;  // applied steps, for Adam's bias correction
+  double exposedCommSeconds = 0;
+};
+
+namespace {
+
+LossScalerOptions scalerOptions(const Options& options) {
+  if (options.lossScaling) return options.lossScaler;
+  LossScalerOptions fixed;  // a scale of 1 that never moves
+  fixed.initialScale = 1;
+  fixed.growthFactor = 1;
+  fixed.minScale = 1;
+  return fixed;
+}
+
+void validate(const OptimizerOptions& o) {
+  if (!(o.learningRate >= 0) || !(o.weightDecay >= 0) || !(o.momentum >= 0) ||
+      !(o.maxGradNorm >= 0))
+    fail(braidInvalidArgument,
+         "DataParallel: learningRate {}, weightDecay {}, momentum {}, maxGradNorm {} (expected "
+         "all >= 0)",
+         o.learningRate, o.weightDecay, o.momentum, o.maxGradNorm);
+  if (!(o.beta1 >= 0 && o.beta1 < 1) || !(o.beta2 >= 0 && o.beta2 < 1) || !(o.epsilon > 0))
+    fail(braidInvalidArgument,
+         "DataParallel: beta1 {}, beta2 {}, epsilon {} (expected betas in [0, 1), epsilon > 0)",
+         o.beta1, o.beta2, o.epsilon);
+}
+
+}  // namespace
+
+DataParallel::Impl::Impl(braidComm_t communicator, const Options& requested)
+    : comm(communicator),
+      options(requested),
+      elementBytes(elementSize(requested.precision)),
+      scaler(scalerOptions(requested)) {
+  if (comm == nullptr) fail(braidInvalidArgument, "DataParallel: comm is NULL");
+  check(braidCommCount(comm, &nranks), "braidCommCount");
+  check(braidCommUserRank(comm, &rank), "braidCommUserRank");
+  int device = -1;
+  check(braidCommCuDevice(comm, &device), "braidCommCuDevice");
+  if (device >= 0)
+    fail(braidInvalidUsage,
+         "DataParallel on rank {}: the communicator is on CUDA device {}, but only CPU "
+         "communicators are supported (the device path is not built yet)",
+         rank, device);
+  if (options.bucketBytes == 0 || options.firstBucketBytes == 0)
+    fail(braidInvalidArgument,
+         "DataParallel on rank {}: bucketBytes {} and firstBucketBytes {} (expected both > 0)",
+         rank, options.bucketBytes, options.firstBucketBytes);
+  if (options.stage == Stage::kZero2 && options.stagingBuffers < 1)
+    fail(braidInvalidArgument, "DataParallel on rank {}: stagingBuffers {} (expected >= 1)", rank,
+         options.stagingBuffers);
+  if (options.stage < Stage::kDdp || options.stage > Stage::kZero2)
+    fail(braidInvalidArgument, "DataParallel on rank {}: stage {} (expected 0, 1 or 2)", rank,
+         static_cast<int>(options.stage));
+  validate(options.optimizer);
+  check(braidStreamCreate(&stream), "braidStreamCreate");
+}
+
+DataParallel::Impl::~Impl() {
+  // Queued collectives point into our buffers: let them finish first. A destructor cannot
+  // report an error; the communicator keeps it (braidCommGetAsyncError).
+  braidStreamSynchronize(stream);
+  braidStreamDestroy(stream);
+}
+
+void DataParallel::Impl::check(braidResult_t result, const char* what) const {
+  if (result != braidSuccess)
+    fail(result, "DataParallel on rank {}: {} failed: {}", rank, what, braidGetLastError(comm));
+}
+
+void DataParallel::Impl::requireFinalized(const char* what) const {
+  if (!finalized)
+    fail(braidInvalidUsage,
+         "DataParallel on rank {}: {} before finalize() (expected "
+         "addParameter() for every parameter, then finalize())",
+         rank, what);
+}
+
+DataParallel::Impl::Param& DataParallel::Impl::param(int id, const char* what) {
+  if (id < 0 || static_cast<size_t>(id) >= params.size())
+    fail(braidInvalidArgument,
+         "DataParallel on rank {}: {}: parameter id {} is out of range (expected 0..{})", rank,
+         what, id, static_cast<int>(params.size()) - 1);
+  return params[id];
+}
+
+// DDP's bucket assignment: parameters in reverse order; a bucket closes once it reaches its cap
+// (the first bucket's cap is smaller, so the last layers' all-reduce starts early).
+void DataParallel::Impl::layOut() {
+  const size_t n = static_cast<size_t>(nranks);
+  size_t cap = options.firstBucketBytes;
+  Bucket open;
+  size_t openCount = 0;
+  auto close = [&] {
+    open.offset = paddedCount;
+    size_t inside = 0;
+    for (int id : open.params) {
+      params[id].offset = paddedCount + inside;
+      params[id].bucket = static_cast<int>(buckets.size());
+      inside += params[id].count;
+    }
+    open.count = (inside + n - 1) / n * n;
+    open.unready = open.params.size();
+    paddedCount += open.count;
+    buckets.push_back(std::move(open));
+    open = Bucket{};
+    openCount = 0;
+    cap = options.bucketBytes;
+  };
+  for (int id = static_cast<int>(params.size()) - 1; id >= 0; --id) {
+    open.params.push_back(id);
+    openCount += params[id].count;
+    if (openCount * elementBytes >= cap) close();
+  }
+  if (!open.params.empty()) close();
+
+  for (const Bucket& b : buckets) {
+    const size_t slice = sharded() ? b.count / n : b.count;
+    const size_t first = sharded() ? b.offset + static_cast<size_t>(rank) * slice : b.offset;
+    segments.push_back(Segment{first, ownedCount, slice});
+    ownedCount += slice;
+    slotCount = std::max(slotCount, b.count);
+  }
+}
+
+DataParallel::DataParallel(braidComm_t comm, const Options& options)
+    : impl_(std::make_unique<Impl>(comm, options)) {}
+
+DataParallel::~DataParallel() = default;
+
+int DataParallel::addParameter(size_t count, std::string name) {
+  Impl& d = *impl_;
+  const int id = static_cast<int>(d.params.size());
+  if (name.empty()) name = "param" + std::to_string(id);
+  if (d.finalized)
+    fail(braidInvalidUsage,
+         "DataParallel on rank {}: addParameter('{}') after finalize() (expected every "
+         "parameter registered first)",
+         d.rank, name);
+  if (count == 0)
+    fail(braidInvalidArgument,
+         "DataParallel on rank {}: addParameter('{}'): count is 0 (expected >= 1)", d.rank, name);
+  d.params.push_back(Impl::Param{std::move(name), count});
+  d.registeredCount += count;
+  return id;
+}
+
+void DataParallel::finalize() {
+  Impl& d = *impl_;
+  if (d.finalized) fail(braidInvalidUsage, "DataParallel on rank {}: finalize() twice", d.rank);
+  if (d.params.empty())
+    fail(braidInvalidUsage,
+         "DataParallel on rank {}: finalize() with no parameters (expected addParameter() "
+         "first)",
+         d.rank);
+  d.layOut();
+  d.working.assign(d.paddedCount * d.elementBytes, std::byte{0});
+  const bool zero2 = d.options.stage == Stage::kZero2;
+  d.gradients.assign((zero2 ? d.ownedCount : d.paddedCount) * d.elementBytes, std::byte{0});
+  if (zero2) {
+    d.slots.resize(std::min<size_t>(d.options.stagingBuffers, d.buckets.size()));
+    d.staging.assign(d.slots.size() * d.slotCount * d.elementBytes, std::byte{0});
+  }
+  if (d.options.precision != braidFloat32) d.master.assign(d.ownedCount, 0.0f);
+  const OptimizerOptions& o = d.options.optimizer;
+  if (o.kind != OptimizerKind::kSgd || o.momentum != 0) d.moment1.assign(d.ownedCount, 0.0f);
+  if (o.kind != OptimizerKind::kSgd) d.moment2.assign(d.ownedCount, 0.0f);
+  d.finalized = true;
+}
+
+void DataParallel::setParameter(int id, std::span<const float> values) {
+  Impl& d = *impl_;
+  d.requireFinalized("setParameter");
+  Impl::Param& p = d.param(id, "setParameter");
+  if (values.size() != p.count)
+    fail(braidInvalidArgument,
+         "DataParallel on rank {}: setParameter('{}'): {} values (expected {})", d.rank, p.name,
+         values.size(), p.count);
+  convertFromFloat(values.data(), d.at(d.working, p.offset), d.options.precision, p.count);
+  if (d.master.empty()) return;  // fp32: the working copy is the master
+  const Impl::Segment& s = d.segments[p.bucket];
+  const size_t lo = std::max(p.offset, s.flatOffset);
+  const size_t hi = std::min(p.offset + p.count, s.flatOffset + s.count);
+  if (lo < hi)
+    std::copy(values.begin() + (lo - p.offset), values.begin() + (hi - p.offset),
+              d.master.begin() + (s.stateOffset + lo - s.flatOffset));
+}
+
+void DataParallel::getParameter(int id, std::span<float> out) const {
+  Impl& d = *impl_;
+  d.requireFinalized("getParameter");
+  const Impl::Param& p = d.param(id, "getParameter");
+  if (out.size() != p.count)
+    fail(braidInvalidArgument,
+         "DataParallel on rank {}: getParameter('{}'): room for {} values (expected {})", d.rank,
+         p.name, out.size(), p.count);
+  convertToFloat(d.at(d.working, p.offset), d.options.precision, out.data(), p.count);
+}
+
+const void* DataParallel::parameter(int id) const {
+  Impl& d = *impl_;
+  d.requireFinalized("parameter");
+  return d.at(d.working, d.param(id, "parameter").offset);
+}
+
+void* DataParallel::Impl::gradientOf(Param& p) {
+  if (options.stage != Stage::kZero2) return at(gradients, p.offset);
+  Bucket& b = buckets[p.bucket];
+  if (b.stagingSlot < 0) acquireStaging(p.bucket);
+  return at(staging, static_cast<size_t>(b.stagingSlot) * slotCount + (p.offset - b.offset));
+}
+
+void* DataParallel::gradient(int id) {
+  Impl& d = *impl_;
+  d.requireFinalized("gradient");
+  Impl::Param& p = d.param(id, "gradient");
+  if (p.ready)
+    fail(braidInvalidUsage,
+         "DataParallel on rank {}: gradient('{}') after markReady('{}') in the same micro-batch "
+         "(expected the gradient complete before it is marked ready)",
+         d.rank, p.name, p.name);
+  return d.gradientOf(p);
+}
+
+// ZeRO-2: bucket i fills staging slot i mod slots. A slot whose last bucket is still being
+// reduced is waited for; one whose last bucket is still being filled means the backward pass
+// holds more buckets open at once than there are slots.
+void DataParallel::Impl::acquireStaging(int bucketIndex) {
+  const int s = bucketIndex % static_cast<int>(slots.size());
+  StagingSlot& slot = slots[s];
+  if (slot.occupant >= 0 && buckets[slot.occupant].stagingSlot == s)
+    fail(braidInvalidUsage,
+         "DataParallel on rank {}: ZeRO-2 needs staging buffer {} for bucket {} while bucket {} "
+         "is still filling it: this backward pass keeps more buckets open than the {} staging "
+         "buffers (raise Options::stagingBuffers)",
+         rank, s, bucketIndex, slot.occupant, slots.size());
+  if (slot.inFlight) drain("waiting for a staging buffer's reduce-scatter");
+  std::memset(at(staging, static_cast<size_t>(s) * slotCount), 0, slotCount * elementBytes);
+  slot.occupant = bucketIndex;
+  buckets[bucketIndex].stagingSlot = s;
+}
+
+void DataParallel::markReady(int id) {
+  Impl& d = *impl_;
+  d.requireFinalized("markReady");
+  Impl::Param& p = d.param(id, "markReady");
+  if (p.ready)
+    fail(braidInvalidUsage,
+         "DataParallel on rank {}: markReady('{}') twice in one micro-batch (expected each "
+         "parameter once)",
+         d.rank, p.name);
+  p.ready = true;
+  ++d.readyCount;
+  Impl::Bucket& b = d.buckets[p.bucket];
+  if (d.reducesNow()) {
+    // fp16 sums can overflow where the average would not: divide before reducing (what
+    // PyTorch's fp16 compression hook does), while the gradient is still in cache.
+    void* grad = d.gradientOf(p);
+    if (d.options.precision == braidFloat16 && d.nranks > 1)
+      kernels::scale(grad, braidFloat16, p.count, 1.0f / static_cast<float>(d.nranks));
+    if (--b.unready == 0) d.launch(p.bucket);
+  } else {
+    --b.unready;
+  }
+  if (d.readyCount == d.params.size()) d.endMicroBatch();
+}
+
+void DataParallel::Impl::launch(int bucketIndex) {
+  Bucket& b = buckets[bucketIndex];
+  const braidRedOp_t op = options.precision == braidFloat16 ? braidSum : braidAvg;
+  const braidDataType_t type = options.precision;
+  const Segment& s = segments[bucketIndex];
+  switch (options.stage) {
+    case Stage::kDdp:
+      check(braidAllReduce(at(gradients, b.offset), at(gradients, b.offset), b.count, type, op,
+                           comm, stream),
+            "braidAllReduce of a gradient bucket");
+      break;
+    case Stage::kZero1:
+      check(braidReduceScatter(at(gradients, b.offset), at(gradients, s.flatOffset), s.count, type,
+                               op, comm, stream),
+            "braidReduceScatter of a gradient bucket");
+      break;
+    case Stage::kZero2: {
+      // The window's first micro-batch reduces straight into the shard; later ones into a
+      // second shard-sized buffer, added once the reduction is known complete (drain()).
+      b.accumulate = microBatchInWindow > 0;
+      if (b.accumulate && accumulation.empty())
+        accumulation.assign(ownedCount * elementBytes, std::byte{0});
+      std::byte* target = at(b.accumulate ? accumulation : gradients, s.stateOffset);
+      check(braidReduceScatter(at(staging, static_cast<size_t>(b.stagingSlot) * slotCount), target,
+                               s.count, type, op, comm, stream),
+            "braidReduceScatter of a gradient bucket");
+      slots[b.stagingSlot].inFlight = true;
+      b.stagingSlot = -1;
+      break;
+    }
+  }
+}
+
+void DataParallel::Impl::endMicroBatch() {
+  lastMicroBatchSynced = sync;
+  ++microBatchInWindow;
+  readyCount = 0;
+  for (Param& p : params) p.ready = false;
+  for (Bucket& b : buckets) b.unready = b.params.size();
+}
+
+void DataParallel::setGradientSync(bool sync) {
+  Impl& d = *impl_;
+  if (d.readyCount != 0)
+    fail(braidInvalidUsage,
+         "DataParallel on rank {}: setGradientSync() in the middle of a micro-batch ({} of {} "
+         "parameters ready; expected it between micro-batches)",
+         d.rank, d.readyCount, d.params.size());
+  d.sync = sync;
+}
+
+void DataParallel::Impl::drain(const char* what) {
+  const auto start = std::chrono::steady_clock::now();
+  const braidResult_t result = braidStreamSynchronize(stream);
+  exposedCommSeconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  check(result, what);
+  for (StagingSlot& slot : slots) slot.inFlight = false;
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    if (!buckets[i].accumulate) continue;
+    const Segment& s = segments[i];
+    kernels::add(at(gradients, s.stateOffset), at(accumulation, s.stateOffset), options.precision,
+                 s.count);
+    buckets[i].accumulate = false;
+  }
+}
+
+std::byte* DataParallel::Impl::ownedGradient(const Segment& s) {
+  return at(gradients, options.stage == Stage::kZero2 ? s.stateOffset : s.flatOffset);
+}
+
+float* DataParallel::Impl::masterOf(const Segment& s) {
+  if (master.empty()) return reinterpret_cast<float*>(at(working, s.flatOffset));
+  return master.data() + s.stateOffset;
+}
+
+float* DataParallel::Impl::momentOf(std::vector<float>& moment, const Segment& s) {
+  return moment.empty() ? nullptr : moment.data() + s.stateOffset;
+}
+
+StepResult DataParallel::Impl::step() {
+  requireFinalized("step");
+  if (readyCount != 0) {
+    const auto missing =
+        std::find_if(params.begin(), params.end(), [](auto& p) { return !p.ready; });
+    fail(braidInvalidUsage,
+         "DataParallel on rank {}: step() in the middle of a micro-batch: {} of {} parameters "
+         "are ready ('{}' is not)",
+         rank, readyCount, params.size(), missing->name);
+  }
+  if (!lastMicroBatchSynced)
+    fail(braidInvalidUsage,
+         "DataParallel on rank {}: step() {} (expected a micro-batch with gradient sync on "
+         "to end the window)",
+         rank, microBatchInWindow == 0 ? "before any micro-batch" : "after a no-sync micro-batch");
+  drain("reducing the gradient buckets");
+
+  kernels::Inspection local;
+  for (const Segment& s : segments) {
+    const kernels::Inspection part = kernels::inspect(ownedGradient(s), options.precision, s.count);
+    local.nonFinite |= part.nonFinite;
+    local.sumSquares += part.sumSquares;
+  }
+  // Every rank must skip the same steps: the verdict is the maximum of the ranks' flags.
+  float overflowFlag = local.nonFinite ? 1.0f : 0.0f;
+  double sumSquares = local.sumSquares;
+  check(braidAllReduce(&overflowFlag, &overflowFlag, 1, braidFloat32, braidMax, comm, stream),
+        "braidAllReduce (max) of the overflow flag");
+  if (sharded())
+    check(braidAllReduce(&sumSquares, &sumSquares, 1, braidFloat64, braidSum, comm, stream),
+          "braidAllReduce (sum) of the squared gradient norm");
+  drain("agreeing on overflow and the gradient norm");
+
+  const double scale = scaler.scale();
+  const bool overflow = overflowFlag != 0;
+  scaler.update(overflow);
+  StepResult result{
+      !overflow, scale,
+      overflow ? std::numeric_limits<double>::infinity() : std::sqrt(sumSquares) / scale};
+  if (!overflow) {
+    const double maxNorm = options.optimizer.maxGradNorm;
+    const double clip = maxNorm > 0 ? std::min(1.0, maxNorm / (result.gradNorm + 1e-6)) : 1.0;
+    ++optimizerSteps;
+    const kernels::UpdateArgs args{options.optimizer, optimizerSteps,
+                                   static_cast<float>(clip / scale), options.precision};
+    for (const Segment& s : segments)
+      kernels::update(args, ownedGradient(s), masterOf(s), momentOf(moment1, s),
+                      momentOf(moment2, s), at(working, s.flatOffset), s.count);
+    if (sharded()) {
+      for (size_t i = 0; i < buckets.size(); ++i)
+        check(braidAllGather(at(working, segments[i].flatOffset), at(working, buckets[i].offset),
+                             segments[i].count, options.precision, comm, stream),
+              "braidAllGather of updated parameters");
+      drain("all-gathering the updated parameters");
+    }
+  }
+  std::fill(gradients.begin(), gradients.end(), std::byte{0});
+  microBatchInWindow = 0;
+  lastMicroBatchSynced = false;
+  return result;
+}
+
+StepResult DataParallel::step() {
+  return impl_->step();
+}
+
+MemoryReport DataParallel::memoryReport() const {
+  const Impl& d = *impl_;
+  d.requireFinalized("memoryReport");
+  return MemoryReport{
+      d.registeredCount, d.paddedCount,
+      d.working.size(),  d.gradients.size() + d.accumulation.size(),
+      d.staging.size(),  (d.master.size() + d.moment1.size() + d.moment2.size()) * sizeof(float)};
+}
+
+double DataParallel::lossScale() const {
+  return impl_->scaler.scale();
+}
+void DataParallel::setLearningRate(double learningRate) {
+  impl_->options.optimizer.learningRate = learningRate;
+}
+double DataParallel::exposedCommSeconds() const {
+  return impl_->exposedCommSeconds;
+}
+int DataParallel::rank() const {
+  return impl_->rank;
+}
+int DataParallel::nranks() const {
+  return impl_->nranks;
+}
+int DataParallel::bucketCount() const {
+  return static_cast<int>(impl_->buckets.size());
+}
+
+}  // namespace braid::dp
