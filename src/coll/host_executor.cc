@@ -14,13 +14,15 @@ struct Buffers {
   const uint8_t* in;
   uint8_t* out;
   size_t elemBytes;
+  bool streamOut;  // the output is written with streaming stores
   const uint8_t* inAt(size_t elems) const { return in + elems * elemBytes; }
   uint8_t* outAt(size_t elems) const { return out + elems * elemBytes; }
 };
 
 // One primitive of the ring on one chunk.
+// `reduce` writes FIFO slots; `reduceOut` writes the output (with streaming stores if asked).
 void runPrim(const RingOp& op, const Buffers& buf, SendConnector& next, RecvConnector& prev,
-             kernels::ReduceFn reduce, int divisor, Watchdog& dog) {
+             kernels::ReduceFn reduce, kernels::ReduceFn reduceOut, int divisor, Watchdog& dog) {
   const size_t bytes = op.count * buf.elemBytes;
   const void* received = primReceives(op.prim) ? prev.wait(bytes, dog) : nullptr;
   void* slot = primSends(op.prim) ? next.acquire(dog) : nullptr;
@@ -30,19 +32,24 @@ void runPrim(const RingOp& op, const Buffers& buf, SendConnector& next, RecvConn
     case Prim::CopySend: {
       uint8_t* out = buf.outAt(op.outOffset);
       const uint8_t* in = buf.inAt(op.inOffset);
-      kernels::copy2(slot, out == in ? nullptr : out, in, bytes);
+      if (out != in) kernels::copy2(out, nullptr, in, bytes, buf.streamOut);
+      std::memcpy(slot, in, bytes);
       break;
     }
     case Prim::RecvReduceSend:
       reduce(slot, nullptr, received, buf.inAt(op.inOffset), op.count, 1);
       break;
     case Prim::RecvReduceCopySend:
-      reduce(buf.outAt(op.outOffset), slot, received, buf.inAt(op.inOffset), op.count, div);
+      reduceOut(buf.outAt(op.outOffset), slot, received, buf.inAt(op.inOffset), op.count, div);
       break;
-    case Prim::RecvCopySend: kernels::copy2(buf.outAt(op.outOffset), slot, received, bytes); break;
-    case Prim::Recv: std::memcpy(buf.outAt(op.outOffset), received, bytes); break;
+    case Prim::RecvCopySend:
+      kernels::copy2(buf.outAt(op.outOffset), slot, received, bytes, buf.streamOut);
+      break;
+    case Prim::Recv:
+      kernels::copy2(buf.outAt(op.outOffset), nullptr, received, bytes, buf.streamOut);
+      break;
     case Prim::RecvReduceCopy:
-      reduce(buf.outAt(op.outOffset), nullptr, received, buf.inAt(op.inOffset), op.count, div);
+      reduceOut(buf.outAt(op.outOffset), nullptr, received, buf.inAt(op.inOffset), op.count, div);
       break;
   }
   if (slot != nullptr) next.post(bytes);
@@ -54,7 +61,7 @@ int ringPosition(const CollContext& ctx, int rank) {
                           ctx.ringOrder.begin());
 }
 
-void runRing(CollContext& ctx, const CollArgs& a, kernels::ReduceFn reduce) {
+void runRing(CollContext& ctx, const CollArgs& a) {
   const int n = ctx.nranks;
   const size_t elemBytes = kernels::typeSize(a.type);
   const int myPos = ringPosition(ctx, ctx.rank);
@@ -67,20 +74,26 @@ void runRing(CollContext& ctx, const CollArgs& a, kernels::ReduceFn reduce) {
 
   const size_t chunk = next.slotBytes() / elemBytes;
   const size_t alignElems = std::max<size_t>(1, 64 / elemBytes);
+  const size_t outBytes = a.count * elemBytes * (a.coll == Collective::AllGather ? n : 1);
+  const bool streamOut = outBytes >= ctx.streamingMinBytes;
   const Buffers buf{static_cast<const uint8_t*>(a.sendbuff), static_cast<uint8_t*>(a.recvbuff),
-                    elemBytes};
+                    elemBytes, streamOut};
+  const kernels::ReduceFn reduce = kernels::reduceFn(a.type, a.op);
+  const kernels::ReduceFn reduceOut = kernels::reduceFn(a.type, a.op, streamOut);
   const int divisor = a.op == braidAvg ? n : 1;
   const size_t loops = ringLoops(a.coll, n, a.count, chunk);
   const int steps = ringSteps(a.coll, n);
   for (size_t loop = 0; loop < loops; ++loop)
     for (int step = 0; step < steps; ++step)
       runPrim(ringOp(a.coll, n, pos, a.count, chunk, alignElems, loop, step), buf, next, prev,
-              reduce, divisor, *ctx.dog);
+              reduce, reduceOut, divisor, *ctx.dog);
+  if (streamOut) kernels::streamFence();
 }
 
 // Small all-reduce in one exchange: every rank sends its input to every peer, then reduces all
 // inputs in rank order, so every rank computes the identical result.
-void runDirectAllReduce(CollContext& ctx, const CollArgs& a, kernels::ReduceFn reduce) {
+void runDirectAllReduce(CollContext& ctx, const CollArgs& a) {
+  const kernels::ReduceFn reduce = kernels::reduceFn(a.type, a.op);
   const int n = ctx.nranks;
   const size_t bytes = a.count * kernels::typeSize(a.type);
   const void* own = a.sendbuff;
@@ -114,11 +127,10 @@ void runSingleRank(const CollArgs& a) {
 
 void runCollective(CollContext& ctx, const CollArgs& a) {
   if (ctx.nranks == 1 || a.count == 0) return runSingleRank(a);
-  kernels::ReduceFn reduce = kernels::reduceFn(a.type, a.op);
   const size_t bytes = a.count * kernels::typeSize(a.type);
   if (a.coll == Collective::AllReduce && bytes <= ctx.directMaxBytes)
-    return runDirectAllReduce(ctx, a, reduce);
-  runRing(ctx, a, reduce);
+    return runDirectAllReduce(ctx, a);
+  runRing(ctx, a);
 }
 
 namespace {

@@ -34,6 +34,7 @@ struct CollContext {
   Watchdog* dog = nullptr;
   size_t directMaxBytes = 0;  // all-reduce up to this size (at most one slot) uses all-pairs
   void* scratch = nullptr;    // at least directMaxBytes
+  size_t streamingMinBytes = SIZE_MAX;  // outputs this large bypass the cache
 };
 
 void runCollective(CollContext& ctx, const CollArgs& args);

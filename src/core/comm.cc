@@ -200,6 +200,8 @@ braid::CollContext braidComm::context() {
   ctx.recvFrom = links_.recv;
   ctx.dog = this;
   ctx.directMaxBytes = directMaxBytes_;
+  ctx.streamingMinBytes =
+      static_cast<size_t>(std::max<int64_t>(0, braid::param::StreamingMinBytes()));
   ctx.scratch = scratch_.data();
   return ctx;
 }

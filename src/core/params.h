@@ -21,12 +21,18 @@
   X(Secret, "BRAID_SECRET", std::string, "",                                                     \
     "shared secret for environment-started jobs (default: derived from the launcher's job id)")  \
   X(SocketIfname, "BRAID_SOCKET_IFNAME", std::string, "",                                        \
-    "interfaces for bootstrap traffic: prefix list, ^ to exclude, = for exact names")            \
+    "interfaces for bootstrap and net traffic: prefix list, ^ to exclude, = for exact names")    \
+  X(NSocks, "BRAID_NSOCKS", int64_t, 2,                                                          \
+    "TCP sockets per connection to a peer on another host (1..16); messages split across them")  \
+  X(SocketKeepaliveMs, "BRAID_SOCKET_KEEPALIVE_MS", int64_t, 20000,                              \
+    "a peer host answering no TCP keepalive probe for this long (ms) is reported unreachable")   \
   X(BuffSize, "BRAID_BUFFSIZE", int64_t, 1 << 20,                                                \
     "bytes of FIFO per connector (split into BRAID_FIFO_SLOTS slots)")                           \
   X(FifoSlots, "BRAID_FIFO_SLOTS", int64_t, 8, "slots per connector FIFO (pipeline depth)")      \
   X(DirectMaxBytes, "BRAID_DIRECT_MAX_BYTES", int64_t, 16384,                                    \
     "all-reduce messages up to this size use the one-shot all-pairs algorithm instead of rings") \
+  X(StreamingMinBytes, "BRAID_STREAMING_MIN_BYTES", int64_t, 8 << 20,                            \
+    "outputs of at least this many bytes per rank are written with non-temporal stores")         \
   X(ShmDisable, "BRAID_SHM_DISABLE", int64_t, 0, "1: never use shared memory between processes") \
   X(SpinCount, "BRAID_SPIN_COUNT", int64_t, 4000, "busy-poll iterations before a wait yields")   \
   X(YieldCount, "BRAID_YIELD_COUNT", int64_t, 200, "sched_yield rounds before a wait sleeps")    \

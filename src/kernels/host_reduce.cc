@@ -2,7 +2,11 @@
 // a lower one.
 #include "kernels/host_reduce.h"
 
+#include <algorithm>
 #include <cstring>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <string>
 
 #include "core/error.h"
@@ -66,10 +70,29 @@ const ReduceTable& tableOf(Isa isa) {
   return scalar::table();
 }
 
-ReduceFn lookup(Isa isa, braidDataType_t type, braidRedOp_t op) {
+ReduceFn lookup(Isa isa, braidDataType_t type, braidRedOp_t op, bool streaming) {
   if (static_cast<unsigned>(type) >= braidNumTypes || static_cast<unsigned>(op) >= braidNumOps)
     return nullptr;
-  return tableOf(isa).fn[type][op];
+  const ReduceTable& table = tableOf(isa);
+  return streaming ? table.streamingFn[type][op] : table.fn[type][op];
+}
+
+// memcpy with non-temporal stores for the 16-byte-aligned body.
+void streamCopy(void* dst, const void* src, size_t bytes) {
+#if defined(__x86_64__)
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  size_t head = std::min(bytes, -reinterpret_cast<uintptr_t>(d) % 16);
+  std::memcpy(d, s, head);
+  size_t offset = head;
+  for (; offset + 64 <= bytes; offset += 64)
+    for (size_t i = 0; i < 64; i += 16)
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + offset + i),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + offset + i)));
+  std::memcpy(d + offset, s + offset, bytes - offset);
+#else
+  std::memcpy(dst, src, bytes);
+#endif
 }
 
 }  // namespace
@@ -89,22 +112,33 @@ bool isaSupported(Isa isa) {
   return false;
 }
 
-ReduceFn reduceFnFor(Isa isa, braidDataType_t type, braidRedOp_t op) {
-  return isaSupported(isa) ? lookup(isa, type, op) : nullptr;
+ReduceFn reduceFnFor(Isa isa, braidDataType_t type, braidRedOp_t op, bool streamingOutput) {
+  return isaSupported(isa) ? lookup(isa, type, op, streamingOutput) : nullptr;
 }
 
-ReduceFn reduceFn(braidDataType_t type, braidRedOp_t op) {
-  return lookup(chosenIsa(), type, op);
+ReduceFn reduceFn(braidDataType_t type, braidRedOp_t op, bool streamingOutput) {
+  return lookup(chosenIsa(), type, op, streamingOutput);
 }
 
 const char* isaName() {
   return nameOf(chosenIsa());
 }
 
-void copy2(void* dst, void* dst2, const void* src, size_t bytes) {
+void copy2(void* dst, void* dst2, const void* src, size_t bytes, bool streamingOutput) {
   // memcpy's contract excludes dst == src; a copy onto itself is simply nothing to do.
-  if (dst != src) std::memcpy(dst, src, bytes);
+  if (dst != src) {
+    if (streamingOutput)
+      streamCopy(dst, src, bytes);
+    else
+      std::memcpy(dst, src, bytes);
+  }
   if (dst2 != nullptr && dst2 != src) std::memcpy(dst2, src, bytes);
+}
+
+void streamFence() {
+#if defined(__x86_64__)
+  _mm_sfence();
+#endif
 }
 
 size_t typeSize(braidDataType_t type) {

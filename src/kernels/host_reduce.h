@@ -18,10 +18,15 @@ using ReduceFn = void (*)(void* dst, void* dst2, const void* a, const void* b, s
                           int divisor);
 
 // braidAvg uses the sum kernel (with divisor on the final step). Returns nullptr for bad enums.
-ReduceFn reduceFn(braidDataType_t type, braidRedOp_t op);
+// With streamingOutput, dst (not dst2) is written with non-temporal stores that bypass the cache:
+// for outputs too large to stay cached; call streamFence() after the last such call.
+ReduceFn reduceFn(braidDataType_t type, braidRedOp_t op, bool streamingOutput = false);
 
-// dst = src and, when dst2 != nullptr, dst2 = src.
-void copy2(void* dst, void* dst2, const void* src, size_t bytes);
+// dst = src and, when dst2 != nullptr, dst2 = src. With streamingOutput, dst as above.
+void copy2(void* dst, void* dst2, const void* src, size_t bytes, bool streamingOutput = false);
+
+// Orders earlier streaming stores before whatever this thread does next.
+void streamFence();
 
 // Size in bytes of one element; 0 for an invalid type.
 size_t typeSize(braidDataType_t type);
@@ -39,6 +44,6 @@ bool isaSupported(Isa isa);
 
 // The kernel of one instruction set, bypassing the dispatcher (tests, benchmarks). nullptr for bad
 // enums or an instruction set this CPU does not support.
-ReduceFn reduceFnFor(Isa isa, braidDataType_t type, braidRedOp_t op);
+ReduceFn reduceFnFor(Isa isa, braidDataType_t type, braidRedOp_t op, bool streamingOutput = false);
 
 }  // namespace braid::kernels

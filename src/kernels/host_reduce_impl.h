@@ -9,6 +9,10 @@
 #include <cstring>
 #include <type_traits>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "kernels/host_reduce.h"
 
 namespace braid::kernels {
@@ -16,6 +20,7 @@ namespace braid::kernels {
 // One instruction set's kernels, indexed [type][op].
 struct ReduceTable {
   ReduceFn fn[braidNumTypes][braidNumOps];
+  ReduceFn streamingFn[braidNumTypes][braidNumOps];  // dst written with streaming stores
 };
 
 namespace scalar {
@@ -123,7 +128,7 @@ struct NativeCodec {
   using Vec = Vector<T, kBytes>;
   static constexpr size_t kElementBytes = sizeof(T);
   [[gnu::always_inline]] static Vec load(const char* p) { return loadVector<Vec>(p); }
-  [[gnu::always_inline]] static void store(char* p, Vec v) { storeVector(p, v); }
+  [[gnu::always_inline]] static Vec encode(Vec v) { return v; }
 };
 
 // 16-bit floats are widened to fp32, reduced, and rounded once when stored.
@@ -138,7 +143,7 @@ struct HardwareHalfCodec {
   [[gnu::always_inline]] static Vec load(const char* p) {
     return Isa::halfToFloat(loadVector<Vector<uint16_t, kBytes / 2>>(p));
   }
-  [[gnu::always_inline]] static void store(char* p, Vec v) { storeVector(p, Isa::floatToHalf(v)); }
+  [[gnu::always_inline]] static auto encode(Vec v) { return Isa::floatToHalf(v); }
 };
 
 // fp16 converted in software, even/odd pairs.
@@ -153,8 +158,8 @@ struct SoftHalfCodec {
     return {softHalfToFloat<kBytes>(lanes & 0xffff),
             softHalfToFloat<kBytes>((lanes >> 16) & 0xffff)};
   }
-  [[gnu::always_inline]] static void store(char* p, Vec v) {
-    storeVector(p, softFloatToHalf<kBytes>(v.even) | (softFloatToHalf<kBytes>(v.odd) << 16));
+  [[gnu::always_inline]] static Int encode(Vec v) {
+    return softFloatToHalf<kBytes>(v.even) | (softFloatToHalf<kBytes>(v.odd) << 16);
   }
 };
 
@@ -170,9 +175,9 @@ struct Bfloat16Codec {
     const Bits lanes = loadVector<Bits>(p);
     return {(Float)(lanes << 16), (Float)(lanes & 0xffff0000)};
   }
-  [[gnu::always_inline]] static void store(char* p, Vec v) {
-    storeVector(p, (roundToBfloat16High<kBytes>(v.odd) & 0xffff0000) |
-                       (roundToBfloat16High<kBytes>(v.even) >> 16));
+  [[gnu::always_inline]] static Bits encode(Vec v) {
+    return (roundToBfloat16High<kBytes>(v.odd) & 0xffff0000) |
+           (roundToBfloat16High<kBytes>(v.even) >> 16);
   }
 };
 
@@ -242,7 +247,27 @@ template <class T, class V>
   return {divide<T>(value.even, divisor), divide<T>(value.odd, divisor)};
 }
 
-template <class Codec, Op kOp, bool kDivide, bool kSecondDst>
+// Stores one encoded vector. Streaming (non-temporal) stores skip the read-for-ownership and the
+// cache: for outputs too large to stay cached, they cut the memory traffic of a write by half.
+// They need an aligned address; the caller fences once after the last one (streamFence).
+template <bool kStream, class Encoded>
+[[gnu::always_inline]] inline void storeEncoded(char* p, Encoded v) {
+#if defined(__x86_64__)
+  if constexpr (kStream && sizeof(Encoded) == 64) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(p), (__m512i)v);
+  } else if constexpr (kStream && sizeof(Encoded) == 32) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), (__m256i)v);
+  } else if constexpr (kStream && sizeof(Encoded) == 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(p), (__m128i)v);
+  } else {
+    storeVector(p, v);
+  }
+#else
+  storeVector(p, v);
+#endif
+}
+
+template <class Codec, Op kOp, bool kDivide, bool kSecondDst, bool kStream>
 struct Kernel {
   using Vec = typename Codec::Vec;
   using Compute = typename Codec::Compute;
@@ -265,7 +290,7 @@ struct Kernel {
     alignas(64) char out[kStride];
     std::memcpy(inA, a, bytes);
     std::memcpy(inB, b, bytes);
-    Codec::store(out, compute(inA, inB, divisor));
+    storeVector(out, Codec::encode(compute(inA, inB, divisor)));
     std::memcpy(dst, out, bytes);
     if constexpr (kSecondDst) std::memcpy(dst2, out, bytes);
   }
@@ -274,7 +299,11 @@ struct Kernel {
     const size_t bytes = count * Codec::kElementBytes;
     // Align the stores when elements allow it: a store split across cache lines costs two.
     const auto dstAddress = reinterpret_cast<uintptr_t>(dst);
-    size_t head = dstAddress % Codec::kElementBytes == 0 ? -dstAddress % kStride : 0;
+    const bool alignable = dstAddress % Codec::kElementBytes == 0;
+    // Streaming stores need the alignment; without it they would fault.
+    if (kStream && !alignable)
+      return Kernel<Codec, kOp, kDivide, kSecondDst, false>::run(dst, dst2, a, b, count, divisor);
+    size_t head = alignable ? -dstAddress % kStride : 0;
     if (head > bytes) head = bytes;
     if (head > 0) partial(dst, dst2, a, b, head, divisor);
     size_t offset = head;
@@ -284,14 +313,15 @@ struct Kernel {
       for (size_t u = 0; u < kUnroll; ++u)
         results[u] = compute(a + offset + u * kStride, b + offset + u * kStride, divisor);
       for (size_t u = 0; u < kUnroll; ++u) {
-        Codec::store(dst + offset + u * kStride, results[u]);
-        if constexpr (kSecondDst) Codec::store(dst2 + offset + u * kStride, results[u]);
+        storeEncoded<kStream>(dst + offset + u * kStride, Codec::encode(results[u]));
+        if constexpr (kSecondDst)
+          storeEncoded<false>(dst2 + offset + u * kStride, Codec::encode(results[u]));
       }
     }
     for (; offset + kStride <= bytes; offset += kStride) {
       const Vec result = compute(a + offset, b + offset, divisor);
-      Codec::store(dst + offset, result);
-      if constexpr (kSecondDst) Codec::store(dst2 + offset, result);
+      storeEncoded<kStream>(dst + offset, Codec::encode(result));
+      if constexpr (kSecondDst) storeEncoded<false>(dst2 + offset, Codec::encode(result));
     }
     if (offset < bytes) {
       partial(dst + offset, kSecondDst ? dst2 + offset : nullptr, a + offset, b + offset,
@@ -301,7 +331,7 @@ struct Kernel {
 };
 
 // The ReduceFn: picks the variant once per call, outside the loop.
-template <class Codec, Op kOp>
+template <class Codec, Op kOp, bool kStream>
 void reduce(void* dst, void* dst2, const void* a, const void* b, size_t count, int divisor) {
   auto* d = static_cast<char*>(dst);
   auto* d2 = static_cast<char*>(dst2);
@@ -309,21 +339,29 @@ void reduce(void* dst, void* dst2, const void* a, const void* b, size_t count, i
   const auto* pb = static_cast<const char*>(b);
   if constexpr (kOp == Op::Sum) {
     if (divisor > 1) {
-      if (d2 != nullptr) return Kernel<Codec, kOp, true, true>::run(d, d2, pa, pb, count, divisor);
-      return Kernel<Codec, kOp, true, false>::run(d, d2, pa, pb, count, divisor);
+      if (d2 != nullptr)
+        return Kernel<Codec, kOp, true, true, kStream>::run(d, d2, pa, pb, count, divisor);
+      return Kernel<Codec, kOp, true, false, kStream>::run(d, d2, pa, pb, count, divisor);
     }
   }
-  if (d2 != nullptr) return Kernel<Codec, kOp, false, true>::run(d, d2, pa, pb, count, divisor);
-  Kernel<Codec, kOp, false, false>::run(d, d2, pa, pb, count, divisor);
+  if (d2 != nullptr)
+    return Kernel<Codec, kOp, false, true, kStream>::run(d, d2, pa, pb, count, divisor);
+  Kernel<Codec, kOp, false, false, kStream>::run(d, d2, pa, pb, count, divisor);
+}
+
+template <class Codec, bool kStream>
+constexpr void fillOps(ReduceFn (&fn)[braidNumOps]) {
+  fn[braidSum] = &reduce<Codec, Op::Sum, kStream>;
+  fn[braidProd] = &reduce<Codec, Op::Prod, kStream>;
+  fn[braidMax] = &reduce<Codec, Op::Max, kStream>;
+  fn[braidMin] = &reduce<Codec, Op::Min, kStream>;
+  fn[braidAvg] = &reduce<Codec, Op::Sum, kStream>;  // divides when given divisor > 1
 }
 
 template <class Codec>
 constexpr void fillType(ReduceTable& table, braidDataType_t type) {
-  table.fn[type][braidSum] = &reduce<Codec, Op::Sum>;
-  table.fn[type][braidProd] = &reduce<Codec, Op::Prod>;
-  table.fn[type][braidMax] = &reduce<Codec, Op::Max>;
-  table.fn[type][braidMin] = &reduce<Codec, Op::Min>;
-  table.fn[type][braidAvg] = &reduce<Codec, Op::Sum>;  // divides when given divisor > 1
+  fillOps<Codec, false>(table.fn[type]);
+  fillOps<Codec, true>(table.streamingFn[type]);
 }
 
 // Isa: kVectorBytes, and optionally fp16 conversions (see HalfCodec).

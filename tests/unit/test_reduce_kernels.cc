@@ -328,14 +328,15 @@ const size_t kCounts[] = {0, 1, 3, 15, 16, 17, 31, 33, 1000, 4099};
 
 // ---- Every instruction set x dtype x op ----
 
-using KernelCase = std::tuple<Isa, braidDataType_t, braidRedOp_t>;
+// The last element: dst written with streaming (non-temporal) stores.
+using KernelCase = std::tuple<Isa, braidDataType_t, braidRedOp_t, bool>;
 
 class ReduceKernelTest : public ::testing::TestWithParam<KernelCase> {};
 
 TEST_P(ReduceKernelTest, MatchesReferenceForAnyCountAlignmentAndPlacement) {
-  const auto [isa, type, op] = GetParam();
+  const auto [isa, type, op, streaming] = GetParam();
   if (!isaSupported(isa)) GTEST_SKIP() << "this CPU does not support " << isaLabel(isa);
-  const ReduceFn fn = reduceFnFor(isa, type, op);
+  const ReduceFn fn = reduceFnFor(isa, type, op, streaming);
   ASSERT_NE(fn, nullptr);
   std::mt19937_64 rng(1000 * type + 10 * op + static_cast<int>(isa));
   const std::vector<int> divisors = op == braidAvg ? std::vector<int>{1, 3, 200} : std::vector{1};
@@ -357,13 +358,14 @@ TEST_P(ReduceKernelTest, MatchesReferenceForAnyCountAlignmentAndPlacement) {
 }
 
 std::string kernelCaseName(const ::testing::TestParamInfo<KernelCase>& info) {
-  const auto [isa, type, op] = info.param;
-  return std::string(isaLabel(isa)) + "_" + typeLabel(type) + "_" + opLabel(op);
+  const auto [isa, type, op, streaming] = info.param;
+  return std::string(isaLabel(isa)) + "_" + typeLabel(type) + "_" + opLabel(op) +
+         (streaming ? "_streaming" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(AllKernels, ReduceKernelTest,
                          ::testing::Combine(::testing::ValuesIn(kIsas), ::testing::ValuesIn(kTypes),
-                                            ::testing::ValuesIn(kOps)),
+                                            ::testing::ValuesIn(kOps), ::testing::Bool()),
                          kernelCaseName);
 
 // ---- fp16 / bf16 rounding on chosen values ----
@@ -577,6 +579,20 @@ TEST(Copy2, CopiesToOneOrTwoDestinations) {
     copy2(src.data(), nullptr, src.data(), bytes);  // onto itself: unchanged
     EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin())) << bytes;
   }
+}
+
+TEST(Copy2, StreamingOutputCopiesAtAnyAlignment) {
+  for (size_t bytes : {size_t{0}, size_t{15}, size_t{64}, size_t{1000}, size_t{70001}})
+    for (size_t offset : {size_t{0}, size_t{1}, size_t{5}, size_t{16}}) {
+      std::vector<unsigned char> src(bytes), dst(bytes + offset + 1, kPoison);
+      for (size_t i = 0; i < bytes; ++i) src[i] = static_cast<unsigned char>(i * 13 + 5);
+      copy2(dst.data() + offset, nullptr, src.data(), bytes, /*streamingOutput=*/true);
+      streamFence();
+      EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin() + offset))
+          << bytes << "+" << offset;
+      EXPECT_EQ(dst[bytes + offset], kPoison);
+      for (size_t i = 0; i < offset; ++i) EXPECT_EQ(dst[i], kPoison);
+    }
 }
 
 TEST(TypeSize, MatchesTheElementTypes) {
