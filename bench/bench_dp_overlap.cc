@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "mlp.h"
+#include "threaded_ranks.h"
 
 namespace {
 
@@ -193,38 +194,17 @@ int main(int argc, char** argv) {
   if (s.ranks < 1 || s.layers < 1 || s.width < 1 || s.batch < 1 || s.iterations < 1)
     usage("--ranks, --layers, --width, --batch and --iterations must be positive");
 
-  braidUniqueId id;
-  if (braidGetUniqueId(&id) != braidSuccess) usage(braidGetLastError(nullptr));
   std::vector<std::vector<Sample>> perRank(s.ranks);
-  std::vector<std::string> errors(s.ranks);
   int buckets = 0;
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < s.ranks; ++rank)
-    threads.emplace_back([&, rank] {
-      braidConfig_t config = BRAID_CONFIG_INITIALIZER;
-      config.device = "cpu";
-      braidComm_t comm = nullptr;
-      if (braidCommInitRankConfig(&comm, s.ranks, id, rank, &config) != braidSuccess) {
-        errors[rank] = braidGetLastError(nullptr);
-        return;
-      }
-      try {
-        int rankBuckets = 0;
-        perRank[rank] = runRank(s, comm, rank, &rankBuckets);
-        if (rank == 0) buckets = rankBuckets;
-      } catch (const std::exception& e) {
-        errors[rank] = e.what();
-        braidCommAbort(comm);
-        return;
-      }
-      braidCommDestroy(comm);
-    });
-  for (std::thread& t : threads) t.join();
-  for (int rank = 0; rank < s.ranks; ++rank)
-    if (!errors[rank].empty()) {
-      std::fprintf(stderr, "bench_dp_overlap: rank %d: %s\n", rank, errors[rank].c_str());
-      return 1;
-    }
+  const std::string errors = threaded_ranks::onRanks(s.ranks, [&](braidComm_t comm, int rank) {
+    int rankBuckets = 0;
+    perRank[rank] = runRank(s, comm, rank, &rankBuckets);
+    if (rank == 0) buckets = rankBuckets;
+  });
+  if (!errors.empty()) {
+    std::fprintf(stderr, "bench_dp_overlap: %s", errors.c_str());
+    return 1;
+  }
 
   const double parameters = static_cast<double>(s.layers) * s.width * (s.width + 1);
   char computeKind[64];

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "dp/ranks.h"
+#include "threaded_ranks.h"
 
 namespace {
 
@@ -27,7 +27,7 @@ std::vector<MemoryReport> reports(int nranks, const Options& options, const Layo
                                   std::vector<int>* buckets = nullptr) {
   std::vector<MemoryReport> result(nranks);
   std::vector<int> bucketCounts(nranks);
-  const std::string errors = dp_test::onRanks(nranks, [&](braidComm_t comm, int rank) {
+  const std::string errors = threaded_ranks::onRanks(nranks, [&](braidComm_t comm, int rank) {
     Options o = options;
     o.bucketBytes = o.firstBucketBytes = layout.bucketBytes;
     DataParallel dp(comm, o);

@@ -1,4 +1,4 @@
-// Runs a function on N ranks as threads of the test process, each with its own CPU communicator
+// Runs a function on N ranks as threads of this process, each with its own CPU communicator
 // (with a timeout, so a broken collective fails instead of hanging). Returns each rank's failure.
 #pragma once
 
@@ -10,9 +10,9 @@
 #include <thread>
 #include <vector>
 
-namespace dp_test {
+namespace threaded_ranks {
 
-inline constexpr int kTimeoutMs = 30000;
+inline constexpr int kTimeoutMs = 60000;
 
 inline std::string onRanks(int nranks, const std::function<void(braidComm_t comm, int rank)>& fn) {
   braidUniqueId id;
@@ -45,4 +45,4 @@ inline std::string onRanks(int nranks, const std::function<void(braidComm_t comm
   return all;
 }
 
-}  // namespace dp_test
+}  // namespace threaded_ranks
