@@ -4,8 +4,8 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev
-  openmpi-bin libopenmpi-dev
-  iproute2 procps
+  openmpi-bin libopenmpi-dev libgloo-dev gnuplot-nox
+  iproute2 procps iperf3
   libcli11-dev nlohmann-json3-dev
   libhwloc-dev libpugixml-dev clang libclang-rt-14-dev
 )

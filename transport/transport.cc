@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "core/params.h"
 #include "transport/local.h"
+#include "transport/net/net_transport.h"
 
 namespace braid {
 
@@ -17,6 +18,7 @@ const char* transportName(TransportKind kind) {
     case TransportKind::Self: return "self";
     case TransportKind::Inproc: return "inproc";
     case TransportKind::Shm: return "shm";
+    case TransportKind::Net: return "net";
   }
   return "?";
 }
@@ -30,11 +32,7 @@ namespace {
 
 TransportKind classify(const PeerInfo& self, const PeerInfo& peer) {
   if (peer.rank == self.rank) return TransportKind::Self;
-  if (peer.hostHash != self.hostHash)
-    fail(braidInvalidUsage,
-         "rank {} cannot reach rank {}: it runs on another host and this build has no network "
-         "transport yet",
-         self.rank, peer.rank);
+  if (peer.hostHash != self.hostHash) return TransportKind::Net;
   if (peer.pid == self.pid) return TransportKind::Inproc;
   if (param::ShmDisable() != 0)
     fail(braidInvalidUsage,
@@ -72,7 +70,7 @@ std::vector<int> processPeersOnHost(const std::vector<PeerInfo>& peers, int r) {
 }  // namespace
 
 PeerLinks connectPeers(const std::vector<PeerInfo>& peers, int rank, const FifoGeometry& geometry,
-                       const std::function<void()>& barrier) {
+                       const Rendezvous& rendezvous) {
   const int nranks = static_cast<int>(peers.size());
   const PeerInfo& self = peers[rank];
   PeerLinks links;
@@ -86,6 +84,7 @@ PeerLinks connectPeers(const std::vector<PeerInfo>& peers, int rank, const FifoG
   const size_t fifoBytes = FifoDesc::footprint(geometry.slotBytes, geometry.nSlots);
   const std::vector<int> shmPeers = ranksOfKind(links.kind, TransportKind::Shm);
   const std::vector<int> inprocPeers = ranksOfKind(links.kind, TransportKind::Inproc);
+  const std::vector<int> netPeers = ranksOfKind(links.kind, TransportKind::Net);
   // Segments are named after rank 0's nonce: unique per communicator, known to every rank.
   const uint64_t commNonce = peers[0].nonce;
 
@@ -108,7 +107,7 @@ PeerLinks connectPeers(const std::vector<PeerInfo>& peers, int rank, const FifoG
     clique->publishControl(rank, links.control[rank]);
     links.keepAlive.push_back(std::shared_ptr<void>(clique, clique.get()));
   }
-  barrier();  // every segment exists and every control block is published
+  rendezvous.barrier();  // every segment exists and every control block is published
 
   // 2. Attach to each peer.
   for (int i = 0; i < static_cast<int>(shmPeers.size()); ++i) {
@@ -141,11 +140,29 @@ PeerLinks connectPeers(const std::vector<PeerInfo>& peers, int rank, const FifoG
         rank, peer);
     links.control[peer] = clique->control(peer);
   }
-  barrier();  // every peer has mapped this rank's segment: its name can go
+  rendezvous.barrier();  // every peer has mapped this rank's segment: its name can go
   if (ownSegment) ownSegment->unlink();
-  BRAID_INFO(log::kInit, "rank {}: {} inproc and {} shm peers, FIFO {} x {} bytes", rank,
-             inprocPeers.size(), shmPeers.size(), geometry.nSlots, geometry.slotBytes);
+  // With more than one host every rank has peers elsewhere, so all ranks take part.
+  if (!netPeers.empty())
+    links.netProxy = net::connectRemotePeers(peers, rank, netPeers, geometry, rendezvous, links);
+  BRAID_INFO(log::kInit, "rank {}: {} inproc, {} shm and {} net peers, FIFO {} x {} bytes", rank,
+             inprocPeers.size(), shmPeers.size(), netPeers.size(), geometry.nSlots,
+             geometry.slotBytes);
   return links;
+}
+
+std::vector<int> hostContiguousOrder(const std::vector<uint64_t>& hostOfRank) {
+  std::vector<int> order;
+  std::vector<bool> placed(hostOfRank.size(), false);
+  for (size_t first = 0; first < hostOfRank.size(); ++first) {
+    if (placed[first]) continue;
+    for (size_t r = first; r < hostOfRank.size(); ++r) {
+      if (hostOfRank[r] != hostOfRank[first]) continue;
+      order.push_back(static_cast<int>(r));
+      placed[r] = true;
+    }
+  }
+  return order;
 }
 
 }  // namespace braid

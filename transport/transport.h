@@ -1,5 +1,5 @@
 // Connecting a rank to its peers: every pair of ranks gets a FIFO in each direction, through the
-// best transport that reaches the peer (inproc > shm; the network transport plugs in here).
+// best transport that reaches the peer (inproc > shm > net).
 #pragma once
 
 #include <atomic>
@@ -9,17 +9,23 @@
 #include <string>
 #include <vector>
 
+#include "core/wait.h"
 #include "transport/connector.h"
 
 namespace braid {
 
-enum class TransportKind { Self, Inproc, Shm };
+namespace net {
+class Proxy;
+}
+
+enum class TransportKind { Self, Inproc, Shm, Net };
 const char* transportName(TransportKind kind);
 
 // What the rendezvous tells every rank about every other.
 struct PeerInfo {
-  uint64_t hostHash = 0;  // host name and boot id
-  uint64_t nonce = 0;     // random per rank and communicator: names shared resources
+  uint64_t hostHash = 0;     // host name, boot id and network namespace
+  uint64_t machineHash = 0;  // host name and boot id: the ranks that share this machine's cores
+  uint64_t nonce = 0;        // random per rank and communicator: names shared resources
   int32_t pid = 0;
   int32_t rank = 0;
 };
@@ -46,6 +52,7 @@ struct PeerLinks {
   std::vector<RankControl*> control;  // every peer on this host (and self)
   std::vector<int> pidfd;             // process peers on this host: readable once it exits; else -1
   std::vector<std::shared_ptr<void>> keepAlive;  // mappings and heap blocks peers may still touch
+  std::shared_ptr<net::Proxy> netProxy;          // serves the peers on other hosts, if any
 
   PeerLinks() = default;
   PeerLinks(const PeerLinks&) = delete;
@@ -55,9 +62,22 @@ struct PeerLinks {
   ~PeerLinks();
 };
 
-// Builds the links of `rank`. `barrier` synchronises all ranks of the communicator; it is called
-// the same number of times on every rank.
+// What the bootstrap lends the transports while they connect. Every rank calls each function the
+// same number of times.
+struct Rendezvous {
+  std::function<void()> barrier;
+  // `data` holds one slice of `bytesPerRank` per rank, this rank's filled; on return all are.
+  std::function<void(void* data, size_t bytesPerRank)> allGather;
+  Clock::time_point deadline;
+};
+
+// Builds the links of `rank`.
 PeerLinks connectPeers(const std::vector<PeerInfo>& peers, int rank, const FifoGeometry& geometry,
-                       const std::function<void()>& barrier);
+                       const Rendezvous& rendezvous);
+
+// The ring order that keeps each host's ranks together: hosts in the order of their lowest rank,
+// a host's ranks in rank order. A ring in this order crosses the network once per host.
+// `hostOfRank[r]` identifies rank r's host.
+std::vector<int> hostContiguousOrder(const std::vector<uint64_t>& hostOfRank);
 
 }  // namespace braid

@@ -9,12 +9,12 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
-#include <numeric>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "core/params.h"
 #include "kernels/host_reduce.h"
+#include "transport/net/proxy.h"
 
 using braid::Clock;
 using braid::Error;
@@ -27,16 +27,21 @@ uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
   return h;
 }
 
-// Ranks share memory only with ranks of the same host: same kernel boot and same network
-// namespace (namespaces stand in for hosts in multi-host tests).
-uint64_t hostHash() {
+// Host name and kernel boot id: the ranks that share this machine's cores.
+std::string machineId() {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   std::string bootId;
   std::ifstream("/proc/sys/kernel/random/boot_id") >> bootId;
+  return fmt::format("{}|{}", host, bootId);
+}
+
+// Ranks share memory only with ranks of the same host: same machine and same network namespace
+// (namespaces stand in for hosts in multi-host tests); others talk over the network.
+uint64_t hostHash() {
   struct stat netns = {};
   stat("/proc/self/ns/net", &netns);
-  return fnv1a(fmt::format("{}|{}|{}", host, bootId, static_cast<unsigned long>(netns.st_ino)));
+  return fnv1a(fmt::format("{}|{}", machineId(), static_cast<unsigned long>(netns.st_ino)));
 }
 
 uint64_t randomNonce() {
@@ -78,6 +83,10 @@ braidComm::braidComm(int rank, int nranks, CommOptions options)
 }
 
 braidComm::~braidComm() {
+  // What the rank sent to other hosts leaves before the connections close, and the peers there
+  // learn that this rank departed. A failed communicator just closes: its peers see it as lost.
+  if (links_.netProxy && asyncError_.load() == braidSuccess)
+    links_.netProxy->finish(deadlineFromNow());
   // Peers watching this process must not mistake its exit for a crash.
   if (!links_.control.empty()) links_.control[rank_]->departed.store(1, std::memory_order_release);
 }
@@ -90,7 +99,11 @@ void braidComm::initialize(const braid::BootstrapId& id) {
   try {
     braid::log::setThreadRank(rank_);
     const Clock::time_point deadline = deadlineFromNow();
-    braid::PeerInfo self{hostHash(), randomNonce(), static_cast<int32_t>(getpid()), rank_};
+    const braid::PeerInfo self{.hostHash = hostHash(),
+                               .machineHash = fnv1a(machineId()),
+                               .nonce = randomNonce(),
+                               .pid = static_cast<int32_t>(getpid()),
+                               .rank = rank_};
     std::string blob(reinterpret_cast<const char*>(&self), sizeof self);
     bootstrap_ = braid::Bootstrap::join(id, rank_, nranks_, blob, deadline);
     peers_.resize(nranks_);
@@ -101,10 +114,24 @@ void braidComm::initialize(const braid::BootstrapId& id) {
              r, info.size(), sizeof(braid::PeerInfo));
       std::memcpy(&peers_[r], info.data(), sizeof(braid::PeerInfo));
     }
-    ringOrder_.resize(nranks_);
-    std::iota(ringOrder_.begin(), ringOrder_.end(), 0);
+    std::vector<uint64_t> hosts;
+    for (const braid::PeerInfo& p : peers_) hosts.push_back(p.hostHash);
+    ringOrder_ = braid::hostContiguousOrder(hosts);
     const braid::FifoGeometry geometry = fifoGeometry();
-    links_ = braid::connectPeers(peers_, rank_, geometry, [&] { bootstrap_->barrier(deadline); });
+    braid::Rendezvous rendezvous;
+    rendezvous.barrier = [&] { bootstrap_->barrier(deadline); };
+    rendezvous.allGather = [&](void* data, size_t bytes) {
+      bootstrap_->allGather(data, bytes, deadline);
+    };
+    rendezvous.deadline = deadline;
+    links_ = braid::connectPeers(peers_, rank_, geometry, rendezvous);
+    // Busy threads on this machine: its ranks, and their network proxies when the job spans
+    // hosts (namespaces share the cores). With more than the cores, a spinning wait would take the
+    // core its producer needs.
+    int busyThreads = 0;
+    for (const braid::PeerInfo& p : peers_)
+      if (p.machineHash == self.machineHash) busyThreads += links_.netProxy ? 2 : 1;
+    if (busyThreads > usableCores()) spins = std::min(spins, kOversubscribedSpins);
     directMaxBytes_ =
         std::min<size_t>(std::max<int64_t>(0, braid::param::DirectMaxBytes()), geometry.slotBytes);
     scratch_.resize(directMaxBytes_);
@@ -167,6 +194,16 @@ void braidComm::runOperation(const char* opName, Body&& body) {
   opName_ = opName;
   deadline_ = deadlineFromNow();
   links_.control[rank_]->opSeq.store(opSeq_, std::memory_order_relaxed);
+  // The network proxy polls quickly while an operation runs.
+  struct NetActivity {
+    braid::net::Proxy* proxy;
+    explicit NetActivity(braid::net::Proxy* p) : proxy(p) {
+      if (proxy) proxy->operationStarted();
+    }
+    ~NetActivity() {
+      if (proxy) proxy->operationFinished();
+    }
+  } netActivity(links_.netProxy.get());
   try {
     body();
   } catch (const Error& e) {
@@ -241,6 +278,10 @@ void braidComm::poll(int peer, const char* waitingFor) {
       fail(braidRemoteError, "rank {}: {} #{} failed: rank {} (pid {}) died", rank_, opName_,
            opSeq_, r, peers_[r].pid);
   }
+  // A connection to a peer on another host that broke (reset, closed, unreachable, bad frame).
+  if (links_.netProxy)
+    if (std::optional<std::string> failure = links_.netProxy->failure(peer))
+      fail(braidRemoteError, "rank {}: {} #{} failed: {}", rank_, opName_, opSeq_, *failure);
   for (int r = 0; r < nranks_; ++r) {
     const braid::RankControl* c = links_.control[r];
     if (c == nullptr || c->failed.load(std::memory_order_acquire) == 0) continue;
@@ -278,4 +319,7 @@ void braidComm::abort() {
   if (!links_.control.empty()) markFailed(fmt::format("rank {} called braidCommAbort", rank_));
   asyncError_ = braidRemoteError;
   waitQueuedDrained();
+  // An operation running on another thread sees the failure flag at its next poll and returns;
+  // the communicator must outlive it.
+  std::lock_guard<std::mutex> lock(opMutex_);
 }

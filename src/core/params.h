@@ -22,7 +22,7 @@
     "shared secret for environment-started jobs (default: derived from the launcher's job id)")  \
   X(SocketIfname, "BRAID_SOCKET_IFNAME", std::string, "",                                        \
     "interfaces for bootstrap and net traffic: prefix list, ^ to exclude, = for exact names")    \
-  X(NSocks, "BRAID_NSOCKS", int64_t, 2,                                                          \
+  X(NSocks, "BRAID_NSOCKS", int64_t, 1,                                                          \
     "TCP sockets per connection to a peer on another host (1..16); messages split across them")  \
   X(SocketKeepaliveMs, "BRAID_SOCKET_KEEPALIVE_MS", int64_t, 20000,                              \
     "a peer host answering no TCP keepalive probe for this long (ms) is reported unreachable")   \

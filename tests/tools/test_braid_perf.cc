@@ -4,11 +4,15 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pty.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -325,6 +329,98 @@ TEST(BraidPerf, TwoProcessTableParsesWithNcclTestsColumns) {
                 0.0051);
     EXPECT_EQ(doc["rows"][i]["in_place"]["wrong"], 0);
   }
+}
+
+std::vector<std::string> splitCsv(const std::string& line) {
+  std::vector<std::string> result;
+  std::string field;
+  bool quoted = false;
+  for (char c : line) {
+    if (c == '"') {
+      quoted = !quoted;
+    } else if (c == ',' && !quoted) {
+      result.push_back(field);
+      field.clear();
+    } else {
+      field += c;
+    }
+  }
+  result.push_back(field);
+  return result;
+}
+
+TEST(BraidPerf, CsvHasEveryRowWithTheConfigurationAndNoProgressWhenRedirected) {
+  const std::string csv = scratchPath("rows.csv");
+  const PerfRun run = runPerf("allgather -b 64 -e 4K -f 8 --np 2 -c 1 -n 2 -w 1 -z 1 --csv " + csv);
+  ASSERT_EQ(run.exitCode, 0) << run.out << run.err;
+  EXPECT_EQ(run.err, "");  // stderr is a file here: no progress line
+
+  std::vector<std::vector<std::string>> tableRows;
+  for (const std::string& line : lines(run.out))
+    if (!line.empty() && line[0] != '#') tableRows.push_back(fields(line));
+  const std::vector<std::string> csvLines = lines(readFile(csv));
+  std::remove(csv.c_str());
+  ASSERT_EQ(csvLines.size(), 1 + tableRows.size()) << run.out;
+  ASSERT_EQ(tableRows.size(), 3u);  // 64, 512, 4096 bytes
+  const std::vector<std::string> header = splitCsv(csvLines[0]);
+  ASSERT_EQ(header.size(), 27u);
+  const auto column = [&](const std::string& name) {
+    const size_t at = std::find(header.begin(), header.end(), name) - header.begin();
+    EXPECT_LT(at, header.size()) << name;
+    return at;
+  };
+  for (size_t i = 0; i < tableRows.size(); ++i) {
+    const std::vector<std::string> f = splitCsv(csvLines[1 + i]);
+    ASSERT_EQ(f.size(), header.size()) << csvLines[1 + i];
+    EXPECT_EQ(f[column("tool")], "braid-perf");
+    EXPECT_EQ(f[column("collective")], "allgather");
+    EXPECT_EQ(f[column("nranks")], "2");
+    EXPECT_EQ(f[column("launch")], "fork");
+    EXPECT_EQ(f[column("iters")], "2");
+    EXPECT_EQ(f[column("blocking")], "1");
+    EXPECT_EQ(f[column("size_bytes")], tableRows[i][0]);
+    EXPECT_EQ(f[column("count")], tableRows[i][1]);
+    EXPECT_EQ(f[column("type")], "float");
+    EXPECT_EQ(f[column("redop")], "none");
+    // The table rounds what the CSV holds in full.
+    EXPECT_NEAR(std::stod(f[column("oop_busbw_gbps")]), std::stod(tableRows[i][7]), 0.0051);
+    EXPECT_NEAR(std::stod(f[column("ip_time_us")]), std::stod(tableRows[i][9]),
+                0.006 + std::stod(tableRows[i][9]) * 0.001);
+    EXPECT_EQ(f[column("oop_wrong")], "0");
+    EXPECT_EQ(f[column("ip_wrong")], "0");
+  }
+}
+
+// Runs braid-perf with stderr on a pseudo-terminal (stdout discarded); returns what the terminal
+// showed, or stops after 120 seconds.
+std::string stderrOnTerminal(const char* collective) {
+  int master = -1;
+  const pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
+  if (pid == 0) {
+    freopen("/dev/null", "w", stdout);
+    execl(BRAID_PERF_PATH, "braid-perf", collective, "-b", "8", "-e", "64", "-f", "8", "--np", "2",
+          "-n", "1", "-w", "0", "-T", "60", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  std::string shown;
+  if (pid < 0) return shown;
+  char chunk[256];
+  pollfd readable{master, POLLIN, 0};
+  while (poll(&readable, 1, 120 * 1000) > 0) {
+    const ssize_t n = read(master, chunk, sizeof chunk);
+    if (n <= 0) break;  // EIO once the child has closed the terminal
+    shown.append(chunk, n);
+  }
+  close(master);
+  kill(pid, SIGKILL);  // no-op when it has exited
+  waitpid(pid, nullptr, 0);
+  return shown;
+}
+
+TEST(BraidPerf, ProgressLineOnlyOnATerminal) {
+  const std::string shown = stderrOnTerminal("allreduce");
+  EXPECT_NE(shown.find("braid-perf: measuring 8 bytes float sum"), std::string::npos) << shown;
+  EXPECT_NE(shown.find("braid-perf: measuring 64 bytes float sum"), std::string::npos) << shown;
 }
 
 TEST(BraidPerf, UncheckedAndUndefinedInPlaceSayNA) {

@@ -189,13 +189,14 @@ class RankBench {
     const DatatypeInfo& info = datatypeInfo(type);
     for (size_t size : sweepSizes(o_)) {
       const Layout l = coll_.layout(size / info.size, nranks_);
+      const char* redop = coll_.reduces ? kOpNames[op] : kNoOpName;
+      if (reporter_) reporter_->progress(l.bytes(info.size), info.name, redop);
       const Measurement outOfPlace = benchTime(l, type, op, false);
       const Measurement inPlace = benchTime(l, type, op, true);
       wrongTotal_ += std::max<int64_t>(outOfPlace.wrong, 0) + std::max<int64_t>(inPlace.wrong, 0);
       if (reporter_)
-        reporter_->addRow({l.bytes(info.size), l.paramCount, info.name,
-                           coll_.reduces ? kOpNames[op] : kNoOpName, coll_.rooted ? o_.root : -1,
-                           outOfPlace, inPlace});
+        reporter_->addRow({l.bytes(info.size), l.paramCount, info.name, redop,
+                           coll_.rooted ? o_.root : -1, outOfPlace, inPlace});
     }
   }
 

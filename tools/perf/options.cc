@@ -175,6 +175,8 @@ std::optional<Options> parseOptions(int argc, char** argv) {
   app.add_option("-T,--timeout", o.timeoutSeconds,
                  "seconds the whole run may take before it is stopped (default 3600)");
   app.add_option("--json", o.jsonPath, "also write every row and the configuration to this file");
+  app.add_option("--csv", o.csvPath,
+                 "also write every row, each with the configuration, to this CSV file");
 
   try {
     app.parse(argc, argv);

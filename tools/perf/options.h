@@ -30,6 +30,7 @@ struct Options {
   std::string device = "cpu";
   int timeoutSeconds = 3600;
   std::string jsonPath;
+  std::string csvPath;
 };
 
 // A command line braid-perf cannot run; what() is one sentence naming the flag.

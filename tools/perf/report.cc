@@ -1,6 +1,7 @@
 #include "perf/report.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -62,7 +63,8 @@ Reporter::Reporter(std::FILE* out, const Options& options, RunInfo run)
 
 void Reporter::printHeader() {
   const Options& o = options_;
-  fmt::print(out_, "# braid-perf {} (braid {})\n", o.collective->name, run_.braidVersion);
+  fmt::print(out_, "# {} {} ({} {})\n", run_.tool, o.collective->name, run_.library,
+             run_.braidVersion);
   fmt::print(out_,
              "# nThread {} nProcs {} nRanks {} minBytes {} maxBytes {} step: {}({}) warmup iters: "
              "{} iters: {} validation: {} blocking: {} device: {} launch: {}\n",
@@ -82,6 +84,13 @@ void Reporter::printHeader() {
                                       "", "", "", "", "")));
   for (const std::string& line : columnHeader()) fmt::print(out_, "{}\n", line);
   std::fflush(out_);
+}
+
+void Reporter::progress(size_t bytes, const char* type, const char* redop) {
+  if (!isatty(fileno(stderr))) return;
+  fmt::print(stderr, "\r{}: measuring {} bytes {} {} ...\x1b[K", run_.tool, bytes, type, redop);
+  std::fflush(stderr);
+  progressShown_ = true;
 }
 
 void Reporter::addRow(const Row& row) {
@@ -105,11 +114,39 @@ double Reporter::averageBusbw() const {
 }
 
 void Reporter::finish() {
+  if (progressShown_) fmt::print(stderr, "\r\x1b[K");  // the table is complete: clear the line
   const int64_t wrong = wrongTotal();
   fmt::print(out_, "# Out of bounds values : {} {}\n", wrong, wrong == 0 ? "OK" : "FAILED");
   fmt::print(out_, "# Avg bus bandwidth    : {:g}\n#\n", averageBusbw());
   std::fflush(out_);
   if (!options_.jsonPath.empty()) writeJson();
+  if (!options_.csvPath.empty()) writeCsv();
+}
+
+// One line per row, each repeating the run's configuration, so files from several runs (tools,
+// machines) concatenate into one table.
+void Reporter::writeCsv() const {
+  const Options& o = options_;
+  std::ofstream file(o.csvPath);
+  file << "tool,library,version,collective,nranks,processes,threads_per_process,launch,host,"
+          "device,iters,warmup_iters,check,blocking,size_bytes,count,type,redop,root,"
+          "oop_time_us,oop_algbw_gbps,oop_busbw_gbps,oop_wrong,"
+          "ip_time_us,ip_algbw_gbps,ip_busbw_gbps,ip_wrong\n";
+  const std::string host = run_.ranks.empty() ? "" : run_.ranks[0].host;
+  const auto measurement = [](const Measurement& m) {
+    return fmt::format("{},{},{},{}", m.timeUs, m.algbw, m.busbw,
+                       m.wrong < 0 ? "" : std::to_string(m.wrong));
+  };
+  for (const Row& row : rows_) {
+    file << fmt::format("{},{},{},{},{},{},{},\"{}\",{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                        run_.tool, run_.library, run_.braidVersion, o.collective->name, run_.nranks,
+                        run_.processes, o.threadsPerProcess, run_.launch, host, o.device, o.iters,
+                        o.warmupIters, o.check ? 1 : 0, o.blocking ? 1 : 0, row.bytes, row.count,
+                        row.type, row.redop, row.root, measurement(row.outOfPlace),
+                        measurement(row.inPlace));
+  }
+  if (!file)
+    throw RunError(fmt::format("could not write --csv {}: {}", o.csvPath, std::strerror(errno)));
 }
 
 void Reporter::writeJson() const {
@@ -131,7 +168,7 @@ void Reporter::writeJson() const {
                     {"in_place", measurementJson(row.inPlace)}});
   }
   const nlohmann::json doc = {
-      {"tool", "braid-perf"},
+      {"tool", run_.tool},
       {"braid_version", run_.braidVersion},
       {"collective", o.collective->name},
       {"config",

@@ -22,8 +22,11 @@ struct RunInfo {
   int processes;
   int threadsPerProcess;
   int nranks;
-  std::string braidVersion;
+  std::string braidVersion;  // the measured library's version (braid's, or a peer's)
   std::vector<RankInfo> ranks;
+  // Who prints the table and what it measures: bench/peers reuse it for MPI and Gloo.
+  std::string tool = "braid-perf";
+  std::string library = "braid";
 };
 
 struct Measurement {
@@ -54,9 +57,12 @@ class Reporter {
   Reporter(std::FILE* out, const Options& options, RunInfo run);
 
   void printHeader();
+  // "measuring <size> ..." on stderr, overwritten by the next, only when stderr is a terminal:
+  // redirected output stays the table alone.
+  void progress(size_t bytes, const char* type, const char* redop);
   void addRow(const Row& row);
-  // Prints "# Out of bounds values" and "# Avg bus bandwidth"; writes --json if asked (throws
-  // RunError if it cannot).
+  // Prints "# Out of bounds values" and "# Avg bus bandwidth"; writes --json and --csv if asked
+  // (throws RunError if it cannot).
   void finish();
 
   int64_t wrongTotal() const;
@@ -64,11 +70,13 @@ class Reporter {
  private:
   double averageBusbw() const;
   void writeJson() const;
+  void writeCsv() const;
 
   std::FILE* out_;
   const Options& options_;
   RunInfo run_;
   std::vector<Row> rows_;
+  bool progressShown_ = false;
 };
 
 }  // namespace braid_perf

@@ -1,0 +1,59 @@
+# Included from tests/CMakeLists.txt (after braid_test is defined).
+#
+# unit: the network transport's parts on loopback (wire split, ring order, socket plug-in and proxy
+# against misbehaving peers).
+#
+# multihost: ranks on several "hosts", network namespaces joined by veth links and a bridge, made
+# by netns_hosts.sh for each test and removed after it; skipped, saying why, where namespaces cannot
+# be made (not root). The grid is the multirank grid (tests/multirank/test_grid.cc) built again
+# with a seam that moves each forked rank into its host's namespace as it joins (netns_ranks.cc,
+# linked with --wrap); rank r runs on host r % hosts. Only the processes_* cases apply: threads
+# of one process share a host.
+set(BRAID_MULTIHOST_DIR ${CMAKE_CURRENT_LIST_DIR})
+set(BRAID_MULTIRANK_DIR ${CMAKE_CURRENT_LIST_DIR}/../multirank)
+
+braid_test(test_net INTERNAL SOURCES ${BRAID_MULTIHOST_DIR}/test_net.cc LABELS unit)
+
+function(braid_multihost_binary name)
+  add_executable(${name} ${ARGN} ${BRAID_MULTIHOST_DIR}/netns_ranks.cc
+    ${BRAID_MULTIRANK_DIR}/rank_launcher.cc)
+  target_link_libraries(${name} PRIVATE braid GTest::gtest GTest::gtest_main)
+  target_include_directories(${name} PRIVATE ${BRAID_MULTIHOST_DIR}/..)
+  target_link_options(${name} PRIVATE -Wl,--wrap=braidCommInitRankConfig)
+endfunction()
+braid_multihost_binary(test_multihost_grid ${BRAID_MULTIRANK_DIR}/test_grid.cc)
+target_compile_options(test_multihost_grid PRIVATE -O2)
+braid_multihost_binary(test_multihost_faults ${BRAID_MULTIHOST_DIR}/test_faults.cc)
+
+# braid_multihost_test(NAME HOSTS n [IPV6] COMMAND ...)
+function(braid_multihost_test name)
+  cmake_parse_arguments(T "IPV6" "HOSTS" "COMMAND" ${ARGN})
+  set(flags --hosts ${T_HOSTS})
+  if(T_IPV6)
+    list(APPEND flags --ipv6)
+  endif()
+  add_test(NAME ${name} COMMAND ${BRAID_MULTIHOST_DIR}/netns_hosts.sh ${flags} -- ${T_COMMAND})
+  set_tests_properties(${name} PROPERTIES LABELS multihost SKIP_RETURN_CODE 77 TIMEOUT 300)
+endfunction()
+
+set(grid $<TARGET_FILE:test_multihost_grid>)
+set(case Grid/Collectives.MatchReference/processes_)
+# One rank per host: every hop is a network hop.
+braid_multihost_test(multihost_grid_2hosts HOSTS 2 COMMAND ${grid} --gtest_filter=${case}2ranks_*)
+# 2, 1 and 1 ranks per host: shared memory inside host 0, the network between hosts, and a ring
+# the library must reorder (0 3 1 2); messages striped over 3 sockets per connection.
+braid_multihost_test(multihost_grid_3hosts HOSTS 3
+  COMMAND env BRAID_NSOCKS=3 ${grid} --gtest_filter=${case}4ranks_*)
+# IPv6 only (no IPv4 address on the links); 2 and 1 ranks per host.
+braid_multihost_test(multihost_grid_ipv6 HOSTS 2 IPV6
+  COMMAND ${grid} --gtest_filter=${case}3ranks_allreduce:${case}3ranks_sendrecv)
+
+set(faults $<TARGET_FILE:test_multihost_faults>)
+braid_multihost_test(multihost_link_down HOSTS 3
+  COMMAND ${faults} --gtest_filter=Faults.LinkDownMidAllReduceEveryRankNamesAPeerItLost)
+braid_multihost_test(multihost_killed_rank HOSTS 2
+  COMMAND ${faults} --gtest_filter=Faults.KilledRankIsNamedByPeersOnEveryHost)
+braid_multihost_test(multihost_stops_reading HOSTS 2
+  COMMAND ${faults} --gtest_filter=Faults.PeerThatStopsReadingEndsInATimeoutNamingIt)
+braid_multihost_test(multihost_departure HOSTS 3
+  COMMAND ${faults} --gtest_filter=Departure.SendThenDestroyDeliversEverythingAndIsNoFailure)

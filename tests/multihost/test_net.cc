@@ -1,0 +1,541 @@
+// The network transport's parts on loopback, no namespaces needed: how messages split across
+// sockets, the host-contiguous ring order, and the socket plug-in and proxy against well-behaved
+// and misbehaving peers (a stranger without the token, truncated, oversized and malformed frames,
+// a peer that never reads). Misbehaving peers are raw sockets speaking the wire format by hand.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "core/error.h"
+#include "core/socket.h"
+#include "transport/net/proxy.h"
+#include "transport/net/socket_net.h"
+#include "transport/transport.h"
+
+namespace braid::net {
+namespace {
+
+using namespace std::chrono_literals;
+
+// ---- splitting messages ----
+
+TEST(NetWire, PartsCoverEveryMessageOnceAndInOrder) {
+  const uint64_t kMin = wire::kMinPartBytes;
+  std::vector<uint64_t> sizes = {0,
+                                 1,
+                                 63,
+                                 4096,
+                                 kMin - 1,
+                                 kMin,
+                                 2 * kMin - 1,
+                                 2 * kMin,
+                                 2 * kMin + 1,
+                                 100000,
+                                 1 << 20,
+                                 (1 << 20) + 7,
+                                 64 * kMin + 3};
+  for (int sockets = 1; sockets <= kMaxSockets; ++sockets) {
+    for (uint64_t bytes : sizes) {
+      SCOPED_TRACE(testing::Message() << bytes << " bytes over " << sockets << " sockets");
+      const int parts = wire::messageParts(bytes, sockets);
+      ASSERT_GE(parts, 1);
+      ASSERT_LE(parts, sockets);
+      EXPECT_EQ(parts, static_cast<int>(std::clamp<uint64_t>(bytes / kMin, 1, sockets)));
+      uint64_t next = 0;
+      for (int part = 0; part < parts; ++part) {
+        const wire::PartRange range = wire::messagePart(bytes, parts, part);
+        EXPECT_EQ(range.offset, next);
+        if (parts > 1) {
+          EXPECT_GE(range.bytes, kMin / 2);
+        }
+        if (bytes > 0) {
+          EXPECT_GT(range.bytes, 0u);
+        }
+        next = range.offset + range.bytes;
+      }
+      EXPECT_EQ(next, bytes);
+    }
+  }
+}
+
+TEST(NetWire, EachPartHasItsOwnSocket) {
+  for (int sockets = 1; sockets <= kMaxSockets; ++sockets) {
+    for (uint64_t seq : {0ull, 1ull, 5ull, 1000003ull}) {
+      std::vector<bool> used(sockets, false);
+      for (int part = 0; part < sockets; ++part) {
+        const int socket = wire::socketOfPart(seq, part, sockets);
+        ASSERT_FALSE(used[socket]);
+        used[socket] = true;
+        EXPECT_EQ(wire::partOnSocket(seq, socket, sockets), part);
+      }
+    }
+  }
+}
+
+// ---- ring order ----
+
+TEST(RingOrder, KeepsEachHostsRanksTogetherInRankOrder) {
+  EXPECT_EQ(hostContiguousOrder({7, 7, 7}), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(hostContiguousOrder({1, 2, 1, 2}), (std::vector<int>{0, 2, 1, 3}));
+  // Hosts in the order of their lowest rank: 9 (ranks 0, 4), 3 (1, 3), 5 (2, 5, 6).
+  EXPECT_EQ(hostContiguousOrder({9, 3, 5, 3, 9, 5, 5}), (std::vector<int>{0, 4, 1, 3, 2, 5, 6}));
+  EXPECT_EQ(hostContiguousOrder({}), std::vector<int>{});
+}
+
+TEST(RingOrder, MatchesAStableSortByFirstAppearanceOfTheHost) {
+  std::mt19937 random(12345);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int nranks = 1 + static_cast<int>(random() % 40);
+    const int nhosts = 1 + static_cast<int>(random() % 6);
+    std::vector<uint64_t> hosts(nranks);
+    for (uint64_t& h : hosts) h = 1000 + random() % nhosts;
+    std::map<uint64_t, int> firstSeen;
+    for (int r = 0; r < nranks; ++r) firstSeen.emplace(hosts[r], r);
+    std::vector<int> expected(nranks);
+    for (int r = 0; r < nranks; ++r) expected[r] = r;
+    std::stable_sort(expected.begin(), expected.end(),
+                     [&](int a, int b) { return firstSeen[hosts[a]] < firstSeen[hosts[b]]; });
+    EXPECT_EQ(hostContiguousOrder(hosts), expected);
+  }
+}
+
+// ---- the socket plug-in on loopback ----
+
+NetInterface loopback() {
+  return {"lo", SocketAddress::fromNumeric("127.0.0.1", 0, "test")};
+}
+
+Clock::time_point in(std::chrono::milliseconds ms) {
+  return Clock::now() + ms;
+}
+
+// Calls `step` until it returns true; false if it never did within `limit`.
+template <typename Step>
+bool keepTrying(Step step, std::chrono::milliseconds limit = 20s) {
+  const Clock::time_point deadline = in(limit);
+  while (Clock::now() < deadline) {
+    if (step()) return true;
+    std::this_thread::sleep_for(100us);
+  }
+  return false;
+}
+
+struct Pair {
+  std::unique_ptr<Net> net;
+  std::unique_ptr<ListenComm> listener;
+  Handle handle;
+  std::unique_ptr<SendComm> send;
+  std::unique_ptr<RecvComm> recv;
+};
+
+Pair connectedPair(int sockets) {
+  Pair p;
+  p.net = makeSocketNet({loopback()}, {sockets, 5000});
+  p.listener = p.net->listen(0, &p.handle);
+  p.send = p.net->connect(0, p.handle, 7, in(10s));
+  uint32_t tag = 0;
+  p.recv = p.net->accept(*p.listener, &tag, in(10s));
+  EXPECT_EQ(tag, 7u);
+  return p;
+}
+
+std::vector<uint8_t> randomBytes(size_t n, uint32_t seed) {
+  std::mt19937 random(seed);
+  std::vector<uint8_t> v(n);
+  for (uint8_t& b : v) b = static_cast<uint8_t>(random());
+  return v;
+}
+
+TEST(SocketNet, DescribesItsDevice) {
+  std::unique_ptr<Net> net = makeSocketNet({loopback()}, {1, 5000});
+  ASSERT_EQ(net->deviceCount(), 1);
+  const DeviceProperties p = net->properties(0);
+  EXPECT_EQ(p.name, "lo");
+  EXPECT_EQ(p.address, "127.0.0.1");
+  EXPECT_TRUE(p.pciPath.empty());  // loopback is no PCI function
+  EXPECT_THROW(net->properties(1), Error);
+}
+
+TEST(SocketNet, RefusesSocketCountsOutOfRange) {
+  for (int sockets : {0, kMaxSockets + 1}) {
+    try {
+      makeSocketNet({loopback()}, {sockets, 5000});
+      ADD_FAILURE() << sockets << " sockets were accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), braidInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("BRAID_NSOCKS"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// Messages of every shape, many in flight, over 1 and 3 sockets: the bytes arrive intact and in
+// posting order, whatever socket carried each part.
+TEST(SocketNet, MovesMessagesIntactOverSeveralSockets) {
+  const std::vector<size_t> sizes = {
+      0, 1,      4095, wire::kMinPartBytes, 100000, (1u << 20) + 5, 17, 3 * wire::kMinPartBytes + 1,
+      0, 777777, 65536};
+  const size_t capacity = 1u << 21;
+  for (int sockets : {1, 3}) {
+    SCOPED_TRACE(testing::Message() << sockets << " sockets");
+    Pair p = connectedPair(sockets);
+    std::vector<std::vector<uint8_t>> out, in;
+    for (size_t i = 0; i < 3 * sizes.size(); ++i) {
+      out.push_back(randomBytes(sizes[i % sizes.size()], static_cast<uint32_t>(i)));
+      in.emplace_back(capacity, 0);
+    }
+    size_t sent = 0, received = 0, sendPosted = 0, recvPosted = 0;
+    std::vector<Request*> sendRequests(out.size()), recvRequests(out.size());
+    const bool finished = keepTrying([&] {
+      while (sendPosted < out.size() && sendPosted - sent < 5) {
+        Request* r = p.send->isend(out[sendPosted].data(), out[sendPosted].size(), nullptr);
+        if (r == nullptr) break;
+        sendRequests[sendPosted++] = r;
+      }
+      while (recvPosted < in.size() && recvPosted - received < 4) {
+        Request* r = p.recv->irecv(in[recvPosted].data(), capacity, nullptr);
+        if (r == nullptr) break;
+        recvRequests[recvPosted++] = r;
+      }
+      size_t bytes = 0;
+      while (sent < sendPosted && p.send->test(sendRequests[sent], &bytes)) {
+        EXPECT_EQ(bytes, out[sent].size());
+        ++sent;
+      }
+      while (received < recvPosted && p.recv->test(recvRequests[received], &bytes)) {
+        EXPECT_EQ(bytes, out[received].size()) << "message " << received;
+        in[received].resize(bytes);
+        ++received;
+      }
+      return received == out.size() && sent == out.size();
+    });
+    ASSERT_TRUE(finished) << "sent " << sent << ", received " << received << " of " << out.size();
+    for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(in[i], out[i]) << "message " << i;
+  }
+}
+
+// A sender that ends its stream before closing has departed; one that just closes is lost.
+TEST(SocketNet, ACloseIsADepartureOnlyAfterTheEndOfTheStream) {
+  for (bool ended : {true, false}) {
+    SCOPED_TRACE(ended ? "ended, then closed" : "closed");
+    Pair p = connectedPair(3);
+    std::vector<uint8_t> buffer(100);
+    Request* request = p.recv->irecv(buffer.data(), buffer.size(), nullptr);
+    if (ended) p.send->end();
+    p.send.reset();
+    std::string error;
+    const bool finished = keepTrying(
+        [&] {
+          try {
+            size_t bytes = 0;
+            return p.recv->test(request, &bytes);
+          } catch (const Error& e) {
+            error = e.what();
+            return true;
+          }
+        },
+        1s);
+    if (ended) {
+      EXPECT_FALSE(finished) << error;  // nothing arrives, and nothing is wrong
+      std::vector<pollfd> fds;
+      p.recv->pollDescriptors(fds);
+      EXPECT_TRUE(fds.empty()) << "ended sockets are not worth waiting for";
+    } else {
+      EXPECT_NE(error.find("closed the connection"), std::string::npos) << error;
+    }
+  }
+}
+
+// A raw connection to a listener, speaking the wire format by hand.
+class RawPeer {
+ public:
+  RawPeer(const Handle& handle, int sockets = 1) {
+    std::memcpy(&contents_, handle.bytes, sizeof contents_);
+    const SocketAddress address = SocketAddress::fromBytes(
+        contents_.family == 4 ? AF_INET : AF_INET6, contents_.address, contents_.port);
+    for (int i = 0; i < sockets; ++i)
+      sockets_.push_back(Socket::connect(address, "listener", in(5s), "raw peer"));
+  }
+
+  Socket& socket(int i = 0) { return sockets_[i]; }
+  std::string localAddress() const { return sockets_[0].localAddress().toString(); }
+
+  void send(const void* data, size_t bytes, int socket = 0) {
+    sockets_[socket].sendAll(data, bytes, in(5s), "raw peer");
+  }
+  // The hello that proves the handle (or, with `token` changed, fails to).
+  void hello(uint32_t tag, const uint8_t* token = nullptr) {
+    for (size_t i = 0; i < sockets_.size(); ++i) {
+      wire::Hello h;
+      std::memcpy(h.token, token ? token : contents_.token, sizeof h.token);
+      h.tag = tag;
+      h.connection = 42;
+      h.socket = static_cast<uint16_t>(i);
+      h.sockets = static_cast<uint16_t>(sockets_.size());
+      send(&h, sizeof h, static_cast<int>(i));
+    }
+  }
+  void frame(uint64_t seq, uint64_t messageBytes, uint64_t offset, uint64_t bytes,
+             uint32_t magic = wire::kFrameMagic, int socket = 0) {
+    wire::FrameHeader h;
+    h.magic = magic;
+    h.seq = seq;
+    h.messageBytes = messageBytes;
+    h.offset = offset;
+    h.bytes = bytes;
+    send(&h, sizeof h, socket);
+  }
+  // True once the other side has closed this socket (EOF), false if it is still open at `limit`.
+  bool closedByListener(int socket = 0) {
+    return keepTrying([&] {
+      char byte;
+      return sockets_[socket].readSome(&byte, 1) == 0;
+    });
+  }
+
+ private:
+  wire::HandleContents contents_;
+  std::vector<Socket> sockets_;
+};
+
+TEST(SocketNet, ListenerDropsConnectionsWithoutTheToken) {
+  std::unique_ptr<Net> net = makeSocketNet({loopback()}, {2, 5000});
+  Handle handle;
+  std::unique_ptr<ListenComm> listener = net->listen(0, &handle);
+
+  RawPeer wrongToken(handle);
+  uint8_t token[wire::kTokenBytes] = {1, 2, 3};
+  wrongToken.hello(3, token);
+  RawPeer garbage(handle);
+  const std::vector<uint8_t> junk = randomBytes(sizeof(wire::Hello), 99);
+  garbage.send(junk.data(), junk.size());
+  RawPeer halfHello(handle);
+  halfHello.send(junk.data(), 10);
+  halfHello.socket() = Socket();  // closes after 10 bytes
+
+  std::unique_ptr<SendComm> legit = net->connect(0, handle, 5, in(10s));
+  uint32_t tag = 0;
+  std::unique_ptr<RecvComm> accepted = net->accept(*listener, &tag, in(10s));
+  ASSERT_NE(accepted, nullptr);
+  EXPECT_EQ(tag, 5u);
+  // Accepting again finds nothing more: the strangers were dropped, not queued.
+  try {
+    net->accept(*listener, &tag, in(300ms));
+    ADD_FAILURE() << "a stranger was accepted with tag " << tag;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), braidTimeout) << e.what();
+  }
+  EXPECT_TRUE(wrongToken.closedByListener());
+  EXPECT_TRUE(garbage.closedByListener());
+}
+
+TEST(SocketNet, ListenerDropsHellosThatDoNotFitAConnection) {
+  std::unique_ptr<Net> net = makeSocketNet({loopback()}, {1, 5000});
+  Handle handle;
+  std::unique_ptr<ListenComm> listener = net->listen(0, &handle);
+  wire::HandleContents contents;
+  std::memcpy(&contents, handle.bytes, sizeof contents);
+  RawPeer tooMany(handle);
+  wire::Hello h;
+  std::memcpy(h.token, contents.token, sizeof h.token);
+  h.socket = 0;
+  h.sockets = kMaxSockets + 1;
+  tooMany.send(&h, sizeof h);
+  uint32_t tag = 0;
+  EXPECT_THROW(net->accept(*listener, &tag, in(300ms)), Error);
+  EXPECT_TRUE(tooMany.closedByListener()) << "a connection of " << h.sockets << " sockets";
+}
+
+// A receiving comm fed by a raw peer, with a poisoned buffer posted.
+struct RawSender {
+  std::unique_ptr<Net> net = makeSocketNet({loopback()}, {1, 5000});
+  Handle handle;
+  std::unique_ptr<ListenComm> listener = net->listen(0, &handle);
+  RawPeer peer{handle};
+  std::unique_ptr<RecvComm> recv;
+  std::vector<uint8_t> buffer = std::vector<uint8_t>(4096, 0xa5);
+  Request* request = nullptr;
+
+  RawSender() {
+    peer.hello(1);
+    uint32_t tag = 0;
+    recv = net->accept(*listener, &tag, in(10s));
+    request = recv->irecv(buffer.data(), buffer.size(), nullptr);
+  }
+
+  // The error test() ends with, or "" if it completed or kept waiting.
+  std::string errorOfTest() {
+    std::string error;
+    keepTrying(
+        [&] {
+          try {
+            size_t bytes = 0;
+            return recv->test(request, &bytes);
+          } catch (const Error& e) {
+            EXPECT_EQ(e.code(), braidRemoteError);
+            error = e.what();
+            return true;
+          }
+        },
+        5s);
+    return error;
+  }
+  bool bufferUntouched() const {
+    return std::all_of(buffer.begin(), buffer.end(), [](uint8_t b) { return b == 0xa5; });
+  }
+};
+
+TEST(SocketNet, TruncatedFrameIsAnErrorNamingThePeer) {
+  RawSender s;
+  s.peer.frame(0, 1000, 0, 1000);
+  const std::vector<uint8_t> part = randomBytes(10, 1);
+  s.peer.send(part.data(), part.size());
+  const std::string address = s.peer.localAddress();
+  s.peer.socket() = Socket();
+  const std::string error = s.errorOfTest();
+  EXPECT_NE(error.find("truncated"), std::string::npos) << error;
+  EXPECT_NE(error.find("10 of 1000 payload bytes"), std::string::npos) << error;
+  EXPECT_NE(error.find(address), std::string::npos) << error;
+}
+
+TEST(SocketNet, TruncatedHeaderIsAnError) {
+  RawSender s;
+  s.peer.send("abc", 3);
+  s.peer.socket() = Socket();
+  EXPECT_NE(s.errorOfTest().find("3 of 40 header bytes"), std::string::npos);
+}
+
+TEST(SocketNet, OversizedFrameIsRefusedBeforeItsPayload) {
+  for (uint64_t announced : {uint64_t{4097}, uint64_t{1} << 62}) {
+    RawSender s;
+    s.peer.frame(0, announced, 0, announced);
+    const std::vector<uint8_t> payload = randomBytes(4096, 2);
+    s.peer.send(payload.data(), payload.size());
+    const std::string error = s.errorOfTest();
+    EXPECT_NE(error.find("oversized"), std::string::npos) << error;
+    EXPECT_NE(error.find(std::to_string(announced) + " bytes"), std::string::npos) << error;
+    EXPECT_TRUE(s.bufferUntouched());
+  }
+}
+
+TEST(SocketNet, FrameWithBadMagicIsAnError) {
+  RawSender s;
+  s.peer.frame(0, 10, 0, 10, 0x12345678);
+  EXPECT_NE(s.errorOfTest().find("bad magic 0x12345678"), std::string::npos);
+  EXPECT_TRUE(s.bufferUntouched());
+}
+
+TEST(SocketNet, FrameWithTheWrongPartIsAnError) {
+  RawSender s;
+  s.peer.frame(0, 100, 50, 50);  // one socket carries whole messages
+  const std::string error = s.errorOfTest();
+  EXPECT_NE(error.find("malformed"), std::string::npos) << error;
+  EXPECT_TRUE(s.bufferUntouched());
+}
+
+TEST(SocketNet, FramesOutOfOrderAreAnError) {
+  RawSender s;
+  s.peer.frame(0, 4, 0, 4);
+  s.peer.send("abcd", 4);
+  size_t bytes = 0;
+  ASSERT_TRUE(keepTrying([&] { return s.recv->test(s.request, &bytes); }));
+  EXPECT_EQ(bytes, 4u);
+  s.request = s.recv->irecv(s.buffer.data(), s.buffer.size(), nullptr);
+  s.peer.frame(0, 4, 0, 4);  // message 0 again
+  EXPECT_NE(s.errorOfTest().find("already complete"), std::string::npos);
+}
+
+// A peer that never reads: the sender's kernel buffers fill, test() keeps answering "not yet"
+// without blocking, and no more than kMaxRequests are ever taken.
+TEST(SocketNet, SenderToAPeerThatNeverReadsStaysBounded) {
+  std::unique_ptr<Net> net = makeSocketNet({loopback()}, {2, 5000});
+  Handle handle;
+  std::unique_ptr<ListenComm> listener = net->listen(0, &handle);
+  std::unique_ptr<SendComm> send = net->connect(0, handle, 1, in(10s));
+  uint32_t tag = 0;
+  std::unique_ptr<RecvComm> neverTested = net->accept(*listener, &tag, in(10s));
+  const std::vector<uint8_t> data(1 << 20, 7);
+  std::vector<Request*> requests;
+  for (int i = 0; i < kMaxRequests; ++i) {
+    requests.push_back(send->isend(data.data(), data.size(), nullptr));
+    ASSERT_NE(requests.back(), nullptr);
+  }
+  EXPECT_EQ(send->isend(data.data(), data.size(), nullptr), nullptr);
+  size_t done = 0;
+  for (int round = 0; round < 2000; ++round) {
+    size_t bytes = 0;
+    while (done < requests.size() && send->test(requests[done], &bytes)) ++done;
+    std::this_thread::sleep_for(500us);
+  }
+  // 32 MiB is more than loopback's socket buffers hold.
+  EXPECT_LT(done, requests.size());
+  std::vector<pollfd> fds;
+  send->pollDescriptors(fds);
+  EXPECT_FALSE(fds.empty()) << "a blocked sender must give the proxy a socket to wait on";
+}
+
+// ---- the proxy ----
+
+TEST(NetProxy, MovesFifoSlotsInOrderWithTheirSizes) {
+  const FifoGeometry geometry{4096, 4};
+  Pair ab = connectedPair(2);
+  Pair ba = connectedPair(2);
+  Proxy a(0, geometry), b(1, geometry);
+  const Proxy::Fifos fa = a.addPeer(1, std::move(ab.send), std::move(ba.recv));
+  const Proxy::Fifos fb = b.addPeer(0, std::move(ba.send), std::move(ab.recv));
+  a.start();
+  b.start();
+  SendConnector toB(fa.send, 0, 1);
+  RecvConnector fromA(fb.recv, 1, 0);
+  struct Deadline : Watchdog {
+    Clock::time_point at = in(20s);
+    void poll(int peer, const char* what) override {
+      if (Clock::now() > at) fail(braidTimeout, "waiting for {} from rank {}", what, peer);
+    }
+  } dog;
+  std::thread producer([&] {
+    for (uint32_t i = 0; i < 1000; ++i) {
+      auto* slot = static_cast<uint32_t*>(toB.acquire(dog));
+      for (uint32_t k = 0; k <= i % 1024; ++k) slot[k] = i * 7919 + k;
+      toB.post((i % 1024 + 1) * 4);
+    }
+  });
+  for (uint32_t i = 0; i < 1000; ++i) {
+    const auto* slot = static_cast<const uint32_t*>(fromA.wait((i % 1024 + 1) * 4, dog));
+    for (uint32_t k = 0; k <= i % 1024; ++k) ASSERT_EQ(slot[k], i * 7919 + k) << i << " " << k;
+    fromA.release();
+  }
+  producer.join();
+  EXPECT_EQ(a.failure(1), std::nullopt);
+  EXPECT_EQ(b.failure(0), std::nullopt);
+}
+
+TEST(NetProxy, RecordsABrokenConnectionNamingThePeerRank) {
+  const FifoGeometry geometry{4096, 4};
+  std::unique_ptr<Net> net = makeSocketNet({loopback()}, {1, 5000});
+  Handle handle;
+  std::unique_ptr<ListenComm> listener = net->listen(0, &handle);
+  RawPeer peer(handle);
+  peer.hello(3);
+  uint32_t tag = 0;
+  std::unique_ptr<RecvComm> recv = net->accept(*listener, &tag, in(10s));
+  Pair unused = connectedPair(1);
+  Proxy proxy(0, geometry);
+  proxy.addPeer(3, std::move(unused.send), std::move(recv));
+  proxy.start();
+  EXPECT_EQ(proxy.failure(3), std::nullopt);
+  peer.frame(0, 100, 0, 100);
+  peer.socket() = Socket();
+  ASSERT_TRUE(keepTrying([&] { return proxy.failure(3).has_value(); }));
+  const std::string failure = *proxy.failure(3);
+  EXPECT_NE(failure.find("rank 3"), std::string::npos) << failure;
+  EXPECT_NE(failure.find("truncated"), std::string::npos) << failure;
+  EXPECT_EQ(proxy.failure(-1), proxy.failure(3));  // any peer's failure serves a wait on several
+}
+
+}  // namespace
+}  // namespace braid::net

@@ -1,0 +1,97 @@
+// The network plug-in interface: what a transport between hosts offers the progress thread, in
+// the spirit of NCCL's net API. A plug-in lists devices, listens, connects and accepts, and moves
+// whole messages between registered buffers with non-blocking isend/irecv and test. It knows
+// nothing of FIFOs or collectives; the proxy (proxy.h) maps FIFO slots onto messages. TCP sockets
+// are the first plug-in (socket_net.h); verbs will be the second.
+#pragma once
+
+#include <poll.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/wait.h"
+
+namespace braid::net {
+
+struct DeviceProperties {
+  std::string name;     // "eth0", "mlx5_0"
+  std::string address;  // where peers reach it, for logs
+  std::string pciPath;  // sysfs path of its PCI function; empty for virtual devices (veth, bridge)
+  int speedMbps = 0;    // link speed; 0 when the device does not say
+};
+
+// What a listener publishes so that peers can connect to it: opaque to all but the plug-in, the
+// same size on every rank, exchanged through the bootstrap (whose connections prove the secret).
+struct Handle {
+  uint8_t bytes[64] = {};
+};
+
+// Memory the plug-in may send from or receive into: ibv_reg_mr for verbs, nothing for sockets.
+class MemoryRegion {
+ public:
+  virtual ~MemoryRegion() = default;
+};
+
+// A posted isend or irecv. Owned by its comm; the caller holds it until test() reports it done.
+struct Request {};
+
+// Up to this many requests may be in flight on one comm.
+constexpr int kMaxRequests = 32;
+
+// One direction of a connection. Requests complete, and must be tested, in posting order. Errors
+// (the peer closed, reset or went silent; a malformed message) throw braid::Error naming the
+// remote address; a comm that threw is broken.
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual std::unique_ptr<MemoryRegion> registerMemory(void* data, size_t bytes) = 0;
+  // Moves what can move without waiting; true once `request` is done, with its size in *bytes.
+  virtual bool test(Request* request, size_t* bytes) = 0;
+  // Descriptors whose readiness lets test() progress, for a poll() while nothing else can move.
+  virtual void pollDescriptors(std::vector<pollfd>& out) const = 0;
+};
+
+class SendComm : public Comm {
+ public:
+  // Starts sending `bytes` from `data` (inside `region`); nullptr while kMaxRequests are in flight.
+  virtual Request* isend(const void* data, size_t bytes, MemoryRegion* region) = 0;
+  // Ends the stream on purpose after the last message, so that the receiver takes the close that
+  // follows for a departure. Without it, a close reads as a lost peer.
+  virtual void end() = 0;
+};
+
+class RecvComm : public Comm {
+ public:
+  // Posts `data` for the next message, which must fit `capacity`; nullptr while kMaxRequests are
+  // in flight. A larger message is an error, never a write past the buffer.
+  virtual Request* irecv(void* data, size_t capacity, MemoryRegion* region) = 0;
+};
+
+class ListenComm {
+ public:
+  virtual ~ListenComm() = default;
+};
+
+class Net {
+ public:
+  virtual ~Net() = default;
+  virtual const char* name() const = 0;
+  virtual int deviceCount() const = 0;
+  virtual DeviceProperties properties(int device) const = 0;
+
+  virtual std::unique_ptr<ListenComm> listen(int device, Handle* handle) = 0;
+  // Connects to the listener that published `handle`, introducing itself with `tag` (the rank).
+  // Does not wait for the other side to accept.
+  virtual std::unique_ptr<SendComm> connect(int device, const Handle& handle, uint32_t tag,
+                                            Clock::time_point deadline) = 0;
+  // The next connection to `listener` that proves it was given the handle, and its tag. Others are
+  // dropped and logged. Fails with braidTimeout once the deadline passes.
+  virtual std::unique_ptr<RecvComm> accept(ListenComm& listener, uint32_t* tag,
+                                           Clock::time_point deadline) = 0;
+};
+
+}  // namespace braid::net

@@ -1,0 +1,239 @@
+#include "transport/net/proxy.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "transport/local.h"
+
+namespace braid::net {
+namespace {
+
+// Rounds with nothing to move that the thread yields through before it sleeps.
+constexpr int kYieldRounds = 64;
+// Sleep slices. During an operation the rank's FIFO moves cannot wake the thread, so it looks
+// again soon; between operations only a socket or the next operation can give it work.
+constexpr long kActiveSliceNs = 100 * 1000;
+constexpr long kIdleSliceNs = 100 * 1000 * 1000;
+
+}  // namespace
+
+struct Proxy::Link {
+  int peer = -1;
+  std::shared_ptr<void> memory;  // both FIFOs
+  FifoDesc sendFifo;
+  FifoDesc recvFifo;
+  std::unique_ptr<SendComm> send;
+  std::unique_ptr<RecvComm> recv;
+  std::unique_ptr<MemoryRegion> sendRegion;
+  std::unique_ptr<MemoryRegion> recvRegion;
+  // Requests by FIFO slot, and the slots handed to the plug-in and finished, as FIFO counters.
+  std::array<Request*, kMaxFifoSlots> sendRequests{};
+  std::array<Request*, kMaxFifoSlots> recvRequests{};
+  uint32_t sendPosted = 0;
+  uint32_t sendDone = 0;
+  uint32_t recvPosted = 0;
+  uint32_t recvDone = 0;
+  std::atomic<bool> failed{false};
+  std::string failure;  // guarded by failureMutex_
+};
+
+Proxy::Proxy(int rank, const FifoGeometry& geometry) : rank_(rank), geometry_(geometry) {
+  static_assert(kMaxFifoSlots <= kMaxRequests);
+  wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wakeFd_ < 0) failErrno(braidSystemError, "creating the network proxy's eventfd", errno);
+}
+
+Proxy::~Proxy() {
+  stop_.store(true, std::memory_order_release);
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t ignored = write(wakeFd_, &one, sizeof one);
+  if (thread_.joinable()) thread_.join();
+  close(wakeFd_);
+  if (departing_)
+    for (const auto& link : links_)
+      if (!link->failed.load()) link->send->end();
+}
+
+Proxy::Fifos Proxy::addPeer(int peer, std::unique_ptr<SendComm> send,
+                            std::unique_ptr<RecvComm> recv) {
+  auto link = std::make_unique<Link>();
+  link->peer = peer;
+  const size_t fifoBytes = FifoDesc::footprint(geometry_.slotBytes, geometry_.nSlots);
+  link->memory = allocateZeroed(2 * fifoBytes);
+  auto* base = static_cast<uint8_t*>(link->memory.get());
+  link->sendFifo = FifoDesc::over(base, geometry_.slotBytes, geometry_.nSlots);
+  link->recvFifo = FifoDesc::over(base + fifoBytes, geometry_.slotBytes, geometry_.nSlots);
+  const size_t slotsBytes = geometry_.slotBytes * geometry_.nSlots;
+  link->sendRegion = send->registerMemory(link->sendFifo.slots, slotsBytes);
+  link->recvRegion = recv->registerMemory(link->recvFifo.slots, slotsBytes);
+  link->send = std::move(send);
+  link->recv = std::move(recv);
+  links_.push_back(std::move(link));
+  return {links_.back()->sendFifo, links_.back()->recvFifo};
+}
+
+void Proxy::start() {
+  thread_ = std::thread([this] { run(); });
+  pthread_setname_np(thread_.native_handle(), "braid-proxy");
+}
+
+std::optional<std::string> Proxy::failure(int peer) const {
+  if (!anyFailure_.load(std::memory_order_acquire)) return std::nullopt;
+  std::lock_guard<std::mutex> lock(failureMutex_);
+  for (const auto& link : links_)
+    if (link->peer == peer && !link->failure.empty()) return link->failure;
+  for (const auto& link : links_)
+    if (!link->failure.empty()) return link->failure;
+  return std::nullopt;
+}
+
+void Proxy::finish(Clock::time_point deadline) {
+  auto unsent = [&] {
+    std::vector<int> peers;
+    for (const auto& link : links_) {
+      const FifoControl& c = *link->sendFifo.control;
+      if (!link->failed.load() && c.head.value.load() != c.tail.value.load())
+        peers.push_back(link->peer);
+    }
+    return peers;
+  };
+  operationStarted();
+  while (!unsent().empty() && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  operationFinished();
+  const std::vector<int> peers = unsent();
+  // With data left behind the peers must see a lost connection, not a departure.
+  departing_ = peers.empty();
+  if (!departing_)
+    BRAID_WARN(log::kNet, "rank {}: closing connections with data not yet sent to ranks {}", rank_,
+               fmt::join(peers, ", "));
+}
+
+void Proxy::operationStarted() {
+  activeOperations_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleeping_.load(std::memory_order_seq_cst)) {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t ignored = write(wakeFd_, &one, sizeof one);
+  }
+}
+
+void Proxy::operationFinished() {
+  activeOperations_.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+void Proxy::fail(Link& link, const std::string& why) {
+  link.failed = true;
+  {
+    std::lock_guard<std::mutex> lock(failureMutex_);
+    link.failure = fmt::format("the connection with rank {} failed: {}", link.peer, why);
+    // The rank reports it at its next wait (braidComm::poll). Only INFO here: a peer that exits
+    // after its last operation without destroying its communicator also ends here.
+    BRAID_INFO(log::kNet, "rank {}: {}", rank_, link.failure);
+  }
+  anyFailure_.store(true, std::memory_order_release);
+}
+
+// Hands the slots the rank published to isend; returns the finished ones to the rank.
+bool Proxy::progressSend(Link& link) {
+  FifoControl& control = *link.sendFifo.control;
+  const uint32_t slots = static_cast<uint32_t>(geometry_.nSlots);
+  bool moved = false;
+  const uint32_t tail = control.tail.value.load(std::memory_order_acquire);
+  while (link.sendPosted != tail) {
+    const uint32_t slot = link.sendPosted % slots;
+    Request* request = link.send->isend(link.sendFifo.slots + slot * geometry_.slotBytes,
+                                        control.bytes[slot], link.sendRegion.get());
+    if (request == nullptr) break;
+    link.sendRequests[slot] = request;
+    ++link.sendPosted;
+    moved = true;
+  }
+  while (link.sendDone != link.sendPosted) {
+    size_t bytes = 0;
+    if (!link.send->test(link.sendRequests[link.sendDone % slots], &bytes)) break;
+    control.head.publish(++link.sendDone);
+    moved = true;
+  }
+  return moved;
+}
+
+// Posts irecv into the slots the rank released; publishes the filled ones to it.
+bool Proxy::progressRecv(Link& link) {
+  FifoControl& control = *link.recvFifo.control;
+  const uint32_t slots = static_cast<uint32_t>(geometry_.nSlots);
+  bool moved = false;
+  const uint32_t head = control.head.value.load(std::memory_order_acquire);
+  while (link.recvPosted - head < slots) {
+    const uint32_t slot = link.recvPosted % slots;
+    Request* request = link.recv->irecv(link.recvFifo.slots + slot * geometry_.slotBytes,
+                                        geometry_.slotBytes, link.recvRegion.get());
+    if (request == nullptr) break;
+    link.recvRequests[slot] = request;
+    ++link.recvPosted;
+    moved = true;
+  }
+  while (link.recvDone != link.recvPosted) {
+    const uint32_t slot = link.recvDone % slots;
+    size_t bytes = 0;
+    if (!link.recv->test(link.recvRequests[slot], &bytes)) break;
+    control.bytes[slot] = bytes;
+    control.tail.publish(++link.recvDone);
+    moved = true;
+  }
+  return moved;
+}
+
+// Waits for a socket of a connection with requests in flight, an operation to start, or the end
+// of a slice.
+void Proxy::sleep() {
+  std::vector<pollfd> fds{{wakeFd_, POLLIN, 0}};
+  for (const auto& link : links_) {
+    if (link->failed) continue;
+    if (link->sendDone != link->sendPosted) link->send->pollDescriptors(fds);
+    if (link->recvDone != link->recvPosted) link->recv->pollDescriptors(fds);
+  }
+  sleeping_.store(true, std::memory_order_seq_cst);
+  const bool active = activeOperations_.load(std::memory_order_seq_cst) > 0;
+  const long sliceNs = active ? kActiveSliceNs : kIdleSliceNs;
+  const timespec slice{sliceNs / 1000000000L, sliceNs % 1000000000L};
+  const int ready = ppoll(fds.data(), fds.size(), &slice, nullptr);
+  sleeping_.store(false, std::memory_order_relaxed);
+  if (ready > 0 && (fds[0].revents & POLLIN) != 0) {
+    uint64_t count = 0;
+    [[maybe_unused]] ssize_t ignored = read(wakeFd_, &count, sizeof count);
+  }
+}
+
+void Proxy::run() {
+  log::setThreadRank(rank_);
+  int idleRounds = 0;
+  while (!stop_.load(std::memory_order_acquire)) {
+    bool moved = false;
+    for (const auto& link : links_) {
+      if (link->failed) continue;
+      try {
+        moved |= progressSend(*link);
+        moved |= progressRecv(*link);
+      } catch (const std::exception& e) {
+        fail(*link, e.what());
+      }
+    }
+    if (moved) {
+      idleRounds = 0;
+    } else if (idleRounds < kYieldRounds) {
+      ++idleRounds;
+      sched_yield();
+    } else {
+      sleep();
+    }
+  }
+}
+
+}  // namespace braid::net

@@ -1,0 +1,74 @@
+// The progress (proxy) thread of the network transport. A hop to a rank on another host is two
+// FIFOs in this rank's memory: the rank's SendConnector fills one that the proxy drains into a
+// plug-in's isend (the proxy is that FIFO's receiver), and the proxy fills the other from irecv for
+// the rank's RecvConnector (the proxy is that FIFO's sender). Both keep FifoControl's protocol and
+// publish through WakeableCounter, so a rank asleep on a FIFO wakes when the proxy moves it, and
+// the collectives cannot tell a network hop from a shared-memory one.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "transport/net/net.h"
+#include "transport/transport.h"
+
+namespace braid::net {
+
+class Proxy {
+ public:
+  Proxy(int rank, const FifoGeometry& geometry);
+  // Stops the thread, then closes the connections.
+  ~Proxy();
+  Proxy(const Proxy&) = delete;
+  Proxy& operator=(const Proxy&) = delete;
+
+  struct Fifos {
+    FifoDesc send;  // the rank fills it, the proxy sends it
+    FifoDesc recv;  // the proxy fills it, the rank reads it
+  };
+  // Serves `peer` over these connections; before start(). The FIFOs live as long as the proxy.
+  Fifos addPeer(int peer, std::unique_ptr<SendComm> send, std::unique_ptr<RecvComm> recv);
+  void start();
+
+  // For a communicator that ends in good order: waits until the network has taken every slot the
+  // rank posted (a rank may destroy its communicator right after a send), a connection fails, or
+  // the deadline passes; then the connections end as a departure, not as a lost peer.
+  void finish(Clock::time_point deadline);
+
+  // The first failed connection's story, preferring one with `peer`; nothing while all are well.
+  std::optional<std::string> failure(int peer) const;
+
+  // An operation of the rank starts or ends. Meanwhile the thread sleeps in short slices, since the
+  // rank's FIFO moves cannot wake it; in between it sleeps until a socket stirs.
+  void operationStarted();
+  void operationFinished();
+
+ private:
+  struct Link;
+
+  void run();
+  bool progressSend(Link& link);
+  bool progressRecv(Link& link);
+  void sleep();
+  void fail(Link& link, const std::string& why);
+
+  const int rank_;
+  const FifoGeometry geometry_;
+  std::vector<std::unique_ptr<Link>> links_;
+  std::thread thread_;
+  int wakeFd_ = -1;  // eventfd: an operation started, or stop
+  std::atomic<bool> stop_{false};
+  std::atomic<int> activeOperations_{0};
+  std::atomic<bool> sleeping_{false};
+  bool departing_ = false;  // finish() ran: end the streams on purpose
+
+  std::atomic<bool> anyFailure_{false};
+  mutable std::mutex failureMutex_;
+};
+
+}  // namespace braid::net

@@ -1,0 +1,649 @@
+#include "transport/net/socket_net.h"
+
+#include <netinet/tcp.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace braid::net {
+
+namespace wire {
+
+int messageParts(uint64_t bytes, int sockets) {
+  return static_cast<int>(std::clamp<uint64_t>(bytes / kMinPartBytes, 1, sockets));
+}
+
+PartRange messagePart(uint64_t bytes, int parts, int part) {
+  const uint64_t begin = bytes / parts * part + bytes % parts * part / parts;
+  const uint64_t end = bytes / parts * (part + 1) + bytes % parts * (part + 1) / parts;
+  return {begin, end - begin};
+}
+
+int socketOfPart(uint64_t seq, int part, int sockets) {
+  return static_cast<int>((seq + part) % sockets);
+}
+
+int partOnSocket(uint64_t seq, int socket, int sockets) {
+  return static_cast<int>((socket + sockets - seq % sockets) % sockets);
+}
+
+}  // namespace wire
+
+namespace {
+
+using wire::FrameHeader;
+using wire::HandleContents;
+using wire::Hello;
+
+constexpr size_t kHeaderBytes = sizeof(FrameHeader);
+// A connection must send its hello this quickly: a stranger that sends nothing is dropped.
+constexpr auto kHelloTimeout = std::chrono::seconds(5);
+// Connections whose hello is still awaited, at most; more are refused until some finish.
+constexpr size_t kMaxPendingSockets = 1024;
+
+void fillRandom(void* out, size_t bytes) {
+  auto* p = static_cast<uint8_t*>(out);
+  size_t have = 0;
+  while (have < bytes) {
+    ssize_t n = getrandom(p + have, bytes - have, 0);
+    if (n < 0 && errno != EINTR) failErrno(braidSystemError, "getrandom", errno);
+    if (n > 0) have += n;
+  }
+}
+
+void setOption(int fd, int level, int name, int value, const char* what) {
+  if (setsockopt(fd, level, name, &value, sizeof value) != 0)
+    failErrno(braidSystemError, fmt::format("setting {} on a socket", what), errno);
+}
+
+// Probes an idle connection every second; `keepaliveMs` without an answer ends it with
+// ETIMEDOUT. Only the side that waits for data sees it: a socket with unacknowledged data in
+// flight does not probe. Every rank receives from every peer on another host, so each end of a
+// broken link learns about it.
+void enableKeepalive(int fd, int keepaliveMs) {
+  setOption(fd, SOL_SOCKET, SO_KEEPALIVE, 1, "SO_KEEPALIVE");
+  setOption(fd, IPPROTO_TCP, TCP_KEEPIDLE, 1, "TCP_KEEPIDLE");
+  setOption(fd, IPPROTO_TCP, TCP_KEEPINTVL, 1, "TCP_KEEPINTVL");
+  setOption(fd, IPPROTO_TCP, TCP_KEEPCNT, std::max(1, (keepaliveMs + 999) / 1000), "TCP_KEEPCNT");
+}
+
+// Turns a failed send or receive into a sentence about the peer.
+[[noreturn]] void failTransfer(const std::string& activity, int err, int keepaliveMs) {
+  switch (err) {
+    case ETIMEDOUT:
+      fail(braidRemoteError,
+           "{}: no answer to TCP keepalive probes for {} s: the peer is unreachable (link down or "
+           "host gone)",
+           activity, (keepaliveMs + 999) / 1000);
+    case ECONNRESET:
+    case EPIPE:
+      fail(braidRemoteError, "{}: the peer reset the connection (its process exited?)", activity);
+    default: failErrno(braidSystemError, activity, err);
+  }
+}
+
+class SocketMemoryRegion final : public MemoryRegion {};
+
+// One direction of a connection: its sockets and the requests in flight on them.
+template <typename RequestT, typename LaneT>
+class SocketComm {
+ protected:
+  SocketComm(std::vector<Socket> sockets, int keepaliveMs, std::string direction)
+      : keepaliveMs_(keepaliveMs) {
+    for (Socket& s : sockets) {
+      lanes_.emplace_back();
+      lanes_.back().activity = fmt::format("{} {}", direction, s.peerName());
+      lanes_.back().socket = std::move(s);
+    }
+  }
+
+  int socketCount() const { return static_cast<int>(lanes_.size()); }
+  bool full() const { return posted_ - reported_ >= kMaxRequests; }
+  RequestT& nextRequest() {
+    RequestT& r = requests_[posted_ % kMaxRequests];
+    r = RequestT{};
+    r.seq = posted_++;
+    return r;
+  }
+  // Requests are tested in posting order; test() calls this before reporting one done.
+  void checkTestOrder(const RequestT& r) const {
+    if (r.seq != reported_)
+      fail(braidInternalError, "{}: request #{} tested before #{}", lanes_[0].activity, r.seq,
+           reported_);
+  }
+
+  int keepaliveMs_;
+  std::vector<LaneT> lanes_;
+  std::array<RequestT, kMaxRequests> requests_;
+  uint64_t posted_ = 0;    // requests handed out
+  uint64_t reported_ = 0;  // requests test() reported done
+};
+
+struct SendRequest : Request {
+  const uint8_t* data = nullptr;
+  uint64_t bytes = 0;
+  uint64_t seq = 0;
+};
+
+struct SendLane {
+  Socket socket;
+  std::string activity;              // "sending to 10.0.0.2:4000", for errors
+  uint64_t cursor = 0;               // the next message this socket may carry a part of
+  bool inFrame = false;              // a part of message `cursor` is being written
+  FrameHeader header;                // of that part
+  const uint8_t* payload = nullptr;  // of that part
+  size_t sent = 0;                   // header and payload bytes written
+  bool wantsWrite = false;           // the socket's buffer was full at the last attempt
+};
+
+class SocketSendComm final : public SendComm, SocketComm<SendRequest, SendLane> {
+ public:
+  SocketSendComm(std::vector<Socket> sockets, int keepaliveMs)
+      : SocketComm(std::move(sockets), keepaliveMs, "sending to") {}
+
+  // Best effort: a socket in the middle of a frame, or too full to take the header, ends without
+  // it, and its receiver sees a truncated frame or a lost peer.
+  void end() override {
+    FrameHeader end;
+    end.flags = wire::kEndOfStream;
+    for (const SendLane& lane : lanes_)
+      if (!lane.inFrame) ::send(lane.socket.fd(), &end, sizeof end, MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+
+  std::unique_ptr<MemoryRegion> registerMemory(void*, size_t) override {
+    return std::make_unique<SocketMemoryRegion>();
+  }
+
+  Request* isend(const void* data, size_t bytes, MemoryRegion*) override {
+    if (full()) return nullptr;
+    SendRequest& r = nextRequest();
+    r.data = static_cast<const uint8_t*>(data);
+    r.bytes = bytes;
+    return &r;
+  }
+
+  bool test(Request* request, size_t* bytes) override {
+    auto& r = *static_cast<SendRequest*>(request);
+    checkTestOrder(r);
+    for (int i = 0; i < socketCount(); ++i) progress(i);
+    // Every socket has moved past the message: all its parts are written.
+    for (const SendLane& lane : lanes_)
+      if (lane.cursor <= r.seq) return false;
+    *bytes = r.bytes;
+    ++reported_;
+    return true;
+  }
+
+  void pollDescriptors(std::vector<pollfd>& out) const override {
+    for (const SendLane& lane : lanes_)
+      if (lane.wantsWrite) out.push_back({lane.socket.fd(), POLLOUT, 0});
+  }
+
+ private:
+  // Starts this socket's part of the next message that has one; false when none is posted.
+  bool startFrame(int index) {
+    SendLane& lane = lanes_[index];
+    for (; lane.cursor < posted_; ++lane.cursor) {
+      const SendRequest& r = requests_[lane.cursor % kMaxRequests];
+      const int parts = wire::messageParts(r.bytes, socketCount());
+      const int part = wire::partOnSocket(lane.cursor, index, socketCount());
+      if (part >= parts) continue;
+      const wire::PartRange range = wire::messagePart(r.bytes, parts, part);
+      lane.header = FrameHeader{};
+      lane.header.seq = lane.cursor;
+      lane.header.messageBytes = r.bytes;
+      lane.header.offset = range.offset;
+      lane.header.bytes = range.bytes;
+      lane.payload = r.data + range.offset;
+      lane.sent = 0;
+      lane.inFrame = true;
+      return true;
+    }
+    return false;
+  }
+
+  void progress(int index) {
+    SendLane& lane = lanes_[index];
+    lane.wantsWrite = false;
+    while (lane.inFrame || startFrame(index)) {
+      // Header and payload in one call.
+      iovec parts[2];
+      int count = 0;
+      if (lane.sent < kHeaderBytes)
+        parts[count++] = {reinterpret_cast<uint8_t*>(&lane.header) + lane.sent,
+                          kHeaderBytes - lane.sent};
+      const size_t payloadSent = lane.sent > kHeaderBytes ? lane.sent - kHeaderBytes : 0;
+      if (payloadSent < lane.header.bytes)
+        parts[count++] = {const_cast<uint8_t*>(lane.payload) + payloadSent,
+                          lane.header.bytes - payloadSent};
+      msghdr message{};
+      message.msg_iov = parts;
+      message.msg_iovlen = count;
+      const ssize_t n = ::sendmsg(lane.socket.fd(), &message, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+          lane.wantsWrite = true;
+          return;
+        }
+        failTransfer(lane.activity, errno, keepaliveMs_);
+      }
+      lane.sent += n;
+      if (lane.sent == kHeaderBytes + lane.header.bytes) {
+        lane.inFrame = false;
+        ++lane.cursor;
+      }
+    }
+  }
+};
+
+struct RecvRequest : Request {
+  uint8_t* data = nullptr;
+  uint64_t capacity = 0;
+  uint64_t seq = 0;
+  bool sized = false;  // a header has told the message's size
+  uint64_t messageBytes = 0;
+  uint64_t received = 0;
+};
+
+struct RecvLane {
+  Socket socket;
+  std::string activity;  // "receiving from 10.0.0.2:4000", for errors
+  FrameHeader header;
+  size_t headerHave = 0;
+  bool placed = false;  // the header was matched with its posted request
+  uint64_t payloadHave = 0;
+  bool stalled = false;  // the header's message has no posted request yet
+  bool ended = false;    // the sender ended the stream on purpose; the socket is closed
+  bool anyFrame = false;
+  uint64_t lastSeq = 0;  // of the last complete frame, once anyFrame
+};
+
+class SocketRecvComm final : public RecvComm, SocketComm<RecvRequest, RecvLane> {
+ public:
+  SocketRecvComm(std::vector<Socket> sockets, int keepaliveMs)
+      : SocketComm(std::move(sockets), keepaliveMs, "receiving from") {}
+
+  std::unique_ptr<MemoryRegion> registerMemory(void*, size_t) override {
+    return std::make_unique<SocketMemoryRegion>();
+  }
+
+  Request* irecv(void* data, size_t capacity, MemoryRegion*) override {
+    if (full()) return nullptr;
+    RecvRequest& r = nextRequest();
+    r.data = static_cast<uint8_t*>(data);
+    r.capacity = capacity;
+    return &r;
+  }
+
+  bool test(Request* request, size_t* bytes) override {
+    auto& r = *static_cast<RecvRequest*>(request);
+    checkTestOrder(r);
+    if (!done(r))
+      for (int i = 0; i < socketCount(); ++i)
+        if (!lanes_[i].ended) progress(i);
+    if (!done(r)) return false;
+    *bytes = r.messageBytes;
+    ++reported_;
+    return true;
+  }
+
+  void pollDescriptors(std::vector<pollfd>& out) const override {
+    for (const RecvLane& lane : lanes_)
+      if (!lane.stalled && !lane.ended) out.push_back({lane.socket.fd(), POLLIN, 0});
+  }
+
+ private:
+  static bool done(const RecvRequest& r) { return r.sized && r.received == r.messageBytes; }
+
+  // True when `n` bytes arrived; false when none are there yet; throws on EOF and errors.
+  bool arrived(long n, const RecvLane& lane) const {
+    if (n > 0) return true;
+    if (n == -EAGAIN || n == -EINTR) return false;
+    if (n < 0) failTransfer(lane.activity, static_cast<int>(-n), keepaliveMs_);
+    if (lane.headerHave > 0)
+      fail(braidRemoteError,
+           "{}: the peer closed the connection in the middle of a frame ({} of {} header bytes, "
+           "{} of {} payload bytes): truncated frame",
+           lane.activity, lane.headerHave, kHeaderBytes, lane.payloadHave,
+           lane.headerHave == kHeaderBytes ? lane.header.bytes : 0);
+    fail(braidRemoteError, "{}: the peer closed the connection (its process exited?)",
+         lane.activity);
+  }
+
+  // What can be checked before the message is posted: the magic and the order of messages.
+  void checkHeader(const RecvLane& lane) const {
+    const FrameHeader& h = lane.header;
+    if (h.magic != wire::kFrameMagic)
+      fail(braidRemoteError,
+           "{}: a frame with bad magic 0x{:08x} (expected 0x{:08x}): not a braid peer, or a "
+           "corrupt stream",
+           lane.activity, h.magic, wire::kFrameMagic);
+    if (h.flags != 0)
+      fail(braidRemoteError, "{}: a frame with unknown flags 0x{:x}", lane.activity, h.flags);
+    if (h.seq < reported_)
+      fail(braidRemoteError, "{}: a frame of message #{}, which is already complete", lane.activity,
+           h.seq);
+    if (lane.anyFrame && h.seq <= lane.lastSeq)
+      fail(braidRemoteError, "{}: a frame of message #{} after one of message #{}: out of order",
+           lane.activity, h.seq, lane.lastSeq);
+  }
+
+  // Matches the header with its request: the size must fit, agree with the other parts, and the
+  // part must be exactly the one this socket carries.
+  void place(int index, RecvRequest& r) const {
+    const RecvLane& lane = lanes_[index];
+    const FrameHeader& h = lane.header;
+    if (h.messageBytes > r.capacity)
+      fail(braidRemoteError,
+           "{}: message #{} announces {} bytes but the receive buffer holds {}: oversized frame "
+           "(ranks with different BRAID_BUFFSIZE or BRAID_FIFO_SLOTS?)",
+           lane.activity, h.seq, h.messageBytes, r.capacity);
+    if (r.sized && h.messageBytes != r.messageBytes)
+      fail(braidRemoteError, "{}: parts of message #{} announce {} and {} bytes", lane.activity,
+           h.seq, r.messageBytes, h.messageBytes);
+    const int parts = wire::messageParts(h.messageBytes, socketCount());
+    const int part = wire::partOnSocket(h.seq, index, socketCount());
+    const wire::PartRange expected =
+        part < parts ? wire::messagePart(h.messageBytes, parts, part) : wire::PartRange{0, 0};
+    if (part >= parts || expected != wire::PartRange{h.offset, h.bytes})
+      fail(braidRemoteError,
+           "{}: a malformed frame: bytes [{}, +{}) of the {}-byte message #{}, where this socket "
+           "carries {}",
+           lane.activity, h.offset, h.bytes, h.messageBytes, h.seq,
+           part < parts ? fmt::format("bytes [{}, +{})", expected.offset, expected.bytes)
+                        : std::string("no part of it"));
+    r.sized = true;
+    r.messageBytes = h.messageBytes;
+  }
+
+  void progress(int index) {
+    RecvLane& lane = lanes_[index];
+    for (;;) {
+      if (lane.headerHave < kHeaderBytes) {
+        const long n =
+            lane.socket.readSome(reinterpret_cast<uint8_t*>(&lane.header) + lane.headerHave,
+                                 kHeaderBytes - lane.headerHave);
+        if (!arrived(n, lane)) return;
+        lane.headerHave += n;
+        if (lane.headerHave < kHeaderBytes) continue;
+        if (lane.header.magic == wire::kFrameMagic && lane.header.flags == wire::kEndOfStream) {
+          lane.ended = true;
+          lane.socket = Socket();
+          return;
+        }
+        checkHeader(lane);
+      }
+      const FrameHeader& h = lane.header;
+      // Later messages wait in the socket until their buffer is posted: memory stays bounded.
+      lane.stalled = h.seq >= posted_;
+      if (lane.stalled) return;
+      RecvRequest& r = requests_[h.seq % kMaxRequests];
+      if (!lane.placed) {
+        place(index, r);
+        lane.placed = true;
+      }
+      while (lane.payloadHave < h.bytes) {
+        const long n =
+            lane.socket.readSome(r.data + h.offset + lane.payloadHave, h.bytes - lane.payloadHave);
+        if (!arrived(n, lane)) return;
+        lane.payloadHave += n;
+      }
+      r.received += h.bytes;
+      lane.anyFrame = true;
+      lane.lastSeq = h.seq;
+      lane.headerHave = 0;
+      lane.payloadHave = 0;
+      lane.placed = false;
+    }
+  }
+};
+
+// Connections on their way in: sockets whose hello is awaited, and connections waiting for the
+// rest of their sockets.
+class SocketListenComm final : public ListenComm {
+ public:
+  SocketListenComm(Socket listener, const uint8_t* token, int keepaliveMs)
+      : listener_(std::move(listener)),
+        where_("NET/Socket listener at " + listener_.localAddress().toString()),
+        keepaliveMs_(keepaliveMs) {
+    std::memcpy(token_, token, sizeof token_);
+  }
+
+  std::unique_ptr<RecvComm> accept(uint32_t* tag, Clock::time_point deadline) {
+    for (;;) {
+      if (!complete_.empty()) {
+        Connection c = std::move(complete_.front());
+        complete_.pop_front();
+        *tag = c.tag;
+        return std::make_unique<SocketRecvComm>(std::move(c.sockets), keepaliveMs_);
+      }
+      const Clock::time_point now = Clock::now();
+      std::erase_if(pending_, [&](const Pending& p) {
+        if (now < p.helloDeadline) return false;
+        drop(p, fmt::format("no complete hello within {} s ({} of {} bytes)", kHelloTimeout.count(),
+                            p.have, sizeof(Hello)));
+        return true;
+      });
+      if (now >= deadline)
+        fail(braidTimeout, "{}: no complete connection arrived before the deadline ({} pending)",
+             where_, pending_.size() + waiting_.size());
+      Clock::time_point wake = deadline;
+      std::vector<pollfd> fds{{listener_.fd(), POLLIN, 0}};
+      for (const Pending& p : pending_) {
+        wake = std::min(wake, p.helloDeadline);
+        fds.push_back({p.socket.fd(), POLLIN, 0});
+      }
+      const int rc = ::poll(fds.data(), fds.size(), pollTimeoutMs(wake));
+      if (rc < 0 && errno != EINTR) failErrno(braidSystemError, where_ + ": poll", errno);
+      if (rc <= 0) continue;
+      for (size_t i = 0; i < pending_.size(); ++i)
+        if (fds[i + 1].revents != 0) readHello(pending_[i]);
+      std::erase_if(pending_, [](const Pending& p) { return !p.socket.valid(); });
+      if ((fds[0].revents & POLLIN) != 0) acceptWaiting();
+    }
+  }
+
+ private:
+  struct Pending {
+    Socket socket;
+    Clock::time_point helloDeadline;
+    Hello hello;
+    size_t have = 0;
+  };
+  struct Connection {
+    uint32_t tag = 0;
+    std::vector<Socket> sockets;  // by index; invalid until that socket arrives
+    int arrived = 0;
+  };
+
+  void drop(const Pending& p, const std::string& why) const {
+    BRAID_WARN(log::kNet, "{}: dropped the connection from {}: {}", where_, p.socket.peerName(),
+               why);
+  }
+
+  void acceptWaiting() {
+    for (Socket s = listener_.acceptPending(); s.valid(); s = listener_.acceptPending()) {
+      if (pending_.size() >= kMaxPendingSockets) {
+        BRAID_WARN(log::kNet, "{}: refused the connection from {}: {} connections await a hello",
+                   where_, s.peerName(), pending_.size());
+        continue;
+      }
+      pending_.push_back({std::move(s), Clock::now() + kHelloTimeout, Hello{}, 0});
+    }
+  }
+
+  // Reads what arrived of a hello; a complete one joins its connection, a bad one is dropped (its
+  // socket left invalid for the caller to sweep away).
+  void readHello(Pending& p) {
+    for (;;) {
+      const long n =
+          p.socket.readSome(reinterpret_cast<uint8_t*>(&p.hello) + p.have, sizeof(Hello) - p.have);
+      if (n == -EAGAIN || n == -EINTR) return;
+      if (n <= 0) {
+        drop(p, n == 0 ? fmt::format("closed after {} hello bytes", p.have)
+                       : fmt::format("read failed: {}", std::strerror(static_cast<int>(-n))));
+        p.socket = Socket();
+        return;
+      }
+      p.have += n;
+      if (p.have < sizeof(Hello)) continue;
+      if (std::optional<std::string> why = admit(p)) {
+        drop(p, *why);
+        p.socket = Socket();
+      }
+      return;
+    }
+  }
+
+  // Files a socket with a complete hello under its connection; says why it cannot be.
+  std::optional<std::string> admit(Pending& p) {
+    const Hello& h = p.hello;
+    if (h.magic != wire::kHelloMagic) return fmt::format("bad magic 0x{:016x}", h.magic);
+    if (std::memcmp(h.token, token_, sizeof token_) != 0)
+      return std::string("wrong token (not a rank of this communicator)");
+    if (h.sockets < 1 || h.sockets > kMaxSockets || h.socket >= h.sockets)
+      return fmt::format("socket {} of {} (at most {} sockets per connection)", h.socket, h.sockets,
+                         kMaxSockets);
+    Connection& c = waiting_[{h.tag, h.connection}];
+    if (c.sockets.empty()) {
+      c.tag = h.tag;
+      c.sockets.resize(h.sockets);
+    }
+    if (c.sockets.size() != h.sockets || c.sockets[h.socket].valid())
+      return fmt::format("socket {} of {} of tag {}'s connection {} does not fit it", h.socket,
+                         h.sockets, h.tag, h.connection);
+    enableKeepalive(p.socket.fd(), keepaliveMs_);
+    c.sockets[h.socket] = std::move(p.socket);
+    if (++c.arrived == static_cast<int>(c.sockets.size())) {
+      complete_.push_back(std::move(c));
+      waiting_.erase({h.tag, h.connection});
+    }
+    return std::nullopt;
+  }
+
+  Socket listener_;
+  std::string where_;
+  int keepaliveMs_;
+  uint8_t token_[wire::kTokenBytes];
+  std::vector<Pending> pending_;
+  std::map<std::pair<uint32_t, uint32_t>, Connection> waiting_;  // by (tag, connection)
+  std::deque<Connection> complete_;
+};
+
+std::string readSysfs(const std::filesystem::path& path) {
+  std::string value;
+  std::ifstream(path) >> value;
+  return value;
+}
+
+class SocketNet final : public Net {
+ public:
+  SocketNet(std::vector<NetInterface> devices, SocketOptions options)
+      : devices_(std::move(devices)), options_(options) {
+    if (options_.socketsPerConnection < 1 || options_.socketsPerConnection > kMaxSockets)
+      fail(braidInvalidArgument, "BRAID_NSOCKS={} is out of range (expected 1..{})",
+           options_.socketsPerConnection, kMaxSockets);
+    if (options_.keepaliveMs < 1)
+      fail(braidInvalidArgument, "BRAID_SOCKET_KEEPALIVE_MS={} must be positive",
+           options_.keepaliveMs);
+  }
+
+  const char* name() const override { return "Socket"; }
+  int deviceCount() const override { return static_cast<int>(devices_.size()); }
+
+  DeviceProperties properties(int device) const override {
+    const NetInterface& i = checkedDevice(device);
+    const std::filesystem::path sysfs = "/sys/class/net/" + i.name;
+    DeviceProperties p;
+    p.name = i.name;
+    p.address = i.address.host();
+    std::error_code error;
+    // Physical NICs link to their PCI function; virtual interfaces have no device link.
+    if (std::filesystem::exists(sysfs / "device", error))
+      p.pciPath = std::filesystem::canonical(sysfs / "device", error).string();
+    const std::string speed = readSysfs(sysfs / "speed");
+    p.speedMbps = speed.empty() || speed[0] == '-' ? 0 : std::atoi(speed.c_str());
+    return p;
+  }
+
+  std::unique_ptr<ListenComm> listen(int device, Handle* handle) override {
+    SocketAddress address = checkedDevice(device).address;
+    address.setPort(0);
+    Socket listener = Socket::listen(address, false);
+    HandleContents h{};
+    const SocketAddress bound = listener.localAddress();
+    h.family = bound.family() == AF_INET6 ? 6 : 4;
+    h.port = bound.port();
+    const std::vector<uint8_t> raw = bound.bytes();
+    std::memcpy(h.address, raw.data(), raw.size());
+    fillRandom(h.token, sizeof h.token);
+    *handle = Handle{};
+    std::memcpy(handle->bytes, &h, sizeof h);
+    return std::make_unique<SocketListenComm>(std::move(listener), h.token, options_.keepaliveMs);
+  }
+
+  std::unique_ptr<SendComm> connect(int device, const Handle& handle, uint32_t tag,
+                                    Clock::time_point deadline) override {
+    checkedDevice(device);
+    HandleContents h;
+    std::memcpy(&h, handle.bytes, sizeof h);
+    if ((h.family != 4 && h.family != 6) || h.port == 0)
+      fail(braidInvalidArgument, "NET/Socket: a handle with address family {} and port {}",
+           h.family, h.port);
+    const SocketAddress address =
+        SocketAddress::fromBytes(h.family == 4 ? AF_INET : AF_INET6, h.address, h.port);
+    const std::string activity = "NET/Socket: connecting to " + address.toString();
+    Hello hello;
+    std::memcpy(hello.token, h.token, sizeof hello.token);
+    hello.tag = tag;
+    fillRandom(&hello.connection, sizeof hello.connection);
+    hello.sockets = static_cast<uint16_t>(options_.socketsPerConnection);
+    std::vector<Socket> sockets;
+    for (int i = 0; i < options_.socketsPerConnection; ++i) {
+      Socket s = Socket::connect(address, address.toString(), deadline, activity);
+      enableKeepalive(s.fd(), options_.keepaliveMs);
+      hello.socket = static_cast<uint16_t>(i);
+      s.sendAll(&hello, sizeof hello, deadline, activity);
+      sockets.push_back(std::move(s));
+    }
+    return std::make_unique<SocketSendComm>(std::move(sockets), options_.keepaliveMs);
+  }
+
+  std::unique_ptr<RecvComm> accept(ListenComm& listener, uint32_t* tag,
+                                   Clock::time_point deadline) override {
+    return static_cast<SocketListenComm&>(listener).accept(tag, deadline);
+  }
+
+ private:
+  const NetInterface& checkedDevice(int device) const {
+    if (device < 0 || device >= deviceCount())
+      fail(braidInvalidArgument, "NET/Socket has no device {} (it has {})", device, deviceCount());
+    return devices_[device];
+  }
+
+  std::vector<NetInterface> devices_;
+  SocketOptions options_;
+};
+
+}  // namespace
+
+std::unique_ptr<Net> makeSocketNet(std::vector<NetInterface> devices, SocketOptions options) {
+  return std::make_unique<SocketNet>(std::move(devices), options);
+}
+
+}  // namespace braid::net
