@@ -420,4 +420,11 @@ std::string graphsToJson(const std::string& origin, const std::vector<NcclGraph>
          "\n";
 }
 
+void printAllViews(std::ostream& out, const Topology& topology, const Matrix& matrix) {
+  printMatrix(out, topology, matrix);
+  printBandwidth(out, topology, matrix);
+  printTree(out, topology);
+  printSummary(out, topology);
+}
+
 }  // namespace braid::topo

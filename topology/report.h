@@ -22,6 +22,8 @@ void printBandwidth(std::ostream& out, const Topology& topology, const Matrix& m
 void printTree(std::ostream& out, const Topology& topology);
 // CPUs, NUMA nodes, GPUs (or plainly that there is none), NICs outside the matrix, sources, notes.
 void printSummary(std::ostream& out, const Topology& topology);
+// Every text view above, in that order (tests and fuzz targets exercise them all at once).
+void printAllViews(std::ostream& out, const Topology& topology, const Matrix& matrix);
 std::string toJson(const Topology& topology, const Matrix& matrix);
 
 void printGraphs(std::ostream& out, const std::string& origin,

@@ -53,10 +53,7 @@ TEST(Files, EveryFileLoadsAndPrints) {
     Topology topology = loadTopology(file);
     Matrix matrix = computeMatrix(topology);
     std::ostringstream out;
-    printMatrix(out, topology, matrix);
-    printBandwidth(out, topology, matrix);
-    printTree(out, topology);
-    printSummary(out, topology);
+    printAllViews(out, topology, matrix);
     // A file with GPUs prints nvidia-smi's header; one without says so plainly.
     if (gpuNodes(topology).empty())
       EXPECT_NE(out.str().find("No GPU in " + file.string()), std::string::npos);

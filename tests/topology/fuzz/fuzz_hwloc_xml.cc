@@ -27,10 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   Matrix matrix = computeMatrix(topology);
   std::ostringstream out;
-  printMatrix(out, topology, matrix);
-  printBandwidth(out, topology, matrix);
-  printTree(out, topology);
-  printSummary(out, topology);
+  printAllViews(out, topology, matrix);
   toJson(topology, matrix);
   readNcclXml(writeNcclXml(topology), "dump.xml");
   return 0;

@@ -21,10 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   Matrix matrix = computeMatrix(topology);
   std::ostringstream out;
-  printMatrix(out, topology, matrix);
-  printBandwidth(out, topology, matrix);
-  printTree(out, topology);
-  printSummary(out, topology);
+  printAllViews(out, topology, matrix);
   toJson(topology, matrix);
   // The dump of anything that loaded loads again, to the same classes.
   Topology again = readNcclXml(writeNcclXml(topology), "dump.xml");
