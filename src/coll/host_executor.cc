@@ -83,20 +83,10 @@ void runRing(CollContext& ctx, const CollArgs& a) {
   const int divisor = a.op == braidAvg ? n : 1;
   const size_t loops = ringLoops(a.coll, n, a.count, chunk);
   const int steps = ringSteps(a.coll, n);
-  // The schedule numbers blocks by ring position; a reduce-scatter's input block and an
-  // all-gather's output block belong to the rank at that position.
-  const bool blocksOfRanks = a.coll == Collective::ReduceScatter || a.coll == Collective::AllGather;
   for (size_t loop = 0; loop < loops; ++loop)
-    for (int step = 0; step < steps; ++step) {
-      RingOp op = ringOp(a.coll, n, pos, a.count, chunk, alignElems, loop, step);
-      if (blocksOfRanks) {
-        const int block = ringRole(a.coll, n, pos, step).block;
-        size_t& offset = a.coll == Collective::ReduceScatter ? op.inOffset : op.outOffset;
-        offset = offset - static_cast<size_t>(block) * a.count +
-                 static_cast<size_t>(ctx.ringOrder[block]) * a.count;
-      }
-      runPrim(op, buf, next, prev, reduce, reduceOut, divisor, *ctx.dog);
-    }
+    for (int step = 0; step < steps; ++step)
+      runPrim(ringOp(a.coll, n, pos, a.count, chunk, alignElems, loop, step, ctx.ringOrder.data()),
+              buf, next, prev, reduce, reduceOut, divisor, *ctx.dog);
   if (streamOut) kernels::streamFence();
 }
 

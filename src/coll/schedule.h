@@ -114,10 +114,15 @@ BRAID_HD inline RingRole ringRole(Collective c, int n, int pos, int step) {
 }
 
 // The full schedule entry. `alignElems` keeps all-reduce blocks on cache-line boundaries.
+// `ringOrder` lists the ranks in ring order (nullptr: rank = position): blocks are numbered by
+// ring position, but a reduce-scatter's input block and an all-gather's output block belong to
+// the rank at that position.
 BRAID_HD inline RingOp ringOp(Collective c, int n, int pos, size_t count, size_t chunk,
-                              size_t alignElems, size_t loop, int step) {
+                              size_t alignElems, size_t loop, int step,
+                              const int* ringOrder = nullptr) {
   const RingRole role = ringRole(c, n, pos, step);
   const size_t block = static_cast<size_t>(role.block);
+  const size_t owner = ringOrder != nullptr ? static_cast<size_t>(ringOrder[role.block]) : block;
   if (c == Collective::AllReduce) {
     const size_t loopElems = chunk * static_cast<size_t>(n);
     const size_t base = loop * loopElems;
@@ -132,8 +137,8 @@ BRAID_HD inline RingOp ringOp(Collective c, int n, int pos, size_t count, size_t
   const size_t offset = loop * chunk;
   const size_t elems = count - offset < chunk ? count - offset : chunk;
   switch (c) {
-    case Collective::ReduceScatter: return {role.prim, block * count + offset, offset, elems};
-    case Collective::AllGather: return {role.prim, offset, block * count + offset, elems};
+    case Collective::ReduceScatter: return {role.prim, owner * count + offset, offset, elems};
+    case Collective::AllGather: return {role.prim, offset, owner * count + offset, elems};
     default: return {role.prim, offset, offset, elems};
   }
 }

@@ -2,6 +2,7 @@
 // input they contain, and each primitive moves or merges those sets as its name says.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -19,6 +20,7 @@ struct Sim {
   size_t count, chunk, align;
   Collective coll;
   int root = 0;
+  std::vector<int> order;  // ranks in ring order; empty: rank = position
   // Per rank: input and output buffers of contribution masks; FIFO per receiving rank.
   std::vector<std::vector<Contrib>> in, out;
   std::vector<std::deque<std::vector<Contrib>>> fifo;
@@ -41,18 +43,22 @@ struct Sim {
   int position(int rank) const {
     if (coll == Collective::Broadcast) return modRanks(rank - root, n);
     if (coll == Collective::Reduce) return modRanks(rank - root - 1, n);
+    if (!order.empty())
+      return static_cast<int>(std::find(order.begin(), order.end(), rank) - order.begin());
     return rank;
   }
   int rankAt(int pos) const {
     if (coll == Collective::Broadcast) return modRanks(pos + root, n);
     if (coll == Collective::Reduce) return modRanks(pos + root + 1, n);
+    if (!order.empty()) return order[pos];
     return pos;
   }
 
   // Runs one primitive of rank r; returns false if it must wait for data.
   bool step(int r, size_t loop, int s) {
     const int pos = position(r);
-    const RingOp op = ringOp(coll, n, pos, count, chunk, align, loop, s);
+    const RingOp op =
+        ringOp(coll, n, pos, count, chunk, align, loop, s, order.empty() ? nullptr : order.data());
     EXPECT_LE(op.count, chunk);
     std::vector<Contrib> received;
     if (primReceives(op.prim)) {
@@ -141,6 +147,27 @@ TEST_P(ScheduleTest, AllGatherPlacesEveryRanksBlock) {
     for (int b = 0; b < n; ++b)
       for (size_t i = 0; i < count; ++i)
         ASSERT_EQ(sim.out[r][b * count + i], Contrib(1) << b) << r << "/" << b << "/" << i;
+}
+
+// Rings whose order is not the rank order (host-contiguous rings): each rank still gets its own
+// reduce-scatter block, and all-gather puts each rank's input at that rank's offset.
+TEST_P(ScheduleTest, BlocksBelongToRanksWhateverTheRingOrder) {
+  auto [n, count] = GetParam();
+  std::vector<int> order(n);
+  for (int p = 0; p < n; ++p) order[p] = p;
+  std::sort(order.begin(), order.end());
+  std::reverse(order.begin(), order.end());
+  std::swap(order[0], order[n / 2]);  // e.g. n = 4: 2 3 1 0
+  Sim rs{n, count, 8, 4, Collective::ReduceScatter, 0, order};
+  rs.run();
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < count; ++i) ASSERT_EQ(rs.out[r][i], kAll(n)) << r << "/" << i;
+  Sim ag{n, count, 8, 4, Collective::AllGather, 0, order};
+  ag.run();
+  for (int r = 0; r < n; ++r)
+    for (int b = 0; b < n; ++b)
+      for (size_t i = 0; i < count; ++i)
+        ASSERT_EQ(ag.out[r][b * count + i], Contrib(1) << b) << r << "/" << b << "/" << i;
 }
 
 TEST_P(ScheduleTest, BroadcastAndReduceFollowTheRootsChain) {
