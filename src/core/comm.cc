@@ -152,15 +152,15 @@ void braidComm::initialize(const braid::BootstrapId& id) {
   }
   {
     std::lock_guard<std::mutex> lock(readyMutex_);
-    ready_ = true;
+    ready_.store(true, std::memory_order_release);
   }
   readyCv_.notify_all();
 }
 
 void braidComm::waitReady() {
-  {
+  if (!ready_.load(std::memory_order_acquire)) {
     std::unique_lock<std::mutex> lock(readyMutex_);
-    readyCv_.wait(lock, [&] { return ready_; });
+    readyCv_.wait(lock, [&] { return ready_.load(); });
   }
   if (initError_) throw *initError_;
 }

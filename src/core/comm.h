@@ -79,7 +79,7 @@ struct braidComm : public braid::Watchdog {
   // Init state (non-blocking init runs initialize() on another thread).
   std::mutex readyMutex_;
   std::condition_variable readyCv_;
-  bool ready_ = false;
+  std::atomic<bool> ready_{false};  // read without the mutex on every operation
   std::optional<braid::Error> initError_;
 
   std::mutex opMutex_;  // operations of one communicator run one at a time
