@@ -115,10 +115,10 @@ inline void trainRank(const TrainConfig& config, braidComm_t comm, int rank, Ran
       const float seed = static_cast<float>(dp.lossScale() / config.microBatches);
       model.backward(seed, [&](int l, std::span<float> dWeights, std::span<float> dBiases) {
         if (config.editGradient) config.editGradient(rank, step, l, dWeights);
-        braid::dp::accumulateFromFloat(dWeights.data(), dp.gradient(weightIds[l]), precision,
-                                       dWeights.size());
+        braid::dp::accumulateFromFloat(dWeights.data(), dp.gradient(weightIds[l]),
+                                       dp.gradientType(), dWeights.size());
         dp.markReady(weightIds[l]);
-        braid::dp::accumulateFromFloat(dBiases.data(), dp.gradient(biasIds[l]), precision,
+        braid::dp::accumulateFromFloat(dBiases.data(), dp.gradient(biasIds[l]), dp.gradientType(),
                                        dBiases.size());
         dp.markReady(biasIds[l]);
       });

@@ -2,12 +2,14 @@
 // threads of this process. Prints the loss per step, the memory report and where the time went.
 //
 //   train_mlp [--mode single|ddp|zero1|zero2] [--ranks N] [--precision fp32|fp16|bf16]
-//             [--steps S] [--batch GLOBAL] [--micro-batches M] [--widths 16,64,64,4]
+//             [--gradients fp32] [--steps S] [--batch GLOBAL] [--micro-batches M] [--widths
+//             16,64,64,4]
 //             [--optimizer adamw|adam|sgd] [--lr LR] [--base-batch B] [--warmup STEPS]
 //             [--bucket-kb KB] [--clip NORM]
 //
 // --lr is the learning rate for --base-batch samples; it is scaled linearly to the global batch
-// and reached by gradual warm-up over --warmup steps (Goyal et al.).
+// and reached by gradual warm-up over --warmup steps (Goyal et al.). --gradients fp32 keeps 16-bit
+// training's gradients in fp32 (Options::fp32Gradients); by default they have --precision's type.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,7 +23,8 @@ namespace {
 [[noreturn]] void usage(const char* message) {
   std::fprintf(stderr,
                "train_mlp: %s\nusage: train_mlp [--mode single|ddp|zero1|zero2] [--ranks N] "
-               "[--precision fp32|fp16|bf16] [--steps S] [--batch GLOBAL] [--micro-batches M] "
+               "[--precision fp32|fp16|bf16] [--gradients fp32] [--steps S] [--batch GLOBAL] "
+               "[--micro-batches M] "
                "[--widths 16,64,64,4] [--optimizer adamw|adam|sgd] [--lr LR] [--base-batch B] "
                "[--warmup STEPS] [--bucket-kb KB] [--clip NORM]\n",
                message);
@@ -49,7 +52,7 @@ int main(int argc, char** argv) {
   config.steps = 100;
   config.globalBatch = 48;
   config.widths = {16, 64, 64, 4};
-  std::string mode = "ddp", precision = "fp32", optimizer = "adamw";
+  std::string mode = "ddp", precision = "fp32", gradients = "", optimizer = "adamw";
   int ranks = 2, baseBatch = 0, warmup = 0;
   double baseLr = 1e-3;
   for (int i = 1; i < argc; ++i) {
@@ -62,6 +65,8 @@ int main(int argc, char** argv) {
       ranks = std::atoi(value.c_str());
     else if (flag == "--precision")
       precision = value;
+    else if (flag == "--gradients")
+      gradients = value;
     else if (flag == "--steps")
       config.steps = std::atoi(value.c_str());
     else if (flag == "--batch")
@@ -106,6 +111,8 @@ int main(int argc, char** argv) {
     o.precision = braidBfloat16;
   else
     usage("--precision must be fp32, fp16 or bf16");
+  if (!gradients.empty() && gradients != "fp32") usage("--gradients must be fp32");
+  o.fp32Gradients = gradients == "fp32";
   if (optimizer == "adamw")
     o.optimizer.kind = braid::dp::OptimizerKind::kAdamW;
   else if (optimizer == "adam")
@@ -126,10 +133,10 @@ int main(int argc, char** argv) {
   };
 
   std::printf(
-      "# train_mlp: mode %s, %d rank(s), %s, %s, global batch %d (%d micro-batch(es)), "
+      "# train_mlp: mode %s, %d rank(s), %s%s, %s, global batch %d (%d micro-batch(es)), "
       "widths",
-      mode.c_str(), ranks, precision.c_str(), optimizer.c_str(), config.globalBatch,
-      config.microBatches);
+      mode.c_str(), ranks, precision.c_str(), o.fp32Gradients ? " (fp32 gradients)" : "",
+      optimizer.c_str(), config.globalBatch, config.microBatches);
   for (int w : config.widths) std::printf(" %d", w);
   std::printf(", lr %g -> %g over %d warm-up steps\n", baseLr, targetLr, warmup);
 

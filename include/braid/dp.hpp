@@ -109,6 +109,13 @@ struct Options {
   // Parameters and gradients: braidFloat32, braidFloat16 or braidBfloat16. With 16-bit types the
   // optimizer keeps fp32 master weights.
   braidDataType_t precision = braidFloat32;
+  // 16-bit precision: keep gradients in fp32 from the backward pass through the reduction to the
+  // optimizer (Megatron's accumulate_allreduce_grads_in_fp32, FSDP's reduce_dtype=float32), 2
+  // more bytes per gradient element. Each rank's partial gradient is then never rounded to 16
+  // bits, so N ranks compute the single-rank gradient up to fp32 summation order; with 16-bit
+  // gradients they differ from it by up to N half-ulps, which Adam's per-element normalization
+  // can turn into visibly different training (docs/dp.md, "Equivalence").
+  bool fp32Gradients = false;
   size_t bucketBytes = 25u << 20;      // PyTorch DDP's bucket_cap_mb
   size_t firstBucketBytes = 1u << 20;  // the first bucket (last layers) launches early
   // ZeRO-2 only: bucket-sized buffers the backward pass writes into before their reduce-scatter.
@@ -125,7 +132,8 @@ struct StepResult {
 };
 
 // Bytes one rank holds; a stage's figures follow the ZeRO paper with Adam in mixed precision
-// (stage 1: 4P + 12P/N, stage 2: 2P + 14P/N), P counted with padding.
+// (stage 1: 4P + 12P/N, stage 2: 2P + 14P/N; fp32Gradients: 6P + 12P/N and 2P + 16P/N), P
+// counted with padding.
 struct MemoryReport {
   size_t parameterCount;        // P as registered
   size_t paddedParameterCount;  // P plus padding: every bucket a multiple of the rank count
@@ -160,7 +168,9 @@ class DataParallel {
 
   // The working copy (options.precision) the forward pass reads; whole on every rank.
   const void* parameter(int id) const;
-  // Where the backward pass adds this parameter's gradient (options.precision): zero at the
+  // The element type of gradient(): options.precision, or braidFloat32 with fp32Gradients.
+  braidDataType_t gradientType() const;
+  // Where the backward pass adds this parameter's gradient (gradientType()): zero at the
   // start of an accumulation window (ZeRO-2: of every micro-batch). Valid until markReady(id).
   void* gradient(int id);
   // The gradient is complete for this micro-batch. Once every parameter of a bucket is ready the

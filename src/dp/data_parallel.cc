@@ -51,8 +51,10 @@ struct DataParallel::Impl {
   bool sharded() const { return options.stage != Stage::kDdp; }
   // Whether markReady() reduces in this micro-batch (ZeRO-2 reduces every one).
   bool reducesNow() const { return sync || options.stage == Stage::kZero2; }
-  std::byte* at(std::vector<std::byte>& storage, size_t element) {
-    return storage.data() + element * elementBytes;
+  std::byte* workingAt(size_t element) { return working.data() + element * parameterBytes; }
+  // In a gradient buffer: gradients, staging or accumulation.
+  std::byte* gradientAt(std::vector<std::byte>& storage, size_t element) {
+    return storage.data() + element * gradientBytes;
   }
 
   void check(braidResult_t result, const char* what) const;
@@ -73,7 +75,9 @@ struct DataParallel::Impl {
   Options options;
   int rank = 0;
   int nranks = 1;
-  size_t elementBytes;
+  braidDataType_t gradientType;
+  size_t parameterBytes;  // per element of the working copy
+  size_t gradientBytes;   // per element of a gradient buffer
   braidStream_t stream = nullptr;
   LossScaler scaler;
 
@@ -132,7 +136,9 @@ void validate(const OptimizerOptions& o) {
 DataParallel::Impl::Impl(braidComm_t communicator, const Options& requested)
     : comm(communicator),
       options(requested),
-      elementBytes(elementSize(requested.precision)),
+      gradientType(requested.fp32Gradients ? braidFloat32 : requested.precision),
+      parameterBytes(elementSize(requested.precision)),
+      gradientBytes(elementSize(gradientType)),
       scaler(scalerOptions(requested)) {
   if (comm == nullptr) fail(braidInvalidArgument, "DataParallel: comm is NULL");
   check(braidCommCount(comm, &nranks), "braidCommCount");
@@ -186,8 +192,8 @@ DataParallel::Impl::Param& DataParallel::Impl::param(int id, const char* what) {
   return params[id];
 }
 
-// DDP's bucket assignment: parameters in reverse order; a bucket closes once it reaches its cap
-// (the first bucket's cap is smaller, so the last layers' all-reduce starts early).
+// DDP's bucket assignment: parameters in reverse order; a bucket closes once its gradients reach
+// its cap (the first bucket's cap is smaller, so the last layers' all-reduce starts early).
 void DataParallel::Impl::layOut() {
   const size_t n = static_cast<size_t>(nranks);
   size_t cap = options.firstBucketBytes;
@@ -212,7 +218,7 @@ void DataParallel::Impl::layOut() {
   for (int id = static_cast<int>(params.size()) - 1; id >= 0; --id) {
     open.params.push_back(id);
     openCount += params[id].count;
-    if (openCount * elementBytes >= cap) close();
+    if (openCount * gradientBytes >= cap) close();
   }
   if (!open.params.empty()) close();
 
@@ -256,12 +262,12 @@ void DataParallel::finalize() {
          "first)",
          d.rank);
   d.layOut();
-  d.working.assign(d.paddedCount * d.elementBytes, std::byte{0});
+  d.working.assign(d.paddedCount * d.parameterBytes, std::byte{0});
   const bool zero2 = d.options.stage == Stage::kZero2;
-  d.gradients.assign((zero2 ? d.ownedCount : d.paddedCount) * d.elementBytes, std::byte{0});
+  d.gradients.assign((zero2 ? d.ownedCount : d.paddedCount) * d.gradientBytes, std::byte{0});
   if (zero2) {
     d.slots.resize(std::min<size_t>(d.options.stagingBuffers, d.buckets.size()));
-    d.staging.assign(d.slots.size() * d.slotCount * d.elementBytes, std::byte{0});
+    d.staging.assign(d.slots.size() * d.slotCount * d.gradientBytes, std::byte{0});
   }
   if (d.options.precision != braidFloat32) d.master.assign(d.ownedCount, 0.0f);
   const OptimizerOptions& o = d.options.optimizer;
@@ -278,7 +284,7 @@ void DataParallel::setParameter(int id, std::span<const float> values) {
     fail(braidInvalidArgument,
          "DataParallel on rank {}: setParameter('{}'): {} values (expected {})", d.rank, p.name,
          values.size(), p.count);
-  convertFromFloat(values.data(), d.at(d.working, p.offset), d.options.precision, p.count);
+  convertFromFloat(values.data(), d.workingAt(p.offset), d.options.precision, p.count);
   if (d.master.empty()) return;  // fp32: the working copy is the master
   const Impl::Segment& s = d.segments[p.bucket];
   const size_t lo = std::max(p.offset, s.flatOffset);
@@ -296,20 +302,25 @@ void DataParallel::getParameter(int id, std::span<float> out) const {
     fail(braidInvalidArgument,
          "DataParallel on rank {}: getParameter('{}'): room for {} values (expected {})", d.rank,
          p.name, out.size(), p.count);
-  convertToFloat(d.at(d.working, p.offset), d.options.precision, out.data(), p.count);
+  convertToFloat(d.workingAt(p.offset), d.options.precision, out.data(), p.count);
 }
 
 const void* DataParallel::parameter(int id) const {
   Impl& d = *impl_;
   d.requireFinalized("parameter");
-  return d.at(d.working, d.param(id, "parameter").offset);
+  return d.workingAt(d.param(id, "parameter").offset);
+}
+
+braidDataType_t DataParallel::gradientType() const {
+  return impl_->gradientType;
 }
 
 void* DataParallel::Impl::gradientOf(Param& p) {
-  if (options.stage != Stage::kZero2) return at(gradients, p.offset);
+  if (options.stage != Stage::kZero2) return gradientAt(gradients, p.offset);
   Bucket& b = buckets[p.bucket];
   if (b.stagingSlot < 0) acquireStaging(p.bucket);
-  return at(staging, static_cast<size_t>(b.stagingSlot) * slotCount + (p.offset - b.offset));
+  return gradientAt(staging,
+                    static_cast<size_t>(b.stagingSlot) * slotCount + (p.offset - b.offset));
 }
 
 void* DataParallel::gradient(int id) {
@@ -337,7 +348,8 @@ void DataParallel::Impl::acquireStaging(int bucketIndex) {
          "buffers (raise Options::stagingBuffers)",
          rank, s, bucketIndex, slot.occupant, slots.size());
   if (slot.inFlight) drain("waiting for a staging buffer's reduce-scatter");
-  std::memset(at(staging, static_cast<size_t>(s) * slotCount), 0, slotCount * elementBytes);
+  std::memset(gradientAt(staging, static_cast<size_t>(s) * slotCount), 0,
+              slotCount * gradientBytes);
   slot.occupant = bucketIndex;
   buckets[bucketIndex].stagingSlot = s;
 }
@@ -358,7 +370,7 @@ void DataParallel::markReady(int id) {
     // fp16 sums can overflow where the average would not: divide before reducing (what
     // PyTorch's fp16 compression hook does), while the gradient is still in cache.
     void* grad = d.gradientOf(p);
-    if (d.options.precision == braidFloat16 && d.nranks > 1)
+    if (d.gradientType == braidFloat16 && d.nranks > 1)
       kernels::scale(grad, braidFloat16, p.count, 1.0f / static_cast<float>(d.nranks));
     if (--b.unready == 0) d.launch(p.bucket);
   } else {
@@ -369,18 +381,18 @@ void DataParallel::markReady(int id) {
 
 void DataParallel::Impl::launch(int bucketIndex) {
   Bucket& b = buckets[bucketIndex];
-  const braidRedOp_t op = options.precision == braidFloat16 ? braidSum : braidAvg;
-  const braidDataType_t type = options.precision;
+  const braidRedOp_t op = gradientType == braidFloat16 ? braidSum : braidAvg;
+  const braidDataType_t type = gradientType;
   const Segment& s = segments[bucketIndex];
   switch (options.stage) {
     case Stage::kDdp:
-      check(braidAllReduce(at(gradients, b.offset), at(gradients, b.offset), b.count, type, op,
-                           comm, stream),
+      check(braidAllReduce(gradientAt(gradients, b.offset), gradientAt(gradients, b.offset),
+                           b.count, type, op, comm, stream),
             "braidAllReduce of a gradient bucket");
       break;
     case Stage::kZero1:
-      check(braidReduceScatter(at(gradients, b.offset), at(gradients, s.flatOffset), s.count, type,
-                               op, comm, stream),
+      check(braidReduceScatter(gradientAt(gradients, b.offset), gradientAt(gradients, s.flatOffset),
+                               s.count, type, op, comm, stream),
             "braidReduceScatter of a gradient bucket");
       break;
     case Stage::kZero2: {
@@ -388,10 +400,10 @@ void DataParallel::Impl::launch(int bucketIndex) {
       // second shard-sized buffer, added once the reduction is known complete (drain()).
       b.accumulate = microBatchInWindow > 0;
       if (b.accumulate && accumulation.empty())
-        accumulation.assign(ownedCount * elementBytes, std::byte{0});
-      std::byte* target = at(b.accumulate ? accumulation : gradients, s.stateOffset);
-      check(braidReduceScatter(at(staging, static_cast<size_t>(b.stagingSlot) * slotCount), target,
-                               s.count, type, op, comm, stream),
+        accumulation.assign(ownedCount * gradientBytes, std::byte{0});
+      std::byte* target = gradientAt(b.accumulate ? accumulation : gradients, s.stateOffset);
+      check(braidReduceScatter(gradientAt(staging, static_cast<size_t>(b.stagingSlot) * slotCount),
+                               target, s.count, type, op, comm, stream),
             "braidReduceScatter of a gradient bucket");
       slots[b.stagingSlot].inFlight = true;
       b.stagingSlot = -1;
@@ -428,18 +440,18 @@ void DataParallel::Impl::drain(const char* what) {
   for (size_t i = 0; i < buckets.size(); ++i) {
     if (!buckets[i].accumulate) continue;
     const Segment& s = segments[i];
-    kernels::add(at(gradients, s.stateOffset), at(accumulation, s.stateOffset), options.precision,
-                 s.count);
+    kernels::add(gradientAt(gradients, s.stateOffset), gradientAt(accumulation, s.stateOffset),
+                 gradientType, s.count);
     buckets[i].accumulate = false;
   }
 }
 
 std::byte* DataParallel::Impl::ownedGradient(const Segment& s) {
-  return at(gradients, options.stage == Stage::kZero2 ? s.stateOffset : s.flatOffset);
+  return gradientAt(gradients, options.stage == Stage::kZero2 ? s.stateOffset : s.flatOffset);
 }
 
 float* DataParallel::Impl::masterOf(const Segment& s) {
-  if (master.empty()) return reinterpret_cast<float*>(at(working, s.flatOffset));
+  if (master.empty()) return reinterpret_cast<float*>(workingAt(s.flatOffset));
   return master.data() + s.stateOffset;
 }
 
@@ -466,7 +478,7 @@ StepResult DataParallel::Impl::step() {
 
   kernels::Inspection local;
   for (const Segment& s : segments) {
-    const kernels::Inspection part = kernels::inspect(ownedGradient(s), options.precision, s.count);
+    const kernels::Inspection part = kernels::inspect(ownedGradient(s), gradientType, s.count);
     local.nonFinite |= part.nonFinite;
     local.sumSquares += part.sumSquares;
   }
@@ -491,13 +503,14 @@ StepResult DataParallel::Impl::step() {
     const double clip = maxNorm > 0 ? std::min(1.0, maxNorm / (result.gradNorm + 1e-6)) : 1.0;
     ++optimizerSteps;
     const kernels::UpdateArgs args{options.optimizer, optimizerSteps,
-                                   static_cast<float>(clip / scale), options.precision};
+                                   static_cast<float>(clip / scale), gradientType,
+                                   options.precision};
     for (const Segment& s : segments)
       kernels::update(args, ownedGradient(s), masterOf(s), momentOf(moment1, s),
-                      momentOf(moment2, s), at(working, s.flatOffset), s.count);
+                      momentOf(moment2, s), workingAt(s.flatOffset), s.count);
     if (sharded()) {
       for (size_t i = 0; i < buckets.size(); ++i)
-        check(braidAllGather(at(working, segments[i].flatOffset), at(working, buckets[i].offset),
+        check(braidAllGather(workingAt(segments[i].flatOffset), workingAt(buckets[i].offset),
                              segments[i].count, options.precision, comm, stream),
               "braidAllGather of updated parameters");
       drain("all-gathering the updated parameters");

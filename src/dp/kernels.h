@@ -23,12 +23,14 @@ Inspection inspect(const void* data, braidDataType_t type, size_t count);
 
 // One optimizer step on `count` elements: the gradient is grad[i] * gradFactor (unscale and clip
 // folded into one factor); master weights and moments are fp32. `working` receives the updated
-// parameters in `type` unless it is `master` itself (fp32 precision keeps no separate master).
+// parameters in `parameterType` unless it is `master` itself (fp32 precision keeps no separate
+// master).
 struct UpdateArgs {
   const OptimizerOptions& optimizer;
   int step;  // 1 for the first applied step
   float gradFactor;
-  braidDataType_t type;
+  braidDataType_t gradientType;
+  braidDataType_t parameterType;
 };
 void update(const UpdateArgs& args, const void* grad, float* master, float* moment1, float* moment2,
             void* working, size_t count);

@@ -160,50 +160,52 @@ Inspection inspectImpl(const void* data, braidDataType_t type, size_t count) {
   });
 }
 
-// PyTorch's formulas (torch.optim.SGD / Adam / AdamW, single-tensor path), in fp32.
+// PyTorch's formulas (torch.optim.SGD / Adam / AdamW, single-tensor path), in fp32. G: the
+// gradients' codec, W: the working copy's.
 void updateImpl(const UpdateArgs& a, const void* grad, float* master, float* moment1,
                 float* moment2, void* working, size_t count) {
-  withCodec(a.type, [&]<typename C>(C) {
-    using S = typename C::Storage;
-    const auto* g16 = static_cast<const S*>(grad);
-    auto* w16 = static_cast<S*>(working);
-    const bool writeWorking = working != static_cast<void*>(master);
-    const OptimizerOptions& o = a.optimizer;
-    const float lr = static_cast<float>(o.learningRate);
-    const float decay = static_cast<float>(o.weightDecay);
-    const float momentum = static_cast<float>(o.momentum);
-    const float beta1 = static_cast<float>(o.beta1), beta2 = static_cast<float>(o.beta2);
-    const float eps = static_cast<float>(o.epsilon);
-    // Bias corrections in double, as torch computes them from Python floats.
-    const float stepSize = static_cast<float>(o.learningRate / (1.0 - std::pow(o.beta1, a.step)));
-    const float correction2 = static_cast<float>(std::sqrt(1.0 - std::pow(o.beta2, a.step)));
-    blocks(count, [&](size_t first, size_t n) {
-      float g[kBlock];
-      C::load(g16 + first, g, n);
-      float* p = master + first;
-      if (o.kind == OptimizerKind::kSgd) {
-        for (size_t i = 0; i < n; ++i) g[i] = g[i] * a.gradFactor + decay * p[i];
-        if (moment1 != nullptr) {
+  withCodec(a.gradientType, [&]<typename G>(G) {
+    withCodec(a.parameterType, [&]<typename W>(W) {
+      const auto* gradIn = static_cast<const typename G::Storage*>(grad);
+      auto* workingOut = static_cast<typename W::Storage*>(working);
+      const bool writeWorking = working != static_cast<void*>(master);
+      const OptimizerOptions& o = a.optimizer;
+      const float lr = static_cast<float>(o.learningRate);
+      const float decay = static_cast<float>(o.weightDecay);
+      const float momentum = static_cast<float>(o.momentum);
+      const float beta1 = static_cast<float>(o.beta1), beta2 = static_cast<float>(o.beta2);
+      const float eps = static_cast<float>(o.epsilon);
+      // Bias corrections in double, as torch computes them from Python floats.
+      const float stepSize = static_cast<float>(o.learningRate / (1.0 - std::pow(o.beta1, a.step)));
+      const float correction2 = static_cast<float>(std::sqrt(1.0 - std::pow(o.beta2, a.step)));
+      blocks(count, [&](size_t first, size_t n) {
+        float g[kBlock];
+        G::load(gradIn + first, g, n);
+        float* p = master + first;
+        if (o.kind == OptimizerKind::kSgd) {
+          for (size_t i = 0; i < n; ++i) g[i] = g[i] * a.gradFactor + decay * p[i];
+          if (moment1 != nullptr) {
+            float* m = moment1 + first;
+            for (size_t i = 0; i < n; ++i) g[i] = m[i] = momentum * m[i] + g[i];
+          }
+          for (size_t i = 0; i < n; ++i) p[i] -= lr * g[i];
+        } else {
           float* m = moment1 + first;
-          for (size_t i = 0; i < n; ++i) g[i] = m[i] = momentum * m[i] + g[i];
+          float* v = moment2 + first;
+          const bool decoupled = o.kind == OptimizerKind::kAdamW;
+          for (size_t i = 0; i < n; ++i) {
+            float gi = g[i] * a.gradFactor;
+            if (decoupled)
+              p[i] *= 1.0f - lr * decay;
+            else
+              gi += decay * p[i];
+            m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
+            v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+            p[i] -= stepSize * m[i] / (std::sqrt(v[i]) / correction2 + eps);
+          }
         }
-        for (size_t i = 0; i < n; ++i) p[i] -= lr * g[i];
-      } else {
-        float* m = moment1 + first;
-        float* v = moment2 + first;
-        const bool decoupled = o.kind == OptimizerKind::kAdamW;
-        for (size_t i = 0; i < n; ++i) {
-          float gi = g[i] * a.gradFactor;
-          if (decoupled)
-            p[i] *= 1.0f - lr * decay;
-          else
-            gi += decay * p[i];
-          m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
-          v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-          p[i] -= stepSize * m[i] / (std::sqrt(v[i]) / correction2 + eps);
-        }
-      }
-      if (writeWorking) C::store(p, w16 + first, n);
+        if (writeWorking) W::store(p, workingOut + first, n);
+      });
     });
   });
 }

@@ -225,6 +225,29 @@ TEST(Usage, RejectsPrecisionGradientsCannotHave) {
   EXPECT_NE(errors.find("is not supported"), std::string::npos) << errors;
 }
 
+// gradient() holds the precision's type unless fp32Gradients asks for fp32.
+TEST(Usage, GradientTypeFollowsOptions) {
+  struct Expected {
+    braidDataType_t precision;
+    bool fp32Gradients;
+    braidDataType_t gradientType;
+  };
+  for (const Expected& e :
+       {Expected{braidFloat16, false, braidFloat16}, Expected{braidFloat16, true, braidFloat32},
+        Expected{braidBfloat16, false, braidBfloat16}, Expected{braidBfloat16, true, braidFloat32},
+        Expected{braidFloat32, true, braidFloat32}}) {
+    Options o;
+    o.precision = e.precision;
+    o.fp32Gradients = e.fp32Gradients;
+    const std::string errors = threaded_ranks::onRanks(1, [&](braidComm_t comm, int) {
+      DataParallel dp(comm, o);
+      EXPECT_EQ(dp.gradientType(), e.gradientType)
+          << "precision " << e.precision << ", fp32Gradients " << e.fp32Gradients;
+    });
+    EXPECT_EQ(errors, "");
+  }
+}
+
 // A complete step with the right calls works (the misuse cases above start from the same state).
 TEST(Usage, WellFormedStepSucceeds) {
   Options o;

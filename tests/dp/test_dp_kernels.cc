@@ -97,16 +97,20 @@ TEST_P(Kernels, StepArithmeticAgrees) {
     braid::dp::OptimizerOptions o;
     o.kind = kind;
     o.weightDecay = 0.01;
-    const braid::dp::kernels::UpdateArgs args{o, 3, 0.5f, type};
-    std::vector<float> master(n, 0.25f), m1(n, 0.01f), m2(n, 0.001f);
-    std::vector<float> master2 = master, m1b = m1, m2b = m2;
-    std::vector<uint8_t> workA(n * elem), workB(n * elem);
-    generic.update(args, grad.data(), master.data(), m1.data(), m2.data(), workA.data(), n);
-    avx2.update(args, grad.data(), master2.data(), m1b.data(), m2b.data(), workB.data(), n);
-    EXPECT_EQ(bytesOf(master.data(), 4 * n), bytesOf(master2.data(), 4 * n));
-    EXPECT_EQ(bytesOf(m1.data(), 4 * n), bytesOf(m1b.data(), 4 * n));
-    EXPECT_EQ(bytesOf(m2.data(), 4 * n), bytesOf(m2b.data(), 4 * n));
-    EXPECT_EQ(workA, workB);
+    // Gradients of the parameters' type, and fp32 ones (Options::fp32Gradients).
+    for (braidDataType_t gradientType : {type, braidFloat32}) {
+      const braid::dp::kernels::UpdateArgs args{o, 3, 0.5f, gradientType, type};
+      const void* g = gradientType == type ? static_cast<const void*>(grad.data()) : values.data();
+      std::vector<float> master(n, 0.25f), m1(n, 0.01f), m2(n, 0.001f);
+      std::vector<float> master2 = master, m1b = m1, m2b = m2;
+      std::vector<uint8_t> workA(n * elem), workB(n * elem);
+      generic.update(args, g, master.data(), m1.data(), m2.data(), workA.data(), n);
+      avx2.update(args, g, master2.data(), m1b.data(), m2b.data(), workB.data(), n);
+      EXPECT_EQ(bytesOf(master.data(), 4 * n), bytesOf(master2.data(), 4 * n));
+      EXPECT_EQ(bytesOf(m1.data(), 4 * n), bytesOf(m1b.data(), 4 * n));
+      EXPECT_EQ(bytesOf(m2.data(), 4 * n), bytesOf(m2b.data(), 4 * n));
+      EXPECT_EQ(workA, workB);
+    }
   }
 }
 

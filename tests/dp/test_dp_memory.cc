@@ -77,6 +77,34 @@ TEST(Memory, ExactWithoutPadding) {
   }
 }
 
+// fp32 gradients (Options::fp32Gradients) with fp16 parameters: 4 bytes per gradient element
+// held, wherever the stage keeps gradients; parameters and optimizer state are unchanged.
+TEST(Memory, Fp32GradientsTakeFourBytes) {
+  const Layout layout{{4000, 40, 7960}, 1u << 20};
+  const size_t P = 12000;
+  for (int n = 1; n <= 4; ++n) {
+    SCOPED_TRACE("ranks " + std::to_string(n));
+    Options o = mixedPrecisionAdam(Stage::kDdp);
+    o.fp32Gradients = true;
+    for (const MemoryReport& m : reports(n, o, layout)) {
+      EXPECT_EQ(m.parameterBytes, 2 * P);
+      EXPECT_EQ(m.gradientBytes, 4 * P);
+      EXPECT_EQ(m.total(), 18 * P);
+    }
+    o.stage = Stage::kZero1;
+    for (const MemoryReport& m : reports(n, o, layout)) {
+      EXPECT_EQ(m.gradientBytes, 4 * P);
+      EXPECT_EQ(m.total(), 6 * P + 12 * P / n);
+    }
+    o.stage = Stage::kZero2;
+    for (const MemoryReport& m : reports(n, o, layout)) {
+      EXPECT_EQ(m.gradientBytes, 4 * P / n);
+      EXPECT_EQ(m.gradientStagingBytes, 4 * P);
+      EXPECT_EQ(m.total() - m.gradientStagingBytes, 2 * P + 16 * P / n);
+    }
+  }
+}
+
 // Awkward counts and many buckets: every bucket is padded to a multiple of N, so the padded
 // count exceeds P by less than N per bucket, and the shard figures are exact in the padded count.
 TEST(Memory, ShardsExactUpToPadding) {
