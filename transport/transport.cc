@@ -151,18 +151,4 @@ PeerLinks connectPeers(const std::vector<PeerInfo>& peers, int rank, const FifoG
   return links;
 }
 
-std::vector<int> hostContiguousOrder(const std::vector<uint64_t>& hostOfRank) {
-  std::vector<int> order;
-  std::vector<bool> placed(hostOfRank.size(), false);
-  for (size_t first = 0; first < hostOfRank.size(); ++first) {
-    if (placed[first]) continue;
-    for (size_t r = first; r < hostOfRank.size(); ++r) {
-      if (hostOfRank[r] != hostOfRank[first]) continue;
-      order.push_back(static_cast<int>(r));
-      placed[r] = true;
-    }
-  }
-  return order;
-}
-
 }  // namespace braid

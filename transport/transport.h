@@ -28,6 +28,10 @@ struct PeerInfo {
   uint64_t nonce = 0;        // random per rank and communicator: names shared resources
   int32_t pid = 0;
   int32_t rank = 0;
+  int32_t cores = 1;     // usable cores of the rank's process
+  int32_t numa = -1;     // NUMA node the rank runs on; -1 when not known
+  int32_t nicNuma = -1;  // NUMA node of the host's network interface; -1 when not known
+  double nicGBs = 0;     // that interface's GB/s per direction (plan/host_graph.h)
 };
 
 // State a rank exports to the peers on its host, so that a waiting peer can tell "slow" from
@@ -74,10 +78,5 @@ struct Rendezvous {
 // Builds the links of `rank`.
 PeerLinks connectPeers(const std::vector<PeerInfo>& peers, int rank, const FifoGeometry& geometry,
                        const Rendezvous& rendezvous);
-
-// The ring order that keeps each host's ranks together: hosts in the order of their lowest rank,
-// a host's ranks in rank order. A ring in this order crosses the network once per host.
-// `hostOfRank[r]` identifies rank r's host.
-std::vector<int> hostContiguousOrder(const std::vector<uint64_t>& hostOfRank);
 
 }  // namespace braid

@@ -124,6 +124,29 @@ braidResult_t braidCommCount(const braidComm_t comm, int* count);
 braidResult_t braidCommCuDevice(const braidComm_t comm, int* device);
 braidResult_t braidCommUserRank(const braidComm_t comm, int* rank);
 
+/* braid extension: what the planner expects of one call on this communicator (NCCL keeps this
+ * internal). `bytes` is nccl-tests' size: the all-reduce buffer, the all-gather output, the
+ * reduce-scatter input. The algorithm and protocol named are the ones the call would run. */
+typedef enum {
+  braidCollAllReduce = 0,
+  braidCollReduceScatter = 1,
+  braidCollAllGather = 2,
+  braidCollBroadcast = 3,
+  braidCollReduce = 4,
+  braidCollSendRecv = 5
+} braidCollective_t;
+typedef struct {
+  double microseconds;
+  double busBandwidthGBs; /* nccl-tests' busbw, GB = 1e9 bytes */
+  const char* algorithm;  /* "ring" or "direct" */
+  const char* protocol;   /* "simple" or "ll" */
+} braidPrediction_t;
+braidResult_t braidCommPredict(braidComm_t comm, braidCollective_t collective, size_t bytes,
+                               braidPrediction_t* prediction);
+/* The communicator's plan as text: one line per channel (ring order, hop kinds, GB/s), then the
+ * model's constants. Valid until the communicator is destroyed. */
+braidResult_t braidCommDescribePlan(braidComm_t comm, const char** text);
+
 const char* braidGetErrorString(braidResult_t result);
 /* The last error's sentence (rank, peer, operation, what was expected). comm may be NULL: then
  * the calling thread's last error. */

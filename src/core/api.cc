@@ -483,6 +483,30 @@ braidResult_t braidCommUserRank(const braidComm_t comm, int* rank) {
   });
 }
 
+braidResult_t braidCommPredict(braidComm_t comm, braidCollective_t collective, size_t bytes,
+                               braidPrediction_t* prediction) {
+  return guarded(comm, [&] {
+    checkComm(comm, "braidCommPredict");
+    if (prediction == nullptr) fail(braidInvalidArgument, "braidCommPredict: prediction is NULL");
+    if (collective < braidCollAllReduce || collective > braidCollSendRecv)
+      fail(braidInvalidArgument,
+           "braidCommPredict: rank {}: collective {} is not a braidCollective_t (expected 0..5)",
+           comm->rank(), static_cast<int>(collective));
+    const braid::plan::Prediction p =
+        comm->predict(static_cast<braid::plan::Operation>(collective), bytes);
+    *prediction = {p.us, p.busBwGBs, braid::plan::algorithmName(p.algorithm),
+                   braid::plan::protocolName(p.protocol)};
+  });
+}
+
+braidResult_t braidCommDescribePlan(braidComm_t comm, const char** text) {
+  return guarded(comm, [&] {
+    checkComm(comm, "braidCommDescribePlan");
+    if (text == nullptr) fail(braidInvalidArgument, "braidCommDescribePlan: text is NULL");
+    *text = comm->describePlan().c_str();
+  });
+}
+
 const char* braidGetErrorString(braidResult_t result) {
   switch (result) {
     case braidSuccess: return "no error";

@@ -13,7 +13,10 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/params.h"
+#include "core/socket.h"
 #include "kernels/host_reduce.h"
+#include "plan/host_graph.h"
+#include "plan/plan_file.h"
 #include "transport/net/proxy.h"
 
 using braid::Clock;
@@ -99,11 +102,17 @@ void braidComm::initialize(const braid::BootstrapId& id) {
   try {
     braid::log::setThreadRank(rank_);
     const Clock::time_point deadline = deadlineFromNow();
+    const braid::plan::HostRankInfo where =
+        braid::plan::describeThisRank(nranks_ > 1 ? braid::bootstrapInterface().name : "");
     const braid::PeerInfo self{.hostHash = hostHash(),
                                .machineHash = fnv1a(machineId()),
                                .nonce = randomNonce(),
                                .pid = static_cast<int32_t>(getpid()),
-                               .rank = rank_};
+                               .rank = rank_,
+                               .cores = usableCores(),
+                               .numa = where.numa,
+                               .nicNuma = where.nicNuma,
+                               .nicGBs = where.nicGBs};
     std::string blob(reinterpret_cast<const char*>(&self), sizeof self);
     bootstrap_ = braid::Bootstrap::join(id, rank_, nranks_, blob, deadline);
     peers_.resize(nranks_);
@@ -114,9 +123,6 @@ void braidComm::initialize(const braid::BootstrapId& id) {
              r, info.size(), sizeof(braid::PeerInfo));
       std::memcpy(&peers_[r], info.data(), sizeof(braid::PeerInfo));
     }
-    std::vector<uint64_t> hosts;
-    for (const braid::PeerInfo& p : peers_) hosts.push_back(p.hostHash);
-    ringOrder_ = braid::hostContiguousOrder(hosts);
     const braid::FifoGeometry geometry = fifoGeometry();
     braid::Rendezvous rendezvous;
     rendezvous.barrier = [&] { bootstrap_->barrier(deadline); };
@@ -132,8 +138,7 @@ void braidComm::initialize(const braid::BootstrapId& id) {
     for (const braid::PeerInfo& p : peers_)
       if (p.machineHash == self.machineHash) busyThreads += links_.netProxy ? 2 : 1;
     if (busyThreads > usableCores()) spins = std::min(spins, kOversubscribedSpins);
-    directMaxBytes_ =
-        std::min<size_t>(std::max<int64_t>(0, braid::param::DirectMaxBytes()), geometry.slotBytes);
+    planRings(geometry);
     scratch_.resize(directMaxBytes_);
     // Chooses the host kernels now, so a bad BRAID_SIMD fails init rather than a collective.
     const char* isa = braid::kernels::isaName();
@@ -155,6 +160,111 @@ void braidComm::initialize(const braid::BootstrapId& id) {
     ready_.store(true, std::memory_order_release);
   }
   readyCv_.notify_all();
+}
+
+namespace {
+
+std::string readPlanFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in)
+    braid::failErrno(braidInvalidArgument, "BRAID_PLAN_FILE=" + path + ": cannot read", errno);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::string expandPath(std::string path) {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  for (size_t at; (at = path.find("%h")) != std::string::npos;) path.replace(at, 2, host);
+  for (size_t at; (at = path.find("%p")) != std::string::npos;)
+    path.replace(at, 2, std::to_string(getpid()));
+  return path;
+}
+
+}  // namespace
+
+// Every rank plans from the same gathered facts, so every rank gets the same plan and the same
+// choice of algorithm for every call without talking about it.
+void braidComm::planRings(const braid::FifoGeometry& geometry) {
+  namespace plan = braid::plan;
+  std::vector<plan::HostRankInfo> ranks;
+  for (const braid::PeerInfo& p : peers_)
+    ranks.push_back({.host = p.hostHash, .numa = p.numa, .nicNuma = p.nicNuma, .nicGBs = p.nicGBs});
+  planGraph_ = plan::hostGraph(ranks);
+  const std::string& planFile = braid::param::PlanFile();
+  if (!planFile.empty()) {
+    plan_ = plan::fromJson(readPlanFile(planFile), planGraph_, planFile);
+  } else {
+    plan::SearchOptions options;
+    options.minChannels = static_cast<int>(braid::param::MinNChannels());
+    options.maxChannels = static_cast<int>(braid::param::MaxNChannels());
+    if (options.minChannels < 1 || options.maxChannels < options.minChannels)
+      fail(braidInvalidArgument,
+           "rank {}: BRAID_MIN_NCHANNELS={} and BRAID_MAX_NCHANNELS={}: expected 1 <= min <= max",
+           rank_, options.minChannels, options.maxChannels);
+    plan_ = plan::search(planGraph_, options);
+  }
+  plan::validate(planGraph_, plan_);
+  ringOrder_ = plan_.channels.front().order;
+  if (plan_.channels.size() > 1)
+    BRAID_INFO(braid::log::kInit,
+               "rank {}: {} channels planned; the host executor runs one, channel 0", rank_,
+               plan_.channels.size());
+
+  plan::ModelInput input;
+  input.hostRanks = true;
+  input.core = {.reduceGBs = braid::param::ModelReduceGBs(),
+                .copyGBs = braid::param::ModelCopyGBs(),
+                .tcpGBs = braid::param::ModelTcpGBs()};
+  input.latency = {.callUs = braid::param::ModelCallUs(),
+                   .hopUs = braid::param::ModelHopUs(),
+                   .netHopUs = braid::param::ModelNetHopUs(),
+                   .switchUs = braid::param::ModelSwitchUs()};
+  // Per host of the plan: the cores of its lowest rank, and the busy threads of its machine
+  // (namespaces standing in for hosts share one machine's cores).
+  const bool proxies = planGraph_.hosts > 1;
+  input.coresPerHost.assign(planGraph_.hosts, 0);
+  input.busyThreadsPerHost.assign(planGraph_.hosts, 0);
+  for (int r = 0; r < nranks_; ++r) {
+    const int host = planGraph_.hostOfRank(r);
+    if (input.coresPerHost[host] == 0) input.coresPerHost[host] = peers_[r].cores;
+    int busy = 0;
+    for (const braid::PeerInfo& p : peers_)
+      if (p.machineHash == peers_[r].machineHash) busy += proxies ? 2 : 1;
+    input.busyThreadsPerHost[host] = busy;
+  }
+  input.fifoBytes = geometry.slotBytes * geometry.nSlots;
+  input.directMaxBytes = geometry.slotBytes;
+  plan::applyOverrides(input);
+  model_ = std::make_unique<plan::Model>(planGraph_, plan_, input);
+
+  // The one-shot exchange wins below a crossover size: find the largest power-of-two multiple of
+  // 64 bytes the model still gives to it.
+  directMaxBytes_ = 0;
+  for (size_t bytes = 64; bytes <= geometry.slotBytes; bytes *= 2)
+    if (model_->best(plan::Operation::AllReduce, bytes).algorithm == plan::Algorithm::Direct)
+      directMaxBytes_ = bytes;
+
+  if (rank_ == 0 && !braid::param::PlanDumpFile().empty()) {
+    const std::string path = expandPath(braid::param::PlanDumpFile());
+    std::ofstream out(path);
+    out << plan::toJson(planGraph_, plan_);
+    if (!out)
+      braid::failErrno(braidSystemError, "BRAID_PLAN_DUMP_FILE=" + path + ": cannot write", errno);
+  }
+  BRAID_INFO(braid::log::kInit, "rank {}: plan {}; one-shot all-reduce up to {} bytes", rank_,
+             plan::describe(planGraph_, plan_), directMaxBytes_);
+}
+
+braid::plan::Prediction braidComm::predict(braid::plan::Operation op, size_t bytes) {
+  waitReady();
+  return model_->best(op, bytes);
+}
+
+const std::string& braidComm::describePlan() {
+  waitReady();
+  if (planText_.empty())
+    planText_ = braid::plan::describe(planGraph_, plan_) + model_->describe() + "\n";
+  return planText_;
 }
 
 void braidComm::waitReady() {

@@ -17,6 +17,8 @@
 #include "core/bootstrap.h"
 #include "core/error.h"
 #include "core/wait.h"
+#include "plan/model.h"
+#include "plan/plan.h"
 #include "transport/transport.h"
 
 struct CommOptions {
@@ -54,6 +56,10 @@ struct braidComm : public braid::Watchdog {
   void recordError(const braid::Error& e);
   std::string lastError() const;
 
+  // What the planner expects of one call, and the plan as text (braidCommPredict/DescribePlan).
+  braid::plan::Prediction predict(braid::plan::Operation op, size_t bytes);
+  const std::string& describePlan();
+
   // Watchdog: deadline, aborts and dead peers.
   void poll(int peer, const char* waitingFor) override;
 
@@ -61,6 +67,7 @@ struct braidComm : public braid::Watchdog {
   template <typename Body>
   void runOperation(const char* opName, Body&& body);
   braid::CollContext context();
+  void planRings(const braid::FifoGeometry& geometry);
   void markFailed(const std::string& reason);
   std::string laggingPeers() const;
   braid::Clock::time_point deadlineFromNow() const;
@@ -72,9 +79,13 @@ struct braidComm : public braid::Watchdog {
   std::unique_ptr<braid::Bootstrap> bootstrap_;
   std::vector<braid::PeerInfo> peers_;
   braid::PeerLinks links_;
-  std::vector<int> ringOrder_;
+  braid::plan::LinkGraph planGraph_;
+  braid::plan::Plan plan_;
+  std::unique_ptr<braid::plan::Model> model_;
+  std::string planText_;
+  std::vector<int> ringOrder_;  // channel 0 of the plan: the host executor runs one channel
   std::vector<unsigned char> scratch_;
-  size_t directMaxBytes_ = 0;
+  size_t directMaxBytes_ = 0;  // all-reduces up to this size use the one-shot exchange
 
   // Init state (non-blocking init runs initialize() on another thread).
   std::mutex readyMutex_;

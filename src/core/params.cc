@@ -21,6 +21,16 @@ int64_t parse(const char* env, const char* raw, int64_t) {
   return value;
 }
 
+double parse(const char* env, const char* raw, double) {
+  char* end = nullptr;
+  errno = 0;
+  double value = std::strtod(raw, &end);
+  if (errno != 0 || end == raw || *end != '\0' || !(value >= 0))
+    fail(braidInvalidArgument, "environment variable {}='{}' is not a non-negative number", env,
+         raw);
+  return value;
+}
+
 template <typename T>
 T readEnv(const char* env, const T& def) {
   const char* raw = std::getenv(env);
@@ -33,6 +43,9 @@ std::string show(const std::string& v) {
 }
 std::string show(int64_t v) {
   return std::to_string(v);
+}
+std::string show(double v) {
+  return fmt::format("{}", v);
 }
 
 }  // namespace

@@ -202,6 +202,9 @@ TEST(Report, ColumnHeaderIsNcclTests) {
                 "#wrong     time   algbw   busbw #wrong",
                 "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)  "
                 "          (us)  (GB/s)  (GB/s)"}));
+  const std::vector<std::string> withPrediction = columnHeader(/*predicted=*/true);
+  EXPECT_EQ(withPrediction[0], columnHeader()[0] + "  predicted");
+  EXPECT_EQ(withPrediction[1], columnHeader()[1] + "            (GB/s)");
 }
 
 TEST(Report, RowIsNcclTestsPrintfLayout) {
@@ -276,7 +279,7 @@ TEST(BraidPerf, TwoProcessTableParsesWithNcclTestsColumns) {
   ASSERT_EQ(run.exitCode, 0) << run.out << run.err;
 
   std::vector<std::vector<std::string>> rows;
-  std::vector<std::string> header = columnHeader();
+  std::vector<std::string> header = columnHeader(/*predicted=*/true);
   size_t headerAt = 0;
   double avgBusbw = -1;
   bool sawOk = false;
@@ -293,7 +296,9 @@ TEST(BraidPerf, TwoProcessTableParsesWithNcclTestsColumns) {
   double busbwSum = 0;
   size_t expectedSize = 8;
   for (const auto& f : rows) {
-    ASSERT_EQ(f.size(), 13u);  // size count type redop root + 2 x (time algbw busbw #wrong)
+    // size count type redop root + 2 x (time algbw busbw #wrong) + braid's predicted busbw
+    ASSERT_EQ(f.size(), 14u);
+    EXPECT_GT(std::stod(f[13]), 0);
     EXPECT_EQ(std::stoul(f[0]), expectedSize);
     EXPECT_EQ(std::stoul(f[1]) * 4, expectedSize);
     EXPECT_EQ(f[2], "float");
@@ -363,7 +368,7 @@ TEST(BraidPerf, CsvHasEveryRowWithTheConfigurationAndNoProgressWhenRedirected) {
   ASSERT_EQ(csvLines.size(), 1 + tableRows.size()) << run.out;
   ASSERT_EQ(tableRows.size(), 3u);  // 64, 512, 4096 bytes
   const std::vector<std::string> header = splitCsv(csvLines[0]);
-  ASSERT_EQ(header.size(), 27u);
+  ASSERT_EQ(header.size(), 28u);
   const auto column = [&](const std::string& name) {
     const size_t at = std::find(header.begin(), header.end(), name) - header.begin();
     EXPECT_LT(at, header.size()) << name;
@@ -429,7 +434,7 @@ TEST(BraidPerf, UncheckedAndUndefinedInPlaceSayNA) {
   std::vector<std::string> row;
   for (const std::string& line : lines(run.out))
     if (!line.empty() && line[0] != '#') row = fields(line);
-  ASSERT_EQ(row.size(), 13u) << run.out;
+  ASSERT_EQ(row.size(), 14u) << run.out;
   EXPECT_EQ(row[8], "N/A");
   EXPECT_EQ(row[12], "N/A");
 }

@@ -61,12 +61,14 @@ class RankBench {
     if (rank_ == 0) {
       int version = 0;
       braidGetVersion(&version);
+      const char* plan = nullptr;
+      call("braidCommDescribePlan", braidCommDescribePlan(comm_, &plan));
       reporter_.emplace(
           stdout, o_,
           RunInfo{launch_.mode, launch_.processes > 0 ? launch_.processes : nranks_,
                   o_.threadsPerProcess, nranks_,
                   fmt::format("{}.{}.{}", version / 10000, version / 100 % 100, version % 100),
-                  ranks});
+                  ranks, "braid-perf", "braid", /*predicts=*/true, plan});
       reporter_->printHeader();
     }
     for (braidDataType_t type : o_.datatypes) {
@@ -175,6 +177,14 @@ class RankBench {
             static_cast<int64_t>(agreed[1])};
   }
 
+  double predictedBusbw(size_t bytes) {
+    if (coll_.planned < 0) return -1;
+    braidPrediction_t p;
+    call("braidCommPredict",
+         braidCommPredict(comm_, static_cast<braidCollective_t>(coll_.planned), bytes, &p));
+    return p.busBandwidthGBs;
+  }
+
   void warmUp(size_t bytes, braidDataType_t type, braidRedOp_t op) {
     const Layout l = coll_.layout(bytes / datatypeInfo(type).size, nranks_);
     for (int i = 0; i < o_.warmupIters; ++i) launch(l, type, op, false);
@@ -196,7 +206,8 @@ class RankBench {
       wrongTotal_ += std::max<int64_t>(outOfPlace.wrong, 0) + std::max<int64_t>(inPlace.wrong, 0);
       if (reporter_)
         reporter_->addRow({l.bytes(info.size), l.paramCount, info.name, redop,
-                           coll_.rooted ? o_.root : -1, outOfPlace, inPlace});
+                           coll_.rooted ? o_.root : -1, outOfPlace, inPlace,
+                           predictedBusbw(l.bytes(info.size))});
     }
   }
 

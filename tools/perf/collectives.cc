@@ -66,7 +66,7 @@ const Collective kCollectives[7] = {
      [](const CallArgs& a) {
        return braidAllReduce(a.send, a.recv, a.count, a.type, a.op, a.comm, a.stream);
      },
-     ownInput, reducedAtIndex, everyRank},
+     ownInput, reducedAtIndex, everyRank, braidCollAllReduce},
     {"reducescatter", true, false, true,
      [](size_t count, int n) {
        const size_t share = count / n;
@@ -80,7 +80,7 @@ const Collective kCollectives[7] = {
      [](const ValueModel& model, const Layout& l, int rank, int, int, size_t i) {
        return model.reduced(rank * l.recvCount + i);
      },
-     everyRank},
+     everyRank, braidCollReduceScatter},
     {"allgather", false, false, true,
      [](size_t count, int n) {
        const size_t share = count / n;
@@ -96,7 +96,7 @@ const Collective kCollectives[7] = {
      [](const ValueModel& model, const Layout& l, int, int, int, size_t i) {
        return model.input(static_cast<int>(i / l.sendCount), i);
      },
-     everyRank},
+     everyRank, braidCollAllGather},
     {"broadcast", false, true, true, fullLayout, unitFactor,
      [](const CallArgs& a) {
        return braidBroadcast(a.send, a.recv, a.count, a.type, a.root, a.comm, a.stream);
@@ -105,17 +105,17 @@ const Collective kCollectives[7] = {
      [](const ValueModel& model, const Layout&, int, int, int root, size_t i) {
        return model.input(root, i);
      },
-     everyRank},
+     everyRank, braidCollBroadcast},
     {"reduce", true, true, true, fullLayout, unitFactor,
      [](const CallArgs& a) {
        return braidReduce(a.send, a.recv, a.count, a.type, a.op, a.root, a.comm, a.stream);
      },
-     ownInput, reducedAtIndex, [](int rank, int root) { return rank == root; }},
+     ownInput, reducedAtIndex, [](int rank, int root) { return rank == root; }, braidCollReduce},
     {"sendrecv", false, false, false, fullLayout, unitFactor, sendRecvRing, ownInput,
      [](const ValueModel& model, const Layout&, int rank, int n, int, size_t i) {
        return model.input((rank - 1 + n) % n, i);
      },
-     everyRank},
+     everyRank, braidCollSendRecv},
     {"alltoall", false, false, false,
      [](size_t count, int n) {
        const size_t share = count / n;

@@ -56,6 +56,8 @@ struct Collective {
                      size_t i);
   // Whether this rank's receive buffer holds a defined result (reduce: only the root's).
   bool (*hasOutput)(int rank, int root);
+  // What braidCommPredict prices it as; -1 when the planner has no model of it (alltoall).
+  int planned = -1;
 };
 
 // The subcommands, in the order `braid-perf --help` lists them.

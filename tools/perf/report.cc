@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "perf/types.h"
 
@@ -45,17 +46,21 @@ std::string formatRow(const Row& row) {
          formatMeasurement(row.outOfPlace) + formatMeasurement(row.inPlace);
 }
 
-std::vector<std::string> columnHeader() {
-  return {
-      rightTrimmed(fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6} {:>6}  "
-                               "{:>7}  {:>6}  {:>6} {:>6}",
-                               "size", "count", "type", "redop", "root", "time", "algbw", "busbw",
-                               "#wrong", "time", "algbw", "busbw", "#wrong")),
-      rightTrimmed(fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>5}  "
-                               "{:>7}  {:>6}  {:>6}  {:>5}",
-                               "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "",
-                               "(us)", "(GB/s)", "(GB/s)", "")),
-  };
+std::vector<std::string> columnHeader(bool predicted) {
+  std::string names = fmt::format(
+      "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6} {:>6}  {:>7}  {:>6}  {:>6} {:>6}",
+      "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
+      "busbw", "#wrong");
+  std::string units = fmt::format(
+      "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>5}  {:>7}  {:>6}  {:>6}  "
+      "{:>5}",
+      "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
+      "");
+  if (predicted) {
+    names += fmt::format("  {:>9}", "predicted");
+    units += fmt::format("  {:>9}", "(GB/s)");
+  }
+  return {rightTrimmed(names), rightTrimmed(units)};
 }
 
 Reporter::Reporter(std::FILE* out, const Options& options, RunInfo run)
@@ -73,6 +78,8 @@ void Reporter::printHeader() {
              o.warmupIters, o.iters, o.check ? 1 : 0, o.blocking ? 1 : 0, o.device, run_.launch);
   if (o.blocking)
     fmt::print(out_, "# Blocking Enabled: NULL stream, every call completes before it returns\n");
+  std::istringstream plan(run_.plan);
+  for (std::string line; std::getline(plan, line);) fmt::print(out_, "# plan: {}\n", line);
   fmt::print(out_, "#\n# Using devices\n");
   for (const RankInfo& r : run_.ranks)
     fmt::print(out_, "#  Rank {:2} Pid {:6} on {:>10} device {}\n", r.rank, r.pid, r.host,
@@ -82,7 +89,7 @@ void Reporter::printHeader() {
              rightTrimmed(fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           "
                                       "out-of-place                       in-place",
                                       "", "", "", "", "")));
-  for (const std::string& line : columnHeader()) fmt::print(out_, "{}\n", line);
+  for (const std::string& line : columnHeader(run_.predicts)) fmt::print(out_, "{}\n", line);
   std::fflush(out_);
 }
 
@@ -95,7 +102,11 @@ void Reporter::progress(size_t bytes, const char* type, const char* redop) {
 
 void Reporter::addRow(const Row& row) {
   rows_.push_back(row);
-  fmt::print(out_, "{}\n", formatRow(row));
+  std::string line = formatRow(row);
+  if (run_.predicts)
+    line += row.predictedBusbw < 0 ? fmt::format("  {:>9}", "N/A")
+                                   : fmt::format("  {:9.2f}", row.predictedBusbw);
+  fmt::print(out_, "{}\n", line);
   std::fflush(out_);
 }
 
@@ -131,19 +142,20 @@ void Reporter::writeCsv() const {
   file << "tool,library,version,collective,nranks,processes,threads_per_process,launch,host,"
           "device,iters,warmup_iters,check,blocking,size_bytes,count,type,redop,root,"
           "oop_time_us,oop_algbw_gbps,oop_busbw_gbps,oop_wrong,"
-          "ip_time_us,ip_algbw_gbps,ip_busbw_gbps,ip_wrong\n";
+          "ip_time_us,ip_algbw_gbps,ip_busbw_gbps,ip_wrong,predicted_busbw_gbps\n";
   const std::string host = run_.ranks.empty() ? "" : run_.ranks[0].host;
   const auto measurement = [](const Measurement& m) {
     return fmt::format("{},{},{},{}", m.timeUs, m.algbw, m.busbw,
                        m.wrong < 0 ? "" : std::to_string(m.wrong));
   };
   for (const Row& row : rows_) {
-    file << fmt::format("{},{},{},{},{},{},{},\"{}\",{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+    file << fmt::format("{},{},{},{},{},{},{},\"{}\",{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                         run_.tool, run_.library, run_.braidVersion, o.collective->name, run_.nranks,
                         run_.processes, o.threadsPerProcess, run_.launch, host, o.device, o.iters,
                         o.warmupIters, o.check ? 1 : 0, o.blocking ? 1 : 0, row.bytes, row.count,
                         row.type, row.redop, row.root, measurement(row.outOfPlace),
-                        measurement(row.inPlace));
+                        measurement(row.inPlace),
+                        row.predictedBusbw < 0 ? "" : fmt::format("{}", row.predictedBusbw));
   }
   if (!file)
     throw RunError(fmt::format("could not write --csv {}: {}", o.csvPath, std::strerror(errno)));
@@ -159,13 +171,16 @@ void Reporter::writeJson() const {
     ranks.push_back({{"rank", r.rank}, {"pid", r.pid}, {"host", r.host}});
   nlohmann::json rows = nlohmann::json::array();
   for (const Row& row : rows_) {
-    rows.push_back({{"size_bytes", row.bytes},
-                    {"count", row.count},
-                    {"type", row.type},
-                    {"redop", row.redop},
-                    {"root", row.root},
-                    {"out_of_place", measurementJson(row.outOfPlace)},
-                    {"in_place", measurementJson(row.inPlace)}});
+    rows.push_back(
+        {{"size_bytes", row.bytes},
+         {"count", row.count},
+         {"type", row.type},
+         {"redop", row.redop},
+         {"root", row.root},
+         {"out_of_place", measurementJson(row.outOfPlace)},
+         {"in_place", measurementJson(row.inPlace)},
+         {"predicted_busbw_gbps",
+          row.predictedBusbw < 0 ? nlohmann::json(nullptr) : nlohmann::json(row.predictedBusbw)}});
   }
   const nlohmann::json doc = {
       {"tool", run_.tool},

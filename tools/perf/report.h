@@ -27,6 +27,8 @@ struct RunInfo {
   // Who prints the table and what it measures: bench/peers reuse it for MPI and Gloo.
   std::string tool = "braid-perf";
   std::string library = "braid";
+  bool predicts = false;  // rows carry the planner's predicted busbw (a last column)
+  std::string plan;       // the communicator's plan, printed as "# plan:" lines in the header
 };
 
 struct Measurement {
@@ -44,13 +46,15 @@ struct Row {
   int root;
   Measurement outOfPlace;
   Measurement inPlace;
+  double predictedBusbw = -1;  // GB/s; -1: no prediction (printed N/A)
 };
 
 // nccl-tests' time column: 2 decimals below 100 us, 1 below 10 ms, none above.
 std::string formatTime(double timeUs);
 std::string formatRow(const Row& row);
-// The two column-header lines (names, units), exactly as nccl-tests prints them.
-std::vector<std::string> columnHeader();
+// The two column-header lines (names, units), exactly as nccl-tests prints them, and braid's
+// column of predicted busbw after them when `predicted`.
+std::vector<std::string> columnHeader(bool predicted = false);
 
 class Reporter {
  public:

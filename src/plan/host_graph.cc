@@ -1,0 +1,103 @@
+#include "plan/host_graph.h"
+
+#include <fmt/format.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "core/params.h"
+
+namespace braid::plan {
+namespace {
+
+// The CPU-to-CPU link of a host whose CPU model the ranks do not report: the lowest figure NCCL
+// uses for current x86 parts (Skylake UPI). Only the order of ranks depends on it.
+constexpr double kInterSocketGBs = 10.0;
+
+int readInt(const std::string& path, int fallback) {
+  std::ifstream in(path);
+  int value = fallback;
+  if (!(in >> value)) return fallback;
+  return value;
+}
+
+}  // namespace
+
+HostRankInfo describeThisRank(const std::string& nicName) {
+  HostRankInfo info;
+  unsigned cpu = 0, node = 0;
+  if (syscall(SYS_getcpu, &cpu, &node, nullptr) == 0) info.numa = static_cast<int32_t>(node);
+  if (nicName.empty()) return info;
+  const std::string sys = "/sys/class/net/" + nicName;
+  // A physical interface has a device; veth, bridges and loopback do not, and their "speed" is
+  // made up: the kernel's own copies set their pace.
+  if (std::filesystem::exists(sys + "/device")) {
+    const int mbps = readInt(sys + "/speed", -1);
+    info.nicGBs = mbps > 0 ? mbps / 8000.0 : param::ModelTcpGBs();
+    info.nicNuma = readInt(sys + "/device/numa_node", -1);
+  } else {
+    info.nicGBs = param::ModelTcpGBs();
+  }
+  return info;
+}
+
+LinkGraph hostGraph(const std::vector<HostRankInfo>& ranks) {
+  LinkGraph graph;
+  // Hosts numbered in the order of their lowest rank.
+  std::map<uint64_t, int> hostIndex;
+  for (const HostRankInfo& r : ranks) hostIndex.emplace(r.host, -1);
+  int hosts = 0;
+  for (const HostRankInfo& r : ranks)
+    if (hostIndex[r.host] < 0) hostIndex[r.host] = hosts++;
+  graph.hosts = hosts;
+
+  // NUMA vertices per host, created in rank order so the graph is the same on every rank.
+  std::map<std::pair<int, int>, int> numaVertex;  // (host, numa) -> vertex
+  auto cpuVertex = [&](int host, int numa) {
+    auto [it, inserted] = numaVertex.emplace(std::make_pair(host, numa), -1);
+    if (inserted) {
+      it->second = graph.addVertex(
+          VertexKind::Cpu, host,
+          numa >= 0 ? fmt::format("host{} NUMA{}", host, numa) : fmt::format("host{} CPU", host));
+      for (const auto& [key, vertex] : numaVertex)
+        if (key.first == host && vertex != it->second)
+          graph.addLink(vertex, it->second, kInterSocketGBs, LinkKind::InterSocket);
+    }
+    return it->second;
+  };
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const int host = hostIndex[ranks[r].host];
+    graph.addRank(host, fmt::format("rank{}", r), cpuVertex(host, ranks[r].numa), kSharedMemoryGBs,
+                  LinkKind::Memory);
+  }
+  if (graph.hosts > 1) {
+    const int network = graph.addVertex(VertexKind::Network, -1, "network");
+    for (int h = 0; h < graph.hosts; ++h) {
+      // The host's lowest rank speaks for its NIC.
+      size_t first = 0;
+      while (hostIndex[ranks[first].host] != h) ++first;
+      const HostRankInfo& r = ranks[first];
+      const int numa = numaVertex.count({h, r.nicNuma}) ? r.nicNuma : r.numa;
+      const int nic = graph.addVertex(VertexKind::Nic, h, fmt::format("host{} NIC", h));
+      graph.addLink(cpuVertex(h, numa), nic, kSharedMemoryGBs, LinkKind::Memory);
+      graph.addLink(nic, network, r.nicGBs, LinkKind::Network);
+    }
+  }
+  // Hosts with the same ranks per NUMA node and the same NIC plan alike.
+  std::map<std::string, int> classes;
+  for (int h = 0; h < graph.hosts; ++h) {
+    std::string shape;
+    for (const HostRankInfo& r : ranks)
+      if (hostIndex[r.host] == h) shape += fmt::format("{}/{}/{};", r.numa, r.nicNuma, r.nicGBs);
+    graph.hostClass.push_back(
+        classes.emplace(shape, static_cast<int>(classes.size())).first->second);
+  }
+  return graph;
+}
+
+}  // namespace braid::plan

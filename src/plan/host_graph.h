@@ -1,0 +1,30 @@
+// The link graph of a communicator of CPU ranks, from what every rank reports about itself: its
+// host, the NUMA node it runs on, and the network interface its host uses for other hosts.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plan/plan.h"
+
+namespace braid::plan {
+
+struct HostRankInfo {
+  uint64_t host = 0;     // ranks with equal values share a host (its memory and its NIC)
+  int32_t numa = -1;     // NUMA node the rank's thread runs on; -1 when not known
+  int32_t nicNuma = -1;  // NUMA node of its host's network interface; -1 when not known
+  double nicGBs = 0;     // that interface's GB/s per direction; 0 when there is none
+};
+
+// What this rank reports: the NUMA node it runs on now, and the interface `nicName` (the one the
+// bootstrap uses): its speed from sysfs, or BRAID_MODEL_TCP_GBS for a virtual interface (veth,
+// bridge, loopback), whose speed is whatever the host's kernel copies.
+HostRankInfo describeThisRank(const std::string& nicName);
+
+// One Cpu vertex per NUMA node in use (joined pairwise by InterSocket links), each rank on its NUMA
+// node by a Memory link, and when there are several hosts one Nic per host joined to the Network.
+// Hosts are numbered in the order of their lowest rank.
+LinkGraph hostGraph(const std::vector<HostRankInfo>& ranks);
+
+}  // namespace braid::plan

@@ -1,0 +1,241 @@
+#include "plan/model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/params.h"
+
+namespace braid::plan {
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+// Device latencies per hop and protocol, in µs: the magnitudes of NCCL's tuning tables
+// (src/graph/tuning.cc: hwLat for rings, baseLat per protocol). LL moves 4 bytes of data per
+// 8-byte store (the other 4 are the flag), so it gets half the link bandwidth.
+struct DeviceLatency {
+  double simpleUs, llUs;
+};
+DeviceLatency deviceHopLatency(HopKind kind) {
+  switch (kind) {
+    case HopKind::NvLink: return {3.4, 0.6};
+    case HopKind::PcieP2p: return {5.7, 1.0};
+    case HopKind::HostMemory: return {5.7, 1.0};
+    case HopKind::Network: return {14.0, 2.7};
+  }
+  return {14.0, 2.7};
+}
+constexpr double kDeviceBaseUs[] = {8.4, 6.8};  // indexed by Protocol
+constexpr double kProtocolEfficiency[] = {1.0, 0.5};
+
+double microseconds(double bytes, double gbs) {
+  return gbs > 0 ? bytes / gbs / 1e3 : kInfinity;
+}
+
+// How many ring steps a call takes: the pipeline fill its latency pays once.
+int ringSteps(Operation op, int n) {
+  switch (op) {
+    case Operation::AllReduce: return 2 * (n - 1);
+    case Operation::SendRecv: return 1;
+    default: return n - 1;
+  }
+}
+
+std::vector<bool> parseChoice(const std::string& value, const char* variable,
+                              const std::vector<const char*>& names) {
+  std::vector<bool> allowed(names.size(), value.empty());
+  std::stringstream list(value);
+  std::string item;
+  while (std::getline(list, item, ',')) {
+    std::transform(item.begin(), item.end(), item.begin(), ::tolower);
+    auto it = std::find_if(names.begin(), names.end(), [&](const char* n) { return item == n; });
+    if (it == names.end())
+      fail(braidInvalidArgument,
+           "{}={}: unknown value '{}' (expected a comma-separated list of {})", variable, value,
+           item, fmt::join(names, ", "));
+    allowed[it - names.begin()] = true;
+  }
+  return allowed;
+}
+
+}  // namespace
+
+const char* operationName(Operation op) {
+  switch (op) {
+    case Operation::AllReduce: return "allreduce";
+    case Operation::ReduceScatter: return "reducescatter";
+    case Operation::AllGather: return "allgather";
+    case Operation::Broadcast: return "broadcast";
+    case Operation::Reduce: return "reduce";
+    case Operation::SendRecv: return "sendrecv";
+  }
+  return "?";
+}
+
+const char* algorithmName(Algorithm algorithm) {
+  return algorithm == Algorithm::Ring ? "ring" : "direct";
+}
+const char* protocolName(Protocol protocol) {
+  return protocol == Protocol::Simple ? "simple" : "ll";
+}
+
+double busBandwidthFactor(Operation op, int nranks) {
+  const double n = nranks;
+  switch (op) {
+    case Operation::AllReduce: return 2 * (n - 1) / n;
+    case Operation::ReduceScatter:
+    case Operation::AllGather: return (n - 1) / n;
+    default: return 1;
+  }
+}
+
+void applyOverrides(ModelInput& input) {
+  input.allowedAlgorithms = parseChoice(param::Algo(), "BRAID_ALGO", {"ring", "direct"});
+  input.allowedProtocols = parseChoice(param::Proto(), "BRAID_PROTO", {"simple", "ll"});
+}
+
+Model::Model(const LinkGraph& graph, const Plan& plan, ModelInput input)
+    : nranks_(graph.nranks()), hosts_(std::max(1, graph.hosts)), in_(std::move(input)) {
+  ringGBs_ = plan.totalBandwidthGBs();
+  if (!plan.channels.empty()) {
+    for (const Hop& hop : plan.channels.front().hops) {
+      const DeviceLatency lat = deviceHopLatency(hop.kind);
+      slowestHopUs_ = std::max(slowestHopUs_, lat.simpleUs);
+    }
+  }
+  // One-shot exchanges need every pair joined directly: shared memory on one host, or NVLink /
+  // NVSwitch between devices.
+  allPairsDirect_ = hosts_ == 1;
+  if (!in_.hostRanks) {
+    for (int a = 0; a < nranks_ && allPairsDirect_; ++a)
+      for (int b = 0; b < nranks_ && allPairsDirect_; ++b) {
+        if (a == b) continue;
+        bool joined = false;
+        for (const Edge& e : graph.edges) {
+          const int from = graph.rankVertex[a];
+          if (e.from != from || e.kind != LinkKind::NvLink) continue;
+          joined = e.to == graph.rankVertex[b] || graph.vertices[e.to].kind == VertexKind::NvSwitch;
+          if (joined) break;
+        }
+        allPairsDirect_ = joined;
+      }
+  }
+}
+
+double Model::oversubscription() const {
+  double worst = 1;
+  for (size_t h = 0; h < in_.busyThreadsPerHost.size() && h < in_.coresPerHost.size(); ++h)
+    worst = std::max(
+        worst, static_cast<double>(in_.busyThreadsPerHost[h]) / std::max(1, in_.coresPerHost[h]));
+  return worst;
+}
+
+double Model::stepLatencyUs(Protocol protocol) const {
+  if (!in_.hostRanks) {
+    return protocol == Protocol::LL ? slowestHopUs_ * 0.6 / 3.4 : slowestHopUs_;
+  }
+  // A ring of host ranks crosses the network once per host.
+  const double perHop =
+      hosts_ > 1
+          ? ((nranks_ - hosts_) * in_.latency.hopUs + hosts_ * in_.latency.netHopUs) / nranks_
+          : in_.latency.hopUs;
+  return perHop * oversubscription();
+}
+
+double Model::ringTimeUs(Operation op, Protocol protocol, size_t bytes) const {
+  const int n = nranks_;
+  const double busBytes = busBandwidthFactor(op, n) * static_cast<double>(bytes);
+  const double latency = ringSteps(op, n) * stepLatencyUs(protocol);
+  if (!in_.hostRanks) {
+    return kDeviceBaseUs[static_cast<int>(protocol)] + latency +
+           microseconds(busBytes, ringGBs_ * kProtocolEfficiency[static_cast<int>(protocol)]);
+  }
+  // Bytes through one rank's send FIFO, split into reduction steps and forwarding steps.
+  double reduceBytes = 0, copyBytes = 0;
+  switch (op) {
+    case Operation::AllReduce: reduceBytes = copyBytes = busBytes / 2; break;
+    case Operation::ReduceScatter:
+    case Operation::Reduce: reduceBytes = busBytes; break;
+    default: copyBytes = busBytes; break;
+  }
+  const double share = oversubscription();
+  double coreUs =
+      (microseconds(reduceBytes, in_.core.reduceGBs) + microseconds(copyBytes, in_.core.copyGBs)) *
+      share;
+  // With more busy threads than cores, a rank runs until its FIFO window is full or empty and
+  // then yields its core: one switch per window.
+  if (share > 1)
+    coreUs += (reduceBytes + copyBytes) / static_cast<double>(in_.fifoBytes) * in_.latency.switchUs;
+  const double linkUs = microseconds(busBytes, ringGBs_);
+  return in_.latency.callUs + latency + std::max(coreUs, linkUs);
+}
+
+double Model::directTimeUs(Operation op, Protocol protocol, size_t bytes) const {
+  if (op != Operation::AllReduce || !allPairsDirect_ || nranks_ < 2) return kInfinity;
+  const double n = nranks_;
+  if (in_.hostRanks) {
+    // Posts its input to n-1 peers, then reduces n inputs: one handoff of latency.
+    if (bytes > in_.directMaxBytes || protocol != Protocol::Simple) return kInfinity;
+    const double share = oversubscription();
+    return in_.latency.callUs + in_.latency.hopUs * share +
+           (microseconds((n - 1) * bytes, in_.core.copyGBs) +
+            microseconds((n - 1) * bytes, in_.core.reduceGBs)) *
+               share;
+  }
+  // Every rank reads the n-1 other inputs over its own links.
+  const double perRankGBs = ringGBs_;
+  return kDeviceBaseUs[static_cast<int>(protocol)] + stepLatencyUs(protocol) +
+         microseconds((n - 1) * bytes,
+                      perRankGBs * kProtocolEfficiency[static_cast<int>(protocol)]);
+}
+
+double Model::timeUs(Operation op, Algorithm algorithm, Protocol protocol, size_t bytes) const {
+  if (in_.hostRanks && protocol != Protocol::Simple) return kInfinity;  // host FIFOs: Simple only
+  if (nranks_ == 1) return in_.hostRanks ? in_.latency.callUs : kDeviceBaseUs[0];
+  return algorithm == Algorithm::Ring ? ringTimeUs(op, protocol, bytes)
+                                      : directTimeUs(op, protocol, bytes);
+}
+
+Prediction Model::best(Operation op, size_t bytes) const {
+  Prediction best;
+  best.us = kInfinity;
+  for (Algorithm algorithm : {Algorithm::Ring, Algorithm::Direct}) {
+    if (!in_.allowedAlgorithms[static_cast<int>(algorithm)]) continue;
+    for (Protocol protocol : {Protocol::Simple, Protocol::LL}) {
+      if (!in_.allowedProtocols[static_cast<int>(protocol)]) continue;
+      const double us = timeUs(op, algorithm, protocol, bytes);
+      if (us < best.us) best = {algorithm, protocol, us, 0};
+    }
+  }
+  // An override that leaves nothing runnable falls back to the ring with the Simple protocol,
+  // which runs everything.
+  if (best.us == kInfinity)
+    best = {Algorithm::Ring, Protocol::Simple, timeUs(op, Algorithm::Ring, Protocol::Simple, bytes),
+            0};
+  best.busBwGBs = best.us > 0
+                      ? busBandwidthFactor(op, nranks_) * static_cast<double>(bytes) / best.us / 1e3
+                      : 0;
+  return best;
+}
+
+std::string Model::describe() const {
+  std::string out =
+      fmt::format("model: {} ranks on {} host(s), rings {:.1f} GB/s", nranks_, hosts_, ringGBs_);
+  if (in_.hostRanks)
+    out += fmt::format(
+        "; host cores: reduce {:.1f} GB/s, forward {:.1f} GB/s per rank, {:.2f} busy threads per "
+        "core; latency: call {:.2f} us, hop {:.2f} us, network hop {:.1f} us, core switch {:.0f} "
+        "us",
+        in_.core.reduceGBs, in_.core.copyGBs, oversubscription(), in_.latency.callUs,
+        in_.latency.hopUs, in_.latency.netHopUs, in_.latency.switchUs);
+  else
+    out += fmt::format("; device protocols simple/ll, slowest hop {:.1f} us{}", slowestHopUs_,
+                       allPairsDirect_ ? ", all pairs direct" : "");
+  return out;
+}
+
+}  // namespace braid::plan

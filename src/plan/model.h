@@ -1,0 +1,94 @@
+// The cost model: time(operation, algorithm, protocol, bytes) = latency + bytes / bandwidth, from
+// a plan's channels and, for ranks whose reductions run on host cores, what a core sustains.
+// It predicts the busbw braid-perf prints next to the measured one, and it chooses the algorithm
+// and protocol of every call. See docs/plan.md for the formulas and where they miss.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plan/plan.h"
+
+namespace braid::plan {
+
+// In braidCollective_t's order (include/braid/braid.h).
+enum class Operation : uint8_t { AllReduce, ReduceScatter, AllGather, Broadcast, Reduce, SendRecv };
+enum class Algorithm : uint8_t { Ring, Direct };
+enum class Protocol : uint8_t { Simple, LL };
+
+const char* operationName(Operation op);
+const char* algorithmName(Algorithm algorithm);
+const char* protocolName(Protocol protocol);
+
+// nccl-tests' bus bandwidth factor: all-reduce 2(n-1)/n; reduce-scatter, all-gather (n-1)/n;
+// broadcast, reduce, send/recv 1.
+double busBandwidthFactor(Operation op, int nranks);
+
+// What a host's cores sustain, besides the links. Ring figures are bytes through one rank's send
+// FIFO per second; they fold in the memory traffic of each step (reading the received slot and
+// the input, writing the output and the next slot).
+struct CoreRates {
+  double reduceGBs = 0;  // reduce-scatter steps: received slot OP input -> next slot
+  double copyGBs = 0;    // all-gather steps: received slot -> output and next slot
+  double tcpGBs = 0;     // one direction of TCP through a host's own kernel (virtual interfaces)
+};
+
+struct Latencies {
+  double callUs = 0;    // one call, nothing moved
+  double hopUs = 0;     // one handoff between ranks of a host
+  double netHopUs = 0;  // one message to another host
+  double switchUs = 0;  // a rank woken after its core ran another thread (ranks > cores)
+};
+
+struct ModelInput {
+  bool hostRanks = true;  // reductions on host cores (CPU communicators), else on devices
+  CoreRates core;         // hostRanks only
+  Latencies latency;
+  std::vector<int> coresPerHost;        // usable cores of each host
+  std::vector<int> busyThreadsPerHost;  // ranks and their network proxies on each host
+  size_t fifoBytes = 1 << 20;           // per connector: a rank runs at most this far ahead
+  size_t directMaxBytes = 0;            // the one-shot exchange holds at most this per peer
+  std::vector<bool> allowedAlgorithms = {true, true};  // indexed by Algorithm (BRAID_ALGO)
+  std::vector<bool> allowedProtocols = {true, true};   // indexed by Protocol (BRAID_PROTO)
+};
+
+struct Prediction {
+  Algorithm algorithm = Algorithm::Ring;
+  Protocol protocol = Protocol::Simple;
+  double us = 0;
+  double busBwGBs = 0;
+};
+
+class Model {
+ public:
+  Model(const LinkGraph& graph, const Plan& plan, ModelInput input);
+
+  // Microseconds for one call moving `bytes` (nccl-tests' size: the all-reduce buffer, the
+  // all-gather output, ...); infinity where the algorithm or protocol cannot run it.
+  double timeUs(Operation op, Algorithm algorithm, Protocol protocol, size_t bytes) const;
+  // The fastest allowed algorithm and protocol. Deterministic: every rank chooses the same.
+  Prediction best(Operation op, size_t bytes) const;
+  // One line per term, for braid-topo --plan and docs.
+  std::string describe() const;
+
+ private:
+  double ringTimeUs(Operation op, Protocol protocol, size_t bytes) const;
+  double directTimeUs(Operation op, Protocol protocol, size_t bytes) const;
+  double stepLatencyUs(Protocol protocol) const;
+  double oversubscription() const;  // busy threads per core on the most loaded host, at least 1
+
+  int nranks_ = 1;
+  int hosts_ = 1;
+  double ringGBs_ = 0;       // the plan's channels together
+  double slowestHopUs_ = 0;  // the ring's slowest hop, per handoff
+  bool allPairsDirect_ = false;
+  ModelInput in_;
+};
+
+// Reads BRAID_ALGO and BRAID_PROTO ("ring", "direct", "ring,direct"; "simple", "ll"; empty =
+// all) into `input`. Fails naming the variable and the accepted values.
+void applyOverrides(ModelInput& input);
+
+}  // namespace braid::plan
