@@ -55,7 +55,7 @@ summarize() {
 for np in 2 3 4 8; do
   files=()
   for run in $(seq "$repeat"); do
-    "$perf" allreduce "${sizes[@]}" -n 10 -w 3 -c 1 --np "$np" > "$work/local$np.$run" 2>&1
+    "$perf" allreduce "${sizes[@]}" -n 20 -w 5 -c 1 --np "$np" > "$work/local$np.$run" 2>&1
     files+=("$work/local$np.$run")
   done
   summarize "1 host, $np ranks" "${files[@]}" >> "$work/summary"
@@ -69,7 +69,7 @@ if [ -z "${BRAID_TEST_NETNS:-}" ] && [ "$(id -u)" -eq 0 ]; then
       for run in $(seq '"$repeat"'); do
         for ((r = ${#ns[@]} - 1; r >= 0; r--)); do
           BRAID_COMM_ID=10.77.0.1:29500 RANK=$r WORLD_SIZE=${#ns[@]} ip netns exec "${ns[$r]}" \
-            '"$perf"' allreduce '"${sizes[*]}"' -n 10 -w 3 -c 1 > '"$work"'/net'"$hosts"'.$run.$r 2>&1 &
+            '"$perf"' allreduce '"${sizes[*]}"' -n 20 -w 5 -c 1 > '"$work"'/net'"$hosts"'.$run.$r 2>&1 &
         done
         wait
       done'

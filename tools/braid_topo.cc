@@ -63,8 +63,7 @@ void showPlan(const Topology& topology, const PlanRequest& request) {
   input.hostRanks = gpuNodes(topology).empty();
   const int perHost = graph.nranks() / std::max(1, graph.hosts);
   input.core = {.reduceGBs = braid::param::ModelReduceGBs(),
-                .copyGBs = braid::param::ModelCopyGBs(),
-                .tcpGBs = braid::param::ModelTcpGBs()};
+                .copyGBs = braid::param::ModelCopyGBs()};
   input.latency = {.callUs = braid::param::ModelCallUs(),
                    .hopUs = braid::param::ModelHopUs(),
                    .netHopUs = braid::param::ModelNetHopUs(),

@@ -112,7 +112,8 @@ void braidComm::initialize(const braid::BootstrapId& id) {
                                .cores = usableCores(),
                                .numa = where.numa,
                                .nicNuma = where.nicNuma,
-                               .nicGBs = where.nicGBs};
+                               .nicGBs = where.nicGBs,
+                               .virtualNic = where.virtualNic ? 1 : 0};
     std::string blob(reinterpret_cast<const char*>(&self), sizeof self);
     bootstrap_ = braid::Bootstrap::join(id, rank_, nranks_, blob, deadline);
     peers_.resize(nranks_);
@@ -188,7 +189,12 @@ void braidComm::planRings(const braid::FifoGeometry& geometry) {
   namespace plan = braid::plan;
   std::vector<plan::HostRankInfo> ranks;
   for (const braid::PeerInfo& p : peers_)
-    ranks.push_back({.host = p.hostHash, .numa = p.numa, .nicNuma = p.nicNuma, .nicGBs = p.nicGBs});
+    ranks.push_back({.host = p.hostHash,
+                     .machine = p.machineHash,
+                     .numa = p.numa,
+                     .nicNuma = p.nicNuma,
+                     .nicGBs = p.nicGBs,
+                     .virtualNic = p.virtualNic != 0});
   planGraph_ = plan::hostGraph(ranks);
   const std::string& planFile = braid::param::PlanFile();
   if (!planFile.empty()) {
@@ -213,8 +219,7 @@ void braidComm::planRings(const braid::FifoGeometry& geometry) {
   plan::ModelInput input;
   input.hostRanks = true;
   input.core = {.reduceGBs = braid::param::ModelReduceGBs(),
-                .copyGBs = braid::param::ModelCopyGBs(),
-                .tcpGBs = braid::param::ModelTcpGBs()};
+                .copyGBs = braid::param::ModelCopyGBs()};
   input.latency = {.callUs = braid::param::ModelCallUs(),
                    .hopUs = braid::param::ModelHopUs(),
                    .netHopUs = braid::param::ModelNetHopUs(),

@@ -40,19 +40,20 @@
     "searching")                                                                                   \
   X(PlanDumpFile, "BRAID_PLAN_DUMP_FILE", std::string, "",                                         \
     "rank 0 writes the communicator's plan here (JSON); %h host, %p pid")                          \
-  X(ModelReduceGBs, "BRAID_MODEL_REDUCE_GBS", double, 9.0,                                         \
+  X(ModelReduceGBs, "BRAID_MODEL_REDUCE_GBS", double, 6.5,                                         \
     "model: ring bytes/s (GB/s) one host core pushes through reduce-scatter steps")                \
-  X(ModelCopyGBs, "BRAID_MODEL_COPY_GBS", double, 11.0,                                            \
+  X(ModelCopyGBs, "BRAID_MODEL_COPY_GBS", double, 7.5,                                             \
     "model: ring bytes/s (GB/s) one host core pushes through all-gather steps")                    \
-  X(ModelTcpGBs, "BRAID_MODEL_TCP_GBS", double, 2.0,                                               \
-    "model: GB/s of one TCP direction through a virtual interface (veth, loopback)")               \
+  X(ModelTcpGBs, "BRAID_MODEL_TCP_GBS", double, 2.6,                                               \
+    "model: GB/s a machine's TCP moves through virtual interfaces (veth), all streams together")   \
   X(ModelCallUs, "BRAID_MODEL_CALL_US", double, 0.3, "model: microseconds of one call's overhead") \
-  X(ModelHopUs, "BRAID_MODEL_HOP_US", double, 0.2,                                                 \
+  X(ModelHopUs, "BRAID_MODEL_HOP_US", double, 1.0,                                                 \
     "model: microseconds of one handoff between ranks of a host")                                  \
   X(ModelNetHopUs, "BRAID_MODEL_NET_HOP_US", double, 15.0,                                         \
     "model: microseconds of one message to another host")                                          \
-  X(ModelSwitchUs, "BRAID_MODEL_SWITCH_US", double, 100.0,                                         \
-    "model: microseconds a rank loses per FIFO window when busy threads outnumber cores")          \
+  X(ModelSwitchUs, "BRAID_MODEL_SWITCH_US", double, 40.0,                                          \
+    "model: microseconds of a core switch when busy threads outnumber cores: per handoff of a "    \
+    "call's first ring pass and per FIFO window")                                                  \
   X(StreamingMinBytes, "BRAID_STREAMING_MIN_BYTES", int64_t, 8 << 20,                              \
     "outputs of at least this many bytes per rank are written with non-temporal stores")           \
   X(ShmDisable, "BRAID_SHM_DISABLE", int64_t, 0, "1: never use shared memory between processes")   \

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "core/params.h"
 
@@ -38,11 +39,10 @@ HostRankInfo describeThisRank(const std::string& nicName) {
   // made up: the kernel's own copies set their pace.
   if (std::filesystem::exists(sys + "/device")) {
     const int mbps = readInt(sys + "/speed", -1);
-    info.nicGBs = mbps > 0 ? mbps / 8000.0 : param::ModelTcpGBs();
+    info.nicGBs = mbps > 0 ? mbps / 8000.0 : 0;
     info.nicNuma = readInt(sys + "/device/numa_node", -1);
-  } else {
-    info.nicGBs = param::ModelTcpGBs();
   }
+  info.virtualNic = info.nicGBs <= 0;
   return info;
 }
 
@@ -76,6 +76,10 @@ LinkGraph hostGraph(const std::vector<HostRankInfo>& ranks) {
                   LinkKind::Memory);
   }
   if (graph.hosts > 1) {
+    std::map<uint64_t, std::set<uint64_t>> hostsOf;  // machine -> its hosts
+    for (const HostRankInfo& r : ranks) hostsOf[r.machine].insert(r.host);
+    std::map<uint64_t, double> hostsOnMachine;
+    for (const auto& [machine, hosts] : hostsOf) hostsOnMachine[machine] = hosts.size();
     const int network = graph.addVertex(VertexKind::Network, -1, "network");
     for (int h = 0; h < graph.hosts; ++h) {
       // The host's lowest rank speaks for its NIC.
@@ -85,7 +89,9 @@ LinkGraph hostGraph(const std::vector<HostRankInfo>& ranks) {
       const int numa = numaVertex.count({h, r.nicNuma}) ? r.nicNuma : r.numa;
       const int nic = graph.addVertex(VertexKind::Nic, h, fmt::format("host{} NIC", h));
       graph.addLink(cpuVertex(h, numa), nic, kSharedMemoryGBs, LinkKind::Memory);
-      graph.addLink(nic, network, r.nicGBs, LinkKind::Network);
+      graph.addLink(nic, network,
+                    r.virtualNic ? param::ModelTcpGBs() / hostsOnMachine[r.machine] : r.nicGBs,
+                    LinkKind::Network);
     }
   }
   // Hosts with the same ranks per NUMA node and the same NIC plan alike.
@@ -93,7 +99,8 @@ LinkGraph hostGraph(const std::vector<HostRankInfo>& ranks) {
   for (int h = 0; h < graph.hosts; ++h) {
     std::string shape;
     for (const HostRankInfo& r : ranks)
-      if (hostIndex[r.host] == h) shape += fmt::format("{}/{}/{};", r.numa, r.nicNuma, r.nicGBs);
+      if (hostIndex[r.host] == h)
+        shape += fmt::format("{}/{}/{}/{};", r.numa, r.nicNuma, r.nicGBs, r.virtualNic);
     graph.hostClass.push_back(
         classes.emplace(shape, static_cast<int>(classes.size())).first->second);
   }

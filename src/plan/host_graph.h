@@ -11,19 +11,23 @@
 namespace braid::plan {
 
 struct HostRankInfo {
-  uint64_t host = 0;     // ranks with equal values share a host (its memory and its NIC)
-  int32_t numa = -1;     // NUMA node the rank's thread runs on; -1 when not known
-  int32_t nicNuma = -1;  // NUMA node of its host's network interface; -1 when not known
-  double nicGBs = 0;     // that interface's GB/s per direction; 0 when there is none
+  uint64_t host = 0;        // ranks with equal values share a host (its memory and its NIC)
+  uint64_t machine = 0;     // hosts with equal values share one machine's cores (namespaces)
+  int32_t numa = -1;        // NUMA node the rank's thread runs on; -1 when not known
+  int32_t nicNuma = -1;     // NUMA node of its host's network interface; -1 when not known
+  double nicGBs = 0;        // a physical interface's GB/s per direction; 0 when there is none
+  bool virtualNic = false;  // a veth, bridge or loopback: the machine's own TCP copies set its pace
 };
 
 // What this rank reports: the NUMA node it runs on now, and the interface `nicName` (the one the
-// bootstrap uses): its speed from sysfs, or BRAID_MODEL_TCP_GBS for a virtual interface (veth,
-// bridge, loopback), whose speed is whatever the host's kernel copies.
+// bootstrap uses): its speed from sysfs, or that it is virtual (veth, bridge, loopback), whose
+// "speed" is made up.
 HostRankInfo describeThisRank(const std::string& nicName);
 
 // One Cpu vertex per NUMA node in use (joined pairwise by InterSocket links), each rank on its NUMA
 // node by a Memory link, and when there are several hosts one Nic per host joined to the Network.
+// A virtual interface carries BRAID_MODEL_TCP_GBS (what a machine's kernel moves over TCP through
+// its virtual interfaces, all streams together) shared by the hosts of its machine.
 // Hosts are numbered in the order of their lowest rank.
 LinkGraph hostGraph(const std::vector<HostRankInfo>& ranks);
 

@@ -17,9 +17,6 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 // Device latencies per hop and protocol, in µs: the magnitudes of NCCL's tuning tables
 // (src/graph/tuning.cc: hwLat for rings, baseLat per protocol). LL moves 4 bytes of data per
 // 8-byte store (the other 4 are the flag), so it gets half the link bandwidth.
-struct DeviceLatency {
-  double simpleUs, llUs;
-};
 DeviceLatency deviceHopLatency(HopKind kind) {
   switch (kind) {
     case HopKind::NvLink: return {3.4, 0.6};
@@ -104,7 +101,7 @@ Model::Model(const LinkGraph& graph, const Plan& plan, ModelInput input)
   if (!plan.channels.empty()) {
     for (const Hop& hop : plan.channels.front().hops) {
       const DeviceLatency lat = deviceHopLatency(hop.kind);
-      slowestHopUs_ = std::max(slowestHopUs_, lat.simpleUs);
+      if (lat.simpleUs > slowestHop_.simpleUs) slowestHop_ = lat;
     }
   }
   // One-shot exchanges need every pair joined directly: shared memory on one host, or NVLink /
@@ -135,15 +132,14 @@ double Model::oversubscription() const {
 }
 
 double Model::stepLatencyUs(Protocol protocol) const {
-  if (!in_.hostRanks) {
-    return protocol == Protocol::LL ? slowestHopUs_ * 0.6 / 3.4 : slowestHopUs_;
-  }
+  if (!in_.hostRanks) return protocol == Protocol::LL ? slowestHop_.llUs : slowestHop_.simpleUs;
+  // With more busy threads than cores, the rank a step hands off to is usually not running: the
+  // handoff waits for a core switch.
+  if (oversubscription() > 1) return in_.latency.switchUs;
   // A ring of host ranks crosses the network once per host.
-  const double perHop =
-      hosts_ > 1
-          ? ((nranks_ - hosts_) * in_.latency.hopUs + hosts_ * in_.latency.netHopUs) / nranks_
-          : in_.latency.hopUs;
-  return perHop * oversubscription();
+  return hosts_ > 1
+             ? ((nranks_ - hosts_) * in_.latency.hopUs + hosts_ * in_.latency.netHopUs) / nranks_
+             : in_.latency.hopUs;
 }
 
 double Model::ringTimeUs(Operation op, Protocol protocol, size_t bytes) const {
@@ -181,7 +177,7 @@ double Model::directTimeUs(Operation op, Protocol protocol, size_t bytes) const 
     // Posts its input to n-1 peers, then reduces n inputs: one handoff of latency.
     if (bytes > in_.directMaxBytes || protocol != Protocol::Simple) return kInfinity;
     const double share = oversubscription();
-    return in_.latency.callUs + in_.latency.hopUs * share +
+    return in_.latency.callUs + stepLatencyUs(protocol) +
            (microseconds((n - 1) * bytes, in_.core.copyGBs) +
             microseconds((n - 1) * bytes, in_.core.reduceGBs)) *
                share;
@@ -233,7 +229,8 @@ std::string Model::describe() const {
         in_.core.reduceGBs, in_.core.copyGBs, oversubscription(), in_.latency.callUs,
         in_.latency.hopUs, in_.latency.netHopUs, in_.latency.switchUs);
   else
-    out += fmt::format("; device protocols simple/ll, slowest hop {:.1f} us{}", slowestHopUs_,
+    out += fmt::format("; device protocols simple/ll, slowest hop {:.1f}/{:.1f} us{}",
+                       slowestHop_.simpleUs, slowestHop_.llUs,
                        allPairsDirect_ ? ", all pairs direct" : "");
   return out;
 }

@@ -32,7 +32,6 @@ double busBandwidthFactor(Operation op, int nranks);
 struct CoreRates {
   double reduceGBs = 0;  // reduce-scatter steps: received slot OP input -> next slot
   double copyGBs = 0;    // all-gather steps: received slot -> output and next slot
-  double tcpGBs = 0;     // one direction of TCP through a host's own kernel (virtual interfaces)
 };
 
 struct Latencies {
@@ -61,6 +60,11 @@ struct Prediction {
   double busBwGBs = 0;
 };
 
+// Device latencies of one hop, in µs, per protocol.
+struct DeviceLatency {
+  double simpleUs = 0, llUs = 0;
+};
+
 class Model {
  public:
   Model(const LinkGraph& graph, const Plan& plan, ModelInput input);
@@ -81,8 +85,8 @@ class Model {
 
   int nranks_ = 1;
   int hosts_ = 1;
-  double ringGBs_ = 0;       // the plan's channels together
-  double slowestHopUs_ = 0;  // the ring's slowest hop, per handoff
+  double ringGBs_ = 0;        // the plan's channels together
+  DeviceLatency slowestHop_;  // device rings: the slowest hop of channel 0
   bool allPairsDirect_ = false;
   ModelInput in_;
 };

@@ -178,6 +178,7 @@ struct HostMembers {
   std::vector<char> nvlink;              // n*n: an NVLink hop (NIC legs count as one)
   bool nvlinkOnly = false;
   bool tierDecided = false;
+  bool ranksJoinedByNvlink = false;  // some two ranks here have an NVLink hop between them
 
   HostMembers(const LinkGraph& graph, Router& router, const std::vector<int>& ranks, int nic) {
     if (nic >= 0) vertices.push_back(nic);
@@ -194,7 +195,9 @@ struct HostMembers {
         bool leg = nic >= 0 && (i == 0 || j == 0);
         if (leg && i == 0) route.insert(route.begin(), router.fromNetwork(nic));
         if (leg && j == 0) route.push_back(router.toNetwork(nic));
-        nvlink[i * n + j] = leg || router.kindOf(routes[i * n + j]) == HopKind::NvLink;
+        const bool nvlinkHop = router.kindOf(routes[i * n + j]) == HopKind::NvLink;
+        nvlink[i * n + j] = leg || nvlinkHop;
+        ranksJoinedByNvlink = ranksJoinedByNvlink || (!leg && nvlinkHop);
       }
     for (int j = 1; j < n; ++j)
       if (routes[j].empty() || routes[j * n].empty())
@@ -323,7 +326,7 @@ class Searcher {
   Cycle best(HostMembers& members, std::vector<std::vector<int>> seeds) {
     bool proven = true;
     Cycle found;
-    if (!members.tierDecided) {
+    if (!members.tierDecided && members.ranksJoinedByNvlink) {
       members.tierDecided = true;
       members.nvlinkOnly = true;
       found = bestUnder(members, {}, &proven);
