@@ -63,7 +63,9 @@ void showPlan(const Topology& topology, const PlanRequest& request) {
   input.hostRanks = gpuNodes(topology).empty();
   const int perHost = graph.nranks() / std::max(1, graph.hosts);
   input.core = {.reduceGBs = braid::param::ModelReduceGBs(),
-                .copyGBs = braid::param::ModelCopyGBs()};
+                .copyGBs = braid::param::ModelCopyGBs(),
+                .cachedSpeedup = braid::param::ModelCachedSpeedup(),
+                .sharedCoreCost = braid::param::ModelSharedCoreCost()};
   input.latency = {.callUs = braid::param::ModelCallUs(),
                    .hopUs = braid::param::ModelHopUs(),
                    .netHopUs = braid::param::ModelNetHopUs(),

@@ -28,11 +28,12 @@ struct PeerInfo {
   uint64_t nonce = 0;        // random per rank and communicator: names shared resources
   int32_t pid = 0;
   int32_t rank = 0;
-  int32_t cores = 1;       // usable cores of the rank's process
+  uint64_t cpus[16] = {};  // CPUs the rank may run on: bit c of word c / 64, c < 1024
   int32_t numa = -1;       // NUMA node the rank runs on; -1 when not known
   int32_t nicNuma = -1;    // NUMA node of the host's network interface; -1 when not known
   double nicGBs = 0;       // that interface's GB/s per direction (plan/host_graph.h)
   int32_t virtualNic = 0;  // 1: a veth, bridge or loopback (plan/host_graph.h)
+  double llcBytes = 0;     // last-level cache of the rank's CPU; 0: unknown
 };
 
 // State a rank exports to the peers on its host, so that a waiting peer can tell "slow" from

@@ -57,11 +57,28 @@ uint64_t randomNonce() {
 // Busy-poll iterations per wait when this host has more ranks than cores.
 constexpr int64_t kOversubscribedSpins = 64;
 
-int usableCores() {
+// The CPUs this process may run on, as PeerInfo::cpus holds them.
+void ownCpus(uint64_t (&mask)[16]) {
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
-  return std::max(1, CPU_COUNT(&set));
+  if (sched_getaffinity(0, sizeof set, &set) != 0) {
+    mask[0] = 1;
+    return;
+  }
+  for (int c = 0; c < 1024 && c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) mask[c / 64] |= uint64_t{1} << (c % 64);
+}
+
+// Cores of a machine: every CPU any of its ranks may run on (ranks bound to one core each still
+// share the machine's other cores with nobody).
+int machineCores(const std::vector<braid::PeerInfo>& peers, uint64_t machine) {
+  uint64_t all[16] = {};
+  for (const braid::PeerInfo& p : peers)
+    if (p.machineHash == machine)
+      for (int w = 0; w < 16; ++w) all[w] |= p.cpus[w];
+  int cores = 0;
+  for (uint64_t word : all) cores += __builtin_popcountll(word);
+  return std::max(1, cores);
 }
 
 braid::FifoGeometry fifoGeometry() {
@@ -104,16 +121,17 @@ void braidComm::initialize(const braid::BootstrapId& id) {
     const Clock::time_point deadline = deadlineFromNow();
     const braid::plan::HostRankInfo where =
         braid::plan::describeThisRank(nranks_ > 1 ? braid::bootstrapInterface().name : "");
-    const braid::PeerInfo self{.hostHash = hostHash(),
-                               .machineHash = fnv1a(machineId()),
-                               .nonce = randomNonce(),
-                               .pid = static_cast<int32_t>(getpid()),
-                               .rank = rank_,
-                               .cores = usableCores(),
-                               .numa = where.numa,
-                               .nicNuma = where.nicNuma,
-                               .nicGBs = where.nicGBs,
-                               .virtualNic = where.virtualNic ? 1 : 0};
+    braid::PeerInfo self{.hostHash = hostHash(),
+                         .machineHash = fnv1a(machineId()),
+                         .nonce = randomNonce(),
+                         .pid = static_cast<int32_t>(getpid()),
+                         .rank = rank_,
+                         .numa = where.numa,
+                         .nicNuma = where.nicNuma,
+                         .nicGBs = where.nicGBs,
+                         .virtualNic = where.virtualNic ? 1 : 0,
+                         .llcBytes = where.llcBytes};
+    ownCpus(self.cpus);
     std::string blob(reinterpret_cast<const char*>(&self), sizeof self);
     bootstrap_ = braid::Bootstrap::join(id, rank_, nranks_, blob, deadline);
     peers_.resize(nranks_);
@@ -138,7 +156,8 @@ void braidComm::initialize(const braid::BootstrapId& id) {
     int busyThreads = 0;
     for (const braid::PeerInfo& p : peers_)
       if (p.machineHash == self.machineHash) busyThreads += links_.netProxy ? 2 : 1;
-    if (busyThreads > usableCores()) spins = std::min(spins, kOversubscribedSpins);
+    if (busyThreads > machineCores(peers_, self.machineHash))
+      spins = std::min(spins, kOversubscribedSpins);
     planRings(geometry);
     scratch_.resize(directMaxBytes_);
     // Chooses the host kernels now, so a bad BRAID_SIMD fails init rather than a collective.
@@ -219,25 +238,31 @@ void braidComm::planRings(const braid::FifoGeometry& geometry) {
   plan::ModelInput input;
   input.hostRanks = true;
   input.core = {.reduceGBs = braid::param::ModelReduceGBs(),
-                .copyGBs = braid::param::ModelCopyGBs()};
+                .copyGBs = braid::param::ModelCopyGBs(),
+                .cachedSpeedup = braid::param::ModelCachedSpeedup(),
+                .sharedCoreCost = braid::param::ModelSharedCoreCost()};
   input.latency = {.callUs = braid::param::ModelCallUs(),
                    .hopUs = braid::param::ModelHopUs(),
                    .netHopUs = braid::param::ModelNetHopUs(),
                    .switchUs = braid::param::ModelSwitchUs()};
-  // Per host of the plan: the cores of its lowest rank, and the busy threads of its machine
-  // (namespaces standing in for hosts share one machine's cores).
+  // Per host of the plan: the cores and the busy threads of its machine (namespaces standing in
+  // for hosts share one machine's cores).
   const bool proxies = planGraph_.hosts > 1;
   input.coresPerHost.assign(planGraph_.hosts, 0);
   input.busyThreadsPerHost.assign(planGraph_.hosts, 0);
   for (int r = 0; r < nranks_; ++r) {
     const int host = planGraph_.hostOfRank(r);
-    if (input.coresPerHost[host] == 0) input.coresPerHost[host] = peers_[r].cores;
+    input.coresPerHost[host] = machineCores(peers_, peers_[r].machineHash);
     int busy = 0;
     for (const braid::PeerInfo& p : peers_)
       if (p.machineHash == peers_[r].machineHash) busy += proxies ? 2 : 1;
     input.busyThreadsPerHost[host] = busy;
   }
   input.fifoBytes = geometry.slotBytes * geometry.nSlots;
+  // Half the last-level cache: the rest holds what else runs (and other tenants of a VM's host).
+  input.cacheBytes = peers_[0].llcBytes / 2;
+  for (const braid::PeerInfo& p : peers_)
+    input.cacheBytes = std::min(input.cacheBytes, p.llcBytes / 2);
   input.directMaxBytes = geometry.slotBytes;
   plan::applyOverrides(input);
   model_ = std::make_unique<plan::Model>(planGraph_, plan_, input);

@@ -44,7 +44,12 @@
     "model: ring bytes/s (GB/s) one host core pushes through reduce-scatter steps")                \
   X(ModelCopyGBs, "BRAID_MODEL_COPY_GBS", double, 7.5,                                             \
     "model: ring bytes/s (GB/s) one host core pushes through all-gather steps")                    \
-  X(ModelTcpGBs, "BRAID_MODEL_TCP_GBS", double, 2.6,                                               \
+  X(ModelCachedSpeedup, "BRAID_MODEL_CACHED_SPEEDUP", double, 2.0,                                 \
+    "model: how much faster host cores run ring steps whose data stays in the last-level cache")   \
+  X(ModelSharedCoreCost, "BRAID_MODEL_SHARED_CORE_COST", double, 0.8,                              \
+    "model: a rank's ring cost on a core it shares, per rank on that core (slots stay in its "     \
+    "cache)")                                                                                      \
+  X(ModelTcpGBs, "BRAID_MODEL_TCP_GBS", double, 3.2,                                               \
     "model: GB/s a machine's TCP moves through virtual interfaces (veth), all streams together")   \
   X(ModelCallUs, "BRAID_MODEL_CALL_US", double, 0.3, "model: microseconds of one call's overhead") \
   X(ModelHopUs, "BRAID_MODEL_HOP_US", double, 1.0,                                                 \

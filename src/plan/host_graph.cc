@@ -33,6 +33,12 @@ HostRankInfo describeThisRank(const std::string& nicName) {
   HostRankInfo info;
   unsigned cpu = 0, node = 0;
   if (syscall(SYS_getcpu, &cpu, &node, nullptr) == 0) info.numa = static_cast<int32_t>(node);
+  // The highest cache level sysfs lists for this CPU ("32768K").
+  for (int index = 0; index < 8; ++index) {
+    std::ifstream size(fmt::format("/sys/devices/system/cpu/cpu{}/cache/index{}/size", cpu, index));
+    double kib = 0;
+    if (size >> kib) info.llcBytes = kib * 1024;
+  }
   if (nicName.empty()) return info;
   const std::string sys = "/sys/class/net/" + nicName;
   // A physical interface has a device; veth, bridges and loopback do not, and their "speed" is

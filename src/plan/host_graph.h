@@ -17,9 +17,11 @@ struct HostRankInfo {
   int32_t nicNuma = -1;     // NUMA node of its host's network interface; -1 when not known
   double nicGBs = 0;        // a physical interface's GB/s per direction; 0 when there is none
   bool virtualNic = false;  // a veth, bridge or loopback: the machine's own TCP copies set its pace
+  double llcBytes = 0;      // the last-level cache of the CPU the rank runs on; 0: unknown
 };
 
-// What this rank reports: the NUMA node it runs on now, and the interface `nicName` (the one the
+// What this rank reports: the NUMA node it runs on now, its CPU's last-level cache, and the
+// interface `nicName` (the one the
 // bootstrap uses): its speed from sysfs, or that it is virtual (veth, bridge, loopback), whose
 // "speed" is made up.
 HostRankInfo describeThisRank(const std::string& nicName);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <sstream>
 
@@ -158,16 +159,32 @@ double Model::ringTimeUs(Operation op, Protocol protocol, size_t bytes) const {
     case Operation::Reduce: reduceBytes = busBytes; break;
     default: copyBytes = busBytes; break;
   }
+  // The ring runs at the pace of its most crowded core: ceil(threads/cores) ranks take turns on
+  // it, handing slots to each other through that core's own cache (sharedCoreCost < 1).
   const double share = oversubscription();
+  const double crowding = share > 1 ? std::ceil(share) * in_.core.sharedCoreCost : 1;
   double coreUs =
       (microseconds(reduceBytes, in_.core.reduceGBs) + microseconds(copyBytes, in_.core.copyGBs)) *
-      share;
+      crowding / cacheSpeedup(bytes);
   // With more busy threads than cores, a rank runs until its FIFO window is full or empty and
   // then yields its core: one switch per window.
   if (share > 1)
     coreUs += (reduceBytes + copyBytes) / static_cast<double>(in_.fifoBytes) * in_.latency.switchUs;
   const double linkUs = microseconds(busBytes, ringGBs_);
   return in_.latency.callUs + latency + std::max(coreUs, linkUs);
+}
+
+// The core rates hold for data in memory. A call whose buffers and FIFOs fit in the cache runs
+// faster by the cached speedup; one that partly fits, by the share that fits.
+double Model::cacheSpeedup(size_t bytes) const {
+  if (in_.cacheBytes <= 0 || in_.core.cachedSpeedup <= 1) return 1;
+  // Every rank of the busiest machine touches its input and output and two FIFOs.
+  const double ranks =
+      *std::max_element(in_.busyThreadsPerHost.begin(), in_.busyThreadsPerHost.end()) /
+      (hosts_ > 1 ? 2.0 : 1.0);
+  const double workingSet = ranks * (2.0 * bytes + 2.0 * in_.fifoBytes);
+  const double cached = std::min(1.0, in_.cacheBytes / workingSet);
+  return 1 / (cached / in_.core.cachedSpeedup + (1 - cached));
 }
 
 double Model::directTimeUs(Operation op, Protocol protocol, size_t bytes) const {

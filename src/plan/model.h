@@ -30,8 +30,10 @@ double busBandwidthFactor(Operation op, int nranks);
 // FIFO per second; they fold in the memory traffic of each step (reading the received slot and
 // the input, writing the output and the next slot).
 struct CoreRates {
-  double reduceGBs = 0;  // reduce-scatter steps: received slot OP input -> next slot
-  double copyGBs = 0;    // all-gather steps: received slot -> output and next slot
+  double reduceGBs = 0;       // reduce-scatter steps: received slot OP input -> next slot
+  double copyGBs = 0;         // all-gather steps: received slot -> output and next slot
+  double cachedSpeedup = 1;   // how much faster both run when the working set stays in cache
+  double sharedCoreCost = 1;  // a rank's cost on a core it shares with others, per rank on it
 };
 
 struct Latencies {
@@ -48,7 +50,8 @@ struct ModelInput {
   std::vector<int> coresPerHost;        // usable cores of each host
   std::vector<int> busyThreadsPerHost;  // ranks and their network proxies on each host
   size_t fifoBytes = 1 << 20;           // per connector: a rank runs at most this far ahead
-  size_t directMaxBytes = 0;            // the one-shot exchange holds at most this per peer
+  double cacheBytes = 0;      // last-level cache the ranks of a machine can count on; 0: unknown
+  size_t directMaxBytes = 0;  // the one-shot exchange holds at most this per peer
   std::vector<bool> allowedAlgorithms = {true, true};  // indexed by Algorithm (BRAID_ALGO)
   std::vector<bool> allowedProtocols = {true, true};   // indexed by Protocol (BRAID_PROTO)
 };
@@ -82,6 +85,7 @@ class Model {
   double directTimeUs(Operation op, Protocol protocol, size_t bytes) const;
   double stepLatencyUs(Protocol protocol) const;
   double oversubscription() const;  // busy threads per core on the most loaded host, at least 1
+  double cacheSpeedup(size_t bytes) const;
 
   int nranks_ = 1;
   int hosts_ = 1;

@@ -68,7 +68,7 @@ class RankBench {
           RunInfo{launch_.mode, launch_.processes > 0 ? launch_.processes : nranks_,
                   o_.threadsPerProcess, nranks_,
                   fmt::format("{}.{}.{}", version / 10000, version / 100 % 100, version % 100),
-                  ranks, "braid-perf", "braid", /*predicts=*/true, plan});
+                  ranks, "braid-perf", "braid", /*predicts=*/true, plan, launch_.binding});
       reporter_->printHeader();
     }
     for (braidDataType_t type : o_.datatypes) {

@@ -11,8 +11,9 @@
 namespace braid_perf {
 
 struct LaunchInfo {
-  std::string mode;  // shown in the header: "fork", "threads", "environment (<variable>)"
-  int processes;     // 0: one per rank (an external launcher's)
+  std::string mode;          // shown in the header: "fork", "threads", "environment (<variable>)"
+  int processes;             // 0: one per rank (an external launcher's)
+  std::string binding = "";  // how ranks were placed on cores, for the header; empty: not at all
 };
 
 // Runs every datatype x op sweep the options ask for. Returns the number of wrong elements over

@@ -1,6 +1,7 @@
 #include "perf/launch.h"
 
 #include <fmt/format.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -181,6 +182,29 @@ int superviseChildren(const Options& o, std::vector<Child>& children) {
   return worst;
 }
 
+// The CPUs this process may run on, in order.
+std::vector<int> allowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+
+// Process p gets CPUs [p*t, (p+1)*t) of the allowed ones when every rank fits on a core of its
+// own, as mpirun binds by default: left to itself the kernel may wake a rank onto its peer's core
+// (the waker's), where the two take turns while the other core idles.
+void bindToCores(const std::vector<int>& cpus, int process, int threadsPerProcess) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int t = 0; t < threadsPerProcess; ++t) CPU_SET(cpus[process * threadsPerProcess + t], &set);
+  if (sched_setaffinity(0, sizeof set, &set) != 0)
+    fmt::print(stderr, "braid-perf: process {}: could not bind to its cores: {}\n", process,
+               std::strerror(errno));
+}
+
 int runForked(const Options& o) {
   const int nranks = o.processes * o.threadsPerProcess;
   checkRoot(o, nranks);
@@ -189,13 +213,23 @@ int runForked(const Options& o) {
   if (result != braidSuccess)
     throw RunError(fmt::format("braidGetUniqueId failed: {}: {}", braidGetErrorString(result),
                                braidGetLastError(nullptr)));
-  const LaunchInfo launch{"fork", o.processes};
+  const std::vector<int> cpus = allowedCpus();
+  const bool bind = o.bindCores && static_cast<size_t>(nranks) <= cpus.size();
+  const LaunchInfo launch{
+      "fork", o.processes,
+      bind ? fmt::format("process p on CPUs {}p..{}p+{} (--bind core)", o.threadsPerProcess,
+                         o.threadsPerProcess, o.threadsPerProcess - 1)
+      : o.bindCores ? fmt::format("none: {} ranks, {} CPUs (--bind core binds only when every "
+                                  "rank has a core)",
+                                  nranks, cpus.size())
+                    : "none (--bind none)"};
   std::fflush(stdout);  // or the children would print what is buffered again
   std::fflush(stderr);
   std::vector<Child> children;
   for (int p = 0; p < o.processes; ++p) {
     const pid_t pid = fork();
     if (pid == 0) {
+      if (bind) bindToCores(cpus, p, o.threadsPerProcess);
       armTimeout(o.timeoutSeconds);
       exitNow(runRankThreads(o, launch, id, nranks, p * o.threadsPerProcess));
     }

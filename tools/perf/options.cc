@@ -171,6 +171,11 @@ std::optional<Options> parseOptions(int argc, char** argv) {
       ->check(CLI::IsMember({0, 1}));
   app.add_option("-t,--nthreads", o.threadsPerProcess, "ranks as threads per process (default 1)");
   CLI::Option* np = app.add_option("--np", o.processes, "fork this many local processes");
+  std::string bind = "core";
+  app.add_option("--bind", bind,
+                 "with --np: core binds each process to cores of its own when the ranks fit the "
+                 "cores, as mpirun does; none leaves placement to the kernel (default core)")
+      ->check(CLI::IsMember({"core", "none"}));
   app.add_option("--device", o.device, "cpu or cuda (default cpu)");
   app.add_option("-T,--timeout", o.timeoutSeconds,
                  "seconds the whole run may take before it is stopped (default 3600)");
@@ -197,6 +202,7 @@ std::optional<Options> parseOptions(int argc, char** argv) {
   o.datatypes = parseDatatypes(datatype);
   o.ops = parseOps(op);
   o.check = check == 1;
+  o.bindCores = bind == "core";
   o.blocking = blocking == 1;
   if (np->count() > 0 && o.processes < 1)
     throw UsageError(fmt::format("--np {}: need at least one process", o.processes));

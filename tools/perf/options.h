@@ -26,7 +26,8 @@ struct Options {
   int root = 0;
   bool blocking = false;  // -z 1: NULL stream, each call completes before it returns
   int threadsPerProcess = 1;
-  int processes = 0;  // --np; 0 when not given
+  int processes = 0;      // --np; 0 when not given
+  bool bindCores = true;  // --bind core: each forked process on cores of its own (see launch.cc)
   std::string device = "cpu";
   int timeoutSeconds = 3600;
   std::string jsonPath;

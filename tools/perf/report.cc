@@ -78,6 +78,7 @@ void Reporter::printHeader() {
              o.warmupIters, o.iters, o.check ? 1 : 0, o.blocking ? 1 : 0, o.device, run_.launch);
   if (o.blocking)
     fmt::print(out_, "# Blocking Enabled: NULL stream, every call completes before it returns\n");
+  if (!run_.binding.empty()) fmt::print(out_, "# Binding: {}\n", run_.binding);
   std::istringstream plan(run_.plan);
   for (std::string line; std::getline(plan, line);) fmt::print(out_, "# plan: {}\n", line);
   fmt::print(out_, "#\n# Using devices\n");

@@ -29,6 +29,7 @@ struct RunInfo {
   std::string library = "braid";
   bool predicts = false;  // rows carry the planner's predicted busbw (a last column)
   std::string plan;       // the communicator's plan, printed as "# plan:" lines in the header
+  std::string binding;    // how ranks were placed on cores; empty: left to the kernel
 };
 
 struct Measurement {
