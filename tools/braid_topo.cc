@@ -59,22 +59,13 @@ void showPlan(const Topology& topology, const PlanRequest& request) {
     if (!out) braid::failErrno(braidSystemError, request.dumpPath + ": cannot write", errno);
   }
 
-  plan::ModelInput input;
+  plan::ModelInput input = plan::modelInputFromParams();
   input.hostRanks = gpuNodes(topology).empty();
   const int perHost = graph.nranks() / std::max(1, graph.hosts);
-  input.core = {.reduceGBs = braid::param::ModelReduceGBs(),
-                .copyGBs = braid::param::ModelCopyGBs(),
-                .cachedSpeedup = braid::param::ModelCachedSpeedup(),
-                .sharedCoreCost = braid::param::ModelSharedCoreCost()};
-  input.latency = {.callUs = braid::param::ModelCallUs(),
-                   .hopUs = braid::param::ModelHopUs(),
-                   .netHopUs = braid::param::ModelNetHopUs(),
-                   .switchUs = braid::param::ModelSwitchUs()};
   input.coresPerHost.assign(graph.hosts, coresOf(topology, perHost));
   input.busyThreadsPerHost.assign(graph.hosts, graph.hosts > 1 ? 2 * perHost : perHost);
   input.fifoBytes = static_cast<size_t>(braid::param::BuffSize());
   input.directMaxBytes = input.fifoBytes / static_cast<size_t>(braid::param::FifoSlots());
-  plan::applyOverrides(input);
   const plan::Model model(graph, found, input);
 
   fmt::print("{} rank(s) on {} host(s) of {}\n", graph.nranks(), graph.hosts, topology.origin);

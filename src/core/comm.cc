@@ -235,16 +235,8 @@ void braidComm::planRings(const braid::FifoGeometry& geometry) {
                "rank {}: {} channels planned; the host executor runs one, channel 0", rank_,
                plan_.channels.size());
 
-  plan::ModelInput input;
+  plan::ModelInput input = plan::modelInputFromParams();
   input.hostRanks = true;
-  input.core = {.reduceGBs = braid::param::ModelReduceGBs(),
-                .copyGBs = braid::param::ModelCopyGBs(),
-                .cachedSpeedup = braid::param::ModelCachedSpeedup(),
-                .sharedCoreCost = braid::param::ModelSharedCoreCost()};
-  input.latency = {.callUs = braid::param::ModelCallUs(),
-                   .hopUs = braid::param::ModelHopUs(),
-                   .netHopUs = braid::param::ModelNetHopUs(),
-                   .switchUs = braid::param::ModelSwitchUs()};
   // Per host of the plan: the cores and the busy threads of its machine (namespaces standing in
   // for hosts share one machine's cores).
   const bool proxies = planGraph_.hosts > 1;
@@ -264,7 +256,6 @@ void braidComm::planRings(const braid::FifoGeometry& geometry) {
   for (const braid::PeerInfo& p : peers_)
     input.cacheBytes = std::min(input.cacheBytes, p.llcBytes / 2);
   input.directMaxBytes = geometry.slotBytes;
-  plan::applyOverrides(input);
   model_ = std::make_unique<plan::Model>(planGraph_, plan_, input);
 
   // The one-shot exchange wins below a crossover size: find the largest power-of-two multiple of

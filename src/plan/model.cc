@@ -91,9 +91,19 @@ double busBandwidthFactor(Operation op, int nranks) {
   }
 }
 
-void applyOverrides(ModelInput& input) {
+ModelInput modelInputFromParams() {
+  ModelInput input;
+  input.core = {.reduceGBs = param::ModelReduceGBs(),
+                .copyGBs = param::ModelCopyGBs(),
+                .cachedSpeedup = param::ModelCachedSpeedup(),
+                .sharedCoreCost = param::ModelSharedCoreCost()};
+  input.latency = {.callUs = param::ModelCallUs(),
+                   .hopUs = param::ModelHopUs(),
+                   .netHopUs = param::ModelNetHopUs(),
+                   .switchUs = param::ModelSwitchUs()};
   input.allowedAlgorithms = parseChoice(param::Algo(), "BRAID_ALGO", {"ring", "direct"});
   input.allowedProtocols = parseChoice(param::Proto(), "BRAID_PROTO", {"simple", "ll"});
+  return input;
 }
 
 Model::Model(const LinkGraph& graph, const Plan& plan, ModelInput input)

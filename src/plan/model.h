@@ -95,8 +95,9 @@ class Model {
   ModelInput in_;
 };
 
-// Reads BRAID_ALGO and BRAID_PROTO ("ring", "direct", "ring,direct"; "simple", "ll"; empty =
-// all) into `input`. Fails naming the variable and the accepted values.
-void applyOverrides(ModelInput& input);
+// The host figures and latencies of BRAID_MODEL_*, and the algorithms and protocols BRAID_ALGO and
+// BRAID_PROTO allow ("ring", "direct", "ring,direct"; "simple", "ll"; empty = all). Fails naming
+// the variable and the accepted values. The caller fills in the machine: cores, threads, FIFOs.
+ModelInput modelInputFromParams();
 
 }  // namespace braid::plan

@@ -1,0 +1,144 @@
+// The cost model (src/plan/model.h): its formulas checked against figures computed here by hand
+// from the same constants, and the choices it makes from them.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "plan/host_graph.h"
+#include "plan/model.h"
+#include "plan/plan.h"
+
+namespace braid::plan {
+namespace {
+
+constexpr double kReduce = 6.0, kCopy = 8.0;  // GB/s
+
+ModelInput hostInput(int busy, int cores) {
+  ModelInput in;
+  in.hostRanks = true;
+  in.core = {.reduceGBs = kReduce, .copyGBs = kCopy, .cachedSpeedup = 1, .sharedCoreCost = 0.8};
+  in.latency = {.callUs = 0.5, .hopUs = 1.0, .netHopUs = 20.0, .switchUs = 40.0};
+  in.coresPerHost = {cores};
+  in.busyThreadsPerHost = {busy};
+  in.fifoBytes = 1 << 20;
+  in.directMaxBytes = 128 << 10;
+  return in;
+}
+
+struct Planned {
+  LinkGraph graph;
+  Plan plan;
+};
+
+Planned cpuRanks(int n) {
+  Planned p;
+  p.graph = hostGraph(std::vector<HostRankInfo>(n, HostRankInfo{.host = 7, .numa = 0}));
+  p.plan = search(p.graph);
+  return p;
+}
+
+TEST(PlanModel, BusBandwidthFactorsAreNcclTests) {
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(Operation::AllReduce, 4), 1.5);
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(Operation::ReduceScatter, 4), 0.75);
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(Operation::AllGather, 8), 0.875);
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(Operation::Broadcast, 8), 1);
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(Operation::SendRecv, 2), 1);
+}
+
+TEST(PlanModel, HostRingOnCoresOfTheirOwn) {
+  const Planned p = cpuRanks(2);
+  const Model model(p.graph, p.plan, hostInput(2, 2));
+  const size_t bytes = size_t{1} << 30;
+  // All-reduce: F = 1 for two ranks; half the bus bytes reduce, half forward; one ring pass of
+  // latency (2 steps x 1 us) and the call.
+  const double expected =
+      0.5 + 2 * 1.0 + (bytes / 2.0) / kReduce / 1e3 + (bytes / 2.0) / kCopy / 1e3;
+  EXPECT_NEAR(model.timeUs(Operation::AllReduce, Algorithm::Ring, Protocol::Simple, bytes),
+              expected, expected * 1e-9);
+  const Prediction best = model.best(Operation::AllReduce, bytes);
+  EXPECT_EQ(best.algorithm, Algorithm::Ring);
+  EXPECT_NEAR(best.busBwGBs, bytes / expected / 1e3, 1e-6);
+  // Reduce-scatter is all reduction, all-gather all forwarding.
+  const double rs =
+      model.timeUs(Operation::ReduceScatter, Algorithm::Ring, Protocol::Simple, bytes);
+  const double ag = model.timeUs(Operation::AllGather, Algorithm::Ring, Protocol::Simple, bytes);
+  EXPECT_NEAR(rs, 0.5 + 1.0 + bytes / 2.0 / kReduce / 1e3, 1e-3);
+  EXPECT_NEAR(ag, 0.5 + 1.0 + bytes / 2.0 / kCopy / 1e3, 1e-3);
+}
+
+TEST(PlanModel, RanksCrowdingACoreTakeTurns) {
+  const Planned p = cpuRanks(4);
+  const size_t bytes = size_t{1} << 30;
+  const double dedicated =
+      Model(p.graph, p.plan, hostInput(4, 4))
+          .timeUs(Operation::AllGather, Algorithm::Ring, Protocol::Simple, bytes);
+  const double crowded =
+      Model(p.graph, p.plan, hostInput(4, 2))
+          .timeUs(Operation::AllGather, Algorithm::Ring, Protocol::Simple, bytes);
+  // Two ranks per core at 0.8 each, a 40 us switch per 1 MiB window, and a switch per handoff of
+  // the first pass (3 steps).
+  const double busBytes = 0.75 * bytes;
+  const double expected =
+      0.5 + 3 * 40.0 + busBytes / kCopy / 1e3 * 2 * 0.8 + busBytes / (1 << 20) * 40.0;
+  EXPECT_NEAR(crowded, expected, expected * 1e-9);
+  EXPECT_GT(crowded, dedicated * 1.5);
+}
+
+TEST(PlanModel, OneShotForSmallAllReducesRingsForLarge) {
+  const Planned p = cpuRanks(2);
+  const Model model(p.graph, p.plan, hostInput(2, 2));
+  EXPECT_EQ(model.best(Operation::AllReduce, 8).algorithm, Algorithm::Direct);
+  EXPECT_EQ(model.best(Operation::AllReduce, 64 << 10).algorithm, Algorithm::Ring);
+  // Past a FIFO slot the one-shot exchange cannot run at all.
+  EXPECT_TRUE(std::isinf(
+      model.timeUs(Operation::AllReduce, Algorithm::Direct, Protocol::Simple, 256 << 10)));
+  // Only all-reduce has a one-shot form.
+  EXPECT_EQ(model.best(Operation::AllGather, 8).algorithm, Algorithm::Ring);
+}
+
+TEST(PlanModel, OverridesRestrictTheChoice) {
+  const Planned p = cpuRanks(2);
+  ModelInput ringOnly = hostInput(2, 2);
+  ringOnly.allowedAlgorithms = {true, false};
+  EXPECT_EQ(Model(p.graph, p.plan, ringOnly).best(Operation::AllReduce, 8).algorithm,
+            Algorithm::Ring);
+  // Host FIFOs run the Simple protocol only: asking for LL alone falls back to what runs.
+  ModelInput llOnly = hostInput(2, 2);
+  llOnly.allowedProtocols = {false, true};
+  const Prediction fallback = Model(p.graph, p.plan, llOnly).best(Operation::AllReduce, 1 << 20);
+  EXPECT_EQ(fallback.protocol, Protocol::Simple);
+  EXPECT_EQ(fallback.algorithm, Algorithm::Ring);
+}
+
+TEST(PlanModel, HostsMeetAtTheSlowestNic) {
+  // Two hosts, one rank each, NICs of 1 GB/s: the ring is link-bound far below the cores.
+  std::vector<HostRankInfo> ranks = {{.host = 1, .machine = 1, .numa = 0, .nicGBs = 1.0},
+                                     {.host = 2, .machine = 2, .numa = 0, .nicGBs = 1.0}};
+  const LinkGraph graph = hostGraph(ranks);
+  const Plan plan = search(graph);
+  ModelInput in = hostInput(2, 2);
+  in.coresPerHost = {2, 2};
+  in.busyThreadsPerHost = {2, 2};
+  const Prediction p = Model(graph, plan, in).best(Operation::AllReduce, size_t{1} << 30);
+  EXPECT_NEAR(p.busBwGBs, 1.0, 0.01);
+}
+
+TEST(PlanModel, DeviceRingsPickLlForSmallAndSimpleForLarge) {
+  // Four GPUs on one switch, 24 GB/s each way: one ring of 24 GB/s.
+  LinkGraph graph;
+  const int cpu = graph.addVertex(VertexKind::Cpu, 0, "CPU");
+  const int sw = graph.addVertex(VertexKind::Switch, 0, "switch");
+  graph.addLink(cpu, sw, 24, LinkKind::Pcie);
+  for (int g = 0; g < 4; ++g) graph.addRank(0, "GPU" + std::to_string(g), sw, 24, LinkKind::Pcie);
+  const Plan plan = search(graph);
+  ModelInput in;
+  in.hostRanks = false;
+  const Model model(graph, plan, in);
+  EXPECT_EQ(model.best(Operation::AllReduce, 8).protocol, Protocol::LL);
+  const Prediction large = model.best(Operation::AllReduce, size_t{1} << 32);
+  EXPECT_EQ(large.protocol, Protocol::Simple);
+  EXPECT_NEAR(large.busBwGBs, plan.totalBandwidthGBs(), plan.totalBandwidthGBs() * 0.01);
+}
+
+}  // namespace
+}  // namespace braid::plan
