@@ -247,7 +247,9 @@ Prediction Model::best(Operation op, size_t bytes) const {
 
 std::string Model::describe() const {
   std::string out =
-      fmt::format("model: {} ranks on {} host(s), rings {:.1f} GB/s", nranks_, hosts_, ringGBs_);
+      fmt::format("model: {} ranks on {} host(s), {}", nranks_, hosts_,
+                  ringGBs_ >= kSharedMemoryGBs ? std::string("rings bound by cores, not links")
+                                               : fmt::format("rings {:.1f} GB/s", ringGBs_));
   if (in_.hostRanks)
     out += fmt::format(
         "; host cores: reduce {:.1f} GB/s, forward {:.1f} GB/s per rank, {:.2f} busy threads per "
