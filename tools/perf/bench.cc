@@ -71,13 +71,8 @@ class RankBench {
                   ranks, "braid-perf", "braid", /*predicts=*/true, plan, launch_.binding});
       reporter_->printHeader();
     }
-    for (braidDataType_t type : o_.datatypes) {
-      if (coll_.reduces) {
-        for (braidRedOp_t op : o_.ops) timeTest(type, op);
-      } else {
-        timeTest(type, braidSum);  // the op is not used
-      }
-    }
+    forEachTypeAndOp(o_, coll_.reduces,
+                     [&](braidDataType_t type, braidRedOp_t op) { timeTest(type, op); });
     if (reporter_) reporter_->finish();
     return wrongTotal_;
   }

@@ -58,4 +58,17 @@ void checkRoot(const Options& options, int nranks);
 // The message sizes of one sweep: from minBytes to maxBytes by stepFactor or stepBytes.
 std::vector<size_t> sweepSizes(const Options& options);
 
+// Every datatype x op the options ask for, in order; a collective that does not reduce gets one
+// pass per datatype (its op, braidSum, is not used).
+template <typename Visit>
+void forEachTypeAndOp(const Options& o, bool reduces, Visit visit) {
+  for (braidDataType_t type : o.datatypes) {
+    if (!reduces) {
+      visit(type, braidSum);
+      continue;
+    }
+    for (braidRedOp_t op : o.ops) visit(type, op);
+  }
+}
+
 }  // namespace braid_perf
