@@ -2,13 +2,10 @@
 // either loads or fails with braid::Error; what loads must also print and dump as NCCL XML.
 #include <cstddef>
 #include <cstdint>
-#include <sstream>
 
-#include "core/error.h"
+#include "load_and_print.h"
 #include "topology/hwloc_import.h"
 #include "topology/nccl_xml.h"
-#include "topology/paths.h"
-#include "topology/report.h"
 
 // hwloc 2.9's XML importer leaks the objects it built when it gives up on a file ("invalid special
 // object child", ...): a leak inside libhwloc, not in braid, which destroys every topology it made.
@@ -18,17 +15,8 @@ extern "C" const char* __lsan_default_suppressions() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace braid::topo;
-  std::string_view text(reinterpret_cast<const char*>(data), size);
-  Topology topology;
-  try {
-    topology = readHwlocXml(text, "fuzz.xml");
-  } catch (const braid::Error&) {
-    return 0;
-  }
-  Matrix matrix = computeMatrix(topology);
-  std::ostringstream out;
-  printAllViews(out, topology, matrix);
-  toJson(topology, matrix);
-  readNcclXml(writeNcclXml(topology), "dump.xml");
+  auto loaded =
+      loadAndPrint(std::string_view(reinterpret_cast<const char*>(data), size), readHwlocXml);
+  if (loaded) readNcclXml(writeNcclXml(loaded->first), "dump.xml");
   return 0;
 }

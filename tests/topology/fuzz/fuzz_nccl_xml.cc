@@ -3,26 +3,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <sstream>
 
-#include "core/error.h"
+#include "load_and_print.h"
 #include "topology/nccl_xml.h"
-#include "topology/paths.h"
-#include "topology/report.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace braid::topo;
-  std::string_view text(reinterpret_cast<const char*>(data), size);
-  Topology topology;
-  try {
-    topology = readNcclXml(text, "fuzz.xml");
-  } catch (const braid::Error&) {
-    return 0;
-  }
-  Matrix matrix = computeMatrix(topology);
-  std::ostringstream out;
-  printAllViews(out, topology, matrix);
-  toJson(topology, matrix);
+  auto loaded =
+      loadAndPrint(std::string_view(reinterpret_cast<const char*>(data), size), readNcclXml);
+  if (!loaded) return 0;
+  const auto& [topology, matrix] = *loaded;
   // The dump of anything that loaded loads again, to the same classes.
   Topology again = readNcclXml(writeNcclXml(topology), "dump.xml");
   Matrix after = computeMatrix(again);
