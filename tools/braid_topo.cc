@@ -63,7 +63,7 @@ void showPlan(const Topology& topology, const PlanRequest& request) {
   input.hostRanks = gpuNodes(topology).empty();
   const int perHost = graph.nranks() / std::max(1, graph.hosts);
   input.coresPerHost.assign(graph.hosts, coresOf(topology, perHost));
-  input.busyThreadsPerHost.assign(graph.hosts, graph.hosts > 1 ? 2 * perHost : perHost);
+  input.ranksPerHost.assign(graph.hosts, perHost);
   input.fifoBytes = static_cast<size_t>(braid::param::BuffSize());
   input.directMaxBytes = input.fifoBytes / static_cast<size_t>(braid::param::FifoSlots());
   const plan::Model model(graph, found, input);

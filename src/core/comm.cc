@@ -69,6 +69,12 @@ void ownCpus(uint64_t (&mask)[16]) {
     if (CPU_ISSET(c, &set)) mask[c / 64] |= uint64_t{1} << (c % 64);
 }
 
+int ranksOnMachine(const std::vector<braid::PeerInfo>& peers, uint64_t machine) {
+  return static_cast<int>(std::count_if(peers.begin(), peers.end(), [&](const braid::PeerInfo& p) {
+    return p.machineHash == machine;
+  }));
+}
+
 // Cores of a machine: every CPU any of its ranks may run on (ranks bound to one core each still
 // share the machine's other cores with nobody).
 int machineCores(const std::vector<braid::PeerInfo>& peers, uint64_t machine) {
@@ -153,9 +159,7 @@ void braidComm::initialize(const braid::BootstrapId& id) {
     // Busy threads on this machine: its ranks, and their network proxies when the job spans
     // hosts (namespaces share the cores). With more than the cores, a spinning wait would take the
     // core its producer needs.
-    int busyThreads = 0;
-    for (const braid::PeerInfo& p : peers_)
-      if (p.machineHash == self.machineHash) busyThreads += links_.netProxy ? 2 : 1;
+    const int busyThreads = ranksOnMachine(peers_, self.machineHash) * (links_.netProxy ? 2 : 1);
     if (busyThreads > machineCores(peers_, self.machineHash))
       spins = std::min(spins, kOversubscribedSpins);
     planRings(geometry);
@@ -189,15 +193,6 @@ std::string readPlanFile(const std::string& path) {
   if (!in)
     braid::failErrno(braidInvalidArgument, "BRAID_PLAN_FILE=" + path + ": cannot read", errno);
   return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-std::string expandPath(std::string path) {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  for (size_t at; (at = path.find("%h")) != std::string::npos;) path.replace(at, 2, host);
-  for (size_t at; (at = path.find("%p")) != std::string::npos;)
-    path.replace(at, 2, std::to_string(getpid()));
-  return path;
 }
 
 }  // namespace
@@ -237,18 +232,14 @@ void braidComm::planRings(const braid::FifoGeometry& geometry) {
 
   plan::ModelInput input = plan::modelInputFromParams();
   input.hostRanks = true;
-  // Per host of the plan: the cores and the busy threads of its machine (namespaces standing in
-  // for hosts share one machine's cores).
-  const bool proxies = planGraph_.hosts > 1;
+  // Per host of the plan: the cores and the ranks of its machine (namespaces standing in for
+  // hosts share one machine's cores).
   input.coresPerHost.assign(planGraph_.hosts, 0);
-  input.busyThreadsPerHost.assign(planGraph_.hosts, 0);
+  input.ranksPerHost.assign(planGraph_.hosts, 0);
   for (int r = 0; r < nranks_; ++r) {
     const int host = planGraph_.hostOfRank(r);
     input.coresPerHost[host] = machineCores(peers_, peers_[r].machineHash);
-    int busy = 0;
-    for (const braid::PeerInfo& p : peers_)
-      if (p.machineHash == peers_[r].machineHash) busy += proxies ? 2 : 1;
-    input.busyThreadsPerHost[host] = busy;
+    input.ranksPerHost[host] = ranksOnMachine(peers_, peers_[r].machineHash);
   }
   input.fifoBytes = geometry.slotBytes * geometry.nSlots;
   // Half the last-level cache: the rest holds what else runs (and other tenants of a VM's host).
@@ -266,14 +257,15 @@ void braidComm::planRings(const braid::FifoGeometry& geometry) {
       directMaxBytes_ = bytes;
 
   if (rank_ == 0 && !braid::param::PlanDumpFile().empty()) {
-    const std::string path = expandPath(braid::param::PlanDumpFile());
+    const std::string path = braid::log::expandPath(braid::param::PlanDumpFile());
     std::ofstream out(path);
     out << plan::toJson(planGraph_, plan_);
     if (!out)
       braid::failErrno(braidSystemError, "BRAID_PLAN_DUMP_FILE=" + path + ": cannot write", errno);
   }
-  BRAID_INFO(braid::log::kInit, "rank {}: plan {}; one-shot all-reduce up to {} bytes", rank_,
-             plan::describe(planGraph_, plan_), directMaxBytes_);
+  planText_ = plan::describe(planGraph_, plan_) + model_->describe() + "\n";
+  BRAID_INFO(braid::log::kInit, "rank {}: one-shot all-reduce up to {} bytes; plan:\n{}", rank_,
+             directMaxBytes_, std::string_view(planText_).substr(0, planText_.size() - 1));
 }
 
 braid::plan::Prediction braidComm::predict(braid::plan::Operation op, size_t bytes) {
@@ -283,8 +275,6 @@ braid::plan::Prediction braidComm::predict(braid::plan::Operation op, size_t byt
 
 const std::string& braidComm::describePlan() {
   waitReady();
-  if (planText_.empty())
-    planText_ = braid::plan::describe(planGraph_, plan_) + model_->describe() + "\n";
   return planText_;
 }
 

@@ -82,7 +82,7 @@ struct braidComm : public braid::Watchdog {
   braid::plan::LinkGraph planGraph_;
   braid::plan::Plan plan_;
   std::unique_ptr<braid::plan::Model> model_;
-  std::string planText_;
+  std::string planText_;        // the plan and the model, as braidCommDescribePlan gives them
   std::vector<int> ringOrder_;  // channel 0 of the plan: the host executor runs one channel
   std::vector<unsigned char> scratch_;
   size_t directMaxBytes_ = 0;  // all-reduces up to this size use the one-shot exchange

@@ -46,24 +46,6 @@ std::string hostName() {
   return host;
 }
 
-std::string expandPath(const std::string& pattern) {
-  std::string out;
-  for (size_t i = 0; i < pattern.size(); ++i) {
-    if (pattern[i] == '%' && i + 1 < pattern.size()) {
-      char c = pattern[++i];
-      if (c == 'h')
-        out += hostName();
-      else if (c == 'p')
-        out += std::to_string(getpid());
-      else
-        out += c;
-    } else {
-      out += pattern[i];
-    }
-  }
-  return out;
-}
-
 FILE* sink() {
   static FILE* file = [] {
     const std::string& path = param::DebugFile();
@@ -86,6 +68,24 @@ const char* levelName(Level level) {
 }
 
 }  // namespace
+
+std::string expandPath(const std::string& pattern) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '%' && i + 1 < pattern.size()) {
+      char c = pattern[++i];
+      if (c == 'h')
+        out += hostName();
+      else if (c == 'p')
+        out += std::to_string(getpid());
+      else
+        out += c;
+    } else {
+      out += pattern[i];
+    }
+  }
+  return out;
+}
 
 const Settings& settings() {
   static const Settings s{parseLevel(param::Debug()), parseSubsys(param::DebugSubsys())};

@@ -27,6 +27,10 @@ struct Settings {
 };
 const Settings& settings();
 
+// A file name pattern with %h replaced by the host name and %p by the pid (BRAID_DEBUG_FILE,
+// BRAID_PLAN_DUMP_FILE).
+std::string expandPath(const std::string& pattern);
+
 inline bool enabled(Level level, unsigned subsys) {
   const Settings& s = settings();
   return level <= s.level && (level == Level::Warn || (subsys & s.subsys) != 0);

@@ -135,10 +135,11 @@ Model::Model(const LinkGraph& graph, const Plan& plan, ModelInput input)
 }
 
 double Model::oversubscription() const {
+  const int threadsPerRank = hosts_ > 1 ? 2 : 1;  // a rank, and its network proxy
   double worst = 1;
-  for (size_t h = 0; h < in_.busyThreadsPerHost.size() && h < in_.coresPerHost.size(); ++h)
-    worst = std::max(
-        worst, static_cast<double>(in_.busyThreadsPerHost[h]) / std::max(1, in_.coresPerHost[h]));
+  for (size_t h = 0; h < in_.ranksPerHost.size() && h < in_.coresPerHost.size(); ++h)
+    worst = std::max(worst, static_cast<double>(in_.ranksPerHost[h] * threadsPerRank) /
+                                std::max(1, in_.coresPerHost[h]));
   return worst;
 }
 
@@ -189,9 +190,7 @@ double Model::ringTimeUs(Operation op, Protocol protocol, size_t bytes) const {
 double Model::cacheSpeedup(size_t bytes) const {
   if (in_.cacheBytes <= 0 || in_.core.cachedSpeedup <= 1) return 1;
   // Every rank of the busiest machine touches its input and output and two FIFOs.
-  const double ranks =
-      *std::max_element(in_.busyThreadsPerHost.begin(), in_.busyThreadsPerHost.end()) /
-      (hosts_ > 1 ? 2.0 : 1.0);
+  const double ranks = *std::max_element(in_.ranksPerHost.begin(), in_.ranksPerHost.end());
   const double workingSet = ranks * (2.0 * bytes + 2.0 * in_.fifoBytes);
   const double cached = std::min(1.0, in_.cacheBytes / workingSet);
   return 1 / (cached / in_.core.cachedSpeedup + (1 - cached));

@@ -47,11 +47,12 @@ struct ModelInput {
   bool hostRanks = true;  // reductions on host cores (CPU communicators), else on devices
   CoreRates core;         // hostRanks only
   Latencies latency;
-  std::vector<int> coresPerHost;        // usable cores of each host
-  std::vector<int> busyThreadsPerHost;  // ranks and their network proxies on each host
-  size_t fifoBytes = 1 << 20;           // per connector: a rank runs at most this far ahead
-  double cacheBytes = 0;      // last-level cache the ranks of a machine can count on; 0: unknown
-  size_t directMaxBytes = 0;  // the one-shot exchange holds at most this per peer
+  std::vector<int> coresPerHost;  // usable cores of each host
+  // Ranks on the machine of each host; with several hosts each has a network proxy thread too.
+  std::vector<int> ranksPerHost;
+  size_t fifoBytes = 1 << 20;  // per connector: a rank runs at most this far ahead
+  double cacheBytes = 0;       // last-level cache the ranks of a machine can count on; 0: unknown
+  size_t directMaxBytes = 0;   // the one-shot exchange holds at most this per peer
   std::vector<bool> allowedAlgorithms = {true, true};  // indexed by Algorithm (BRAID_ALGO)
   std::vector<bool> allowedProtocols = {true, true};   // indexed by Protocol (BRAID_PROTO)
 };
@@ -84,7 +85,7 @@ class Model {
   double ringTimeUs(Operation op, Protocol protocol, size_t bytes) const;
   double directTimeUs(Operation op, Protocol protocol, size_t bytes) const;
   double stepLatencyUs(Protocol protocol) const;
-  double oversubscription() const;  // busy threads per core on the most loaded host, at least 1
+  double oversubscription() const;  // busy threads per core on the most loaded machine, >= 1
   double cacheSpeedup(size_t bytes) const;
 
   int nranks_ = 1;

@@ -13,13 +13,13 @@ namespace {
 
 constexpr double kReduce = 6.0, kCopy = 8.0;  // GB/s
 
-ModelInput hostInput(int busy, int cores) {
+ModelInput hostInput(int ranks, int cores) {
   ModelInput in;
   in.hostRanks = true;
   in.core = {.reduceGBs = kReduce, .copyGBs = kCopy, .cachedSpeedup = 1, .sharedCoreCost = 0.8};
   in.latency = {.callUs = 0.5, .hopUs = 1.0, .netHopUs = 20.0, .switchUs = 40.0};
   in.coresPerHost = {cores};
-  in.busyThreadsPerHost = {busy};
+  in.ranksPerHost = {ranks};
   in.fifoBytes = 1 << 20;
   in.directMaxBytes = 128 << 10;
   return in;
@@ -118,7 +118,7 @@ TEST(PlanModel, HostsMeetAtTheSlowestNic) {
   const Plan plan = search(graph);
   ModelInput in = hostInput(2, 2);
   in.coresPerHost = {2, 2};
-  in.busyThreadsPerHost = {2, 2};
+  in.ranksPerHost = {1, 1};  // and a network proxy each: 2 threads on 2 cores
   const Prediction p = Model(graph, plan, in).best(Operation::AllReduce, size_t{1} << 30);
   EXPECT_NEAR(p.busBwGBs, 1.0, 0.01);
 }
