@@ -29,8 +29,8 @@
 #include <thread>
 #include <vector>
 
+#include "local_ranks.h"
 #include "mlp.h"
-#include "threaded_ranks.h"
 
 namespace {
 
@@ -196,7 +196,7 @@ int main(int argc, char** argv) {
 
   std::vector<std::vector<Sample>> perRank(s.ranks);
   int buckets = 0;
-  const std::string errors = threaded_ranks::onRanks(s.ranks, [&](braidComm_t comm, int rank) {
+  const std::string errors = local_ranks::onThreads(s.ranks, [&](braidComm_t comm, int rank) {
     int rankBuckets = 0;
     perRank[rank] = runRank(s, comm, rank, &rankBuckets);
     if (rank == 0) buckets = rankBuckets;

@@ -1,17 +1,20 @@
-// Data-parallel training of mlp::Model with braid::dp, ranks as threads of this process. Each
-// rank trains on its slice of the same global batch; used by examples/train_mlp and the dp tests.
+// Data-parallel training of mlp::Model with braid::dp, ranks as threads of this process or as
+// processes. Each rank trains on its slice of the same global batch; used by examples/train_mlp
+// and the dp tests.
 #pragma once
 
 #include <braid/braid.h>
 
 #include <braid/dp.hpp>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <stdexcept>
 #include <string>
-#include <thread>
+#include <type_traits>
 #include <vector>
 
+#include "local_ranks.h"
 #include "mlp.h"
 
 namespace mlp {
@@ -26,6 +29,7 @@ struct TrainConfig {
   uint64_t initSeed = 7;
   braid::dp::Options options;
   int timeoutMs = 60000;  // per collective
+  local_ranks::Launch launch = local_ranks::Launch::kThreads;
   // When set, the learning rate of each step (e.g. a warm-up schedule).
   std::function<double(int step)> learningRate;
   // When set, sees each layer's fp32 weight gradient before it is added (tests plant inf here).
@@ -138,7 +142,75 @@ inline void trainRank(const TrainConfig& config, braidComm_t comm, int rank, Ran
   }
 }
 
-// Runs config.ranks ranks as threads. Failures are reported per rank in RankResult::error.
+// A RankResult as bytes, to come back from a rank's process.
+class ResultBytes {
+ public:
+  static std::string encode(const RankResult& r) {
+    ResultBytes out;
+    out.putVector(r.loss);
+    out.putVector(r.steps);
+    out.put(r.parameters.size());
+    for (const std::vector<float>& p : r.parameters) out.putVector(p);
+    out.put(r.memory);
+    out.put(r.buckets);
+    out.put(r.seconds);
+    out.put(r.exposedCommSeconds);
+    return out.bytes_;
+  }
+  static RankResult decode(std::string bytes) {
+    ResultBytes in;
+    in.bytes_ = std::move(bytes);
+    RankResult r;
+    in.getVector(r.loss);
+    in.getVector(r.steps);
+    r.parameters.resize(in.get<size_t>());
+    for (std::vector<float>& p : r.parameters) in.getVector(p);
+    r.memory = in.get<braid::dp::MemoryReport>();
+    r.buckets = in.get<int>();
+    r.seconds = in.get<double>();
+    r.exposedCommSeconds = in.get<double>();
+    if (in.offset_ != in.bytes_.size())
+      throw std::runtime_error("a rank's result has " + std::to_string(in.bytes_.size()) +
+                               " bytes, " + std::to_string(in.offset_) + " were expected");
+    return r;
+  }
+
+ private:
+  template <typename T>
+  void put(const T& value) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    bytes_.append(reinterpret_cast<const char*>(&value), sizeof value);
+  }
+  template <typename T>
+  void putVector(const std::vector<T>& values) {
+    put(values.size());
+    bytes_.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+  }
+  template <typename T>
+  T get() {
+    T value;
+    take(&value, sizeof value);
+    return value;
+  }
+  template <typename T>
+  void getVector(std::vector<T>& values) {
+    values.resize(get<size_t>());
+    take(values.data(), values.size() * sizeof(T));
+  }
+  void take(void* to, size_t n) {
+    if (n > bytes_.size() - offset_)
+      throw std::runtime_error("a rank's result ends after " + std::to_string(bytes_.size()) +
+                               " bytes");
+    std::memcpy(to, bytes_.data() + offset_, n);
+    offset_ += n;
+  }
+
+  std::string bytes_;
+  size_t offset_ = 0;
+};
+
+// Runs config.ranks ranks as config.launch says. Failures are reported per rank in
+// RankResult::error.
 inline TrainResult train(const TrainConfig& config) {
   if (config.ranks < 1 || config.microBatches < 1 ||
       config.globalBatch % (config.ranks * config.microBatches) != 0)
@@ -146,33 +218,24 @@ inline TrainResult train(const TrainConfig& config) {
                                 " must split evenly over " + std::to_string(config.ranks) +
                                 " ranks x " + std::to_string(config.microBatches) +
                                 " micro-batches");
+  const local_ranks::Outcome outcome = local_ranks::run(
+      config.ranks, config.launch, config.timeoutMs, [&](braidComm_t comm, int rank) {
+        RankResult out;
+        trainRank(config, comm, rank, out);
+        return ResultBytes::encode(out);
+      });
   TrainResult result;
   result.ranks.resize(config.ranks);
-  braidUniqueId id;
-  if (braidGetUniqueId(&id) != braidSuccess)
-    throw std::runtime_error(std::string("braidGetUniqueId: ") + braidGetLastError(nullptr));
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < config.ranks; ++rank)
-    threads.emplace_back([&, rank] {
-      RankResult& out = result.ranks[rank];
-      braidConfig_t commConfig = BRAID_CONFIG_INITIALIZER;
-      commConfig.timeoutMs = config.timeoutMs;
-      commConfig.device = "cpu";
-      braidComm_t comm = nullptr;
-      if (braidCommInitRankConfig(&comm, config.ranks, id, rank, &commConfig) != braidSuccess) {
-        out.error = std::string("braidCommInitRankConfig: ") + braidGetLastError(nullptr);
-        return;
-      }
-      try {
-        trainRank(config, comm, rank, out);
-      } catch (const std::exception& e) {
-        out.error = e.what();
-        braidCommAbort(comm);  // peers waiting on this rank fail now rather than at the timeout
-        return;
-      }
-      braidCommDestroy(comm);
-    });
-  for (std::thread& t : threads) t.join();
+  for (int rank = 0; rank < config.ranks; ++rank) {
+    RankResult& r = result.ranks[rank];
+    r.error = outcome.errors[rank];
+    if (!r.error.empty()) continue;
+    try {
+      r = ResultBytes::decode(outcome.results[rank]);
+    } catch (const std::exception& e) {
+      r.error = e.what();
+    }
+  }
   return result;
 }
 

@@ -1,7 +1,9 @@
 // Trains a small MLP on a deterministic synthetic classification task with braid::dp, N ranks as
-// threads of this process. Prints the loss per step, the memory report and where the time went.
+// processes forked by this one (as torchrun starts them) or as its threads. Prints the loss per
+// step, the memory report and where the time went.
 //
-//   train_mlp [--mode single|ddp|zero1|zero2] [--ranks N] [--precision fp32|fp16|bf16]
+//   train_mlp [--mode single|ddp|zero1|zero2] [--ranks N] [--launch processes|threads]
+//             [--precision fp32|fp16|bf16]
 //             [--gradients fp32] [--steps S] [--batch GLOBAL] [--micro-batches M] [--widths
 //             16,64,64,4]
 //             [--optimizer adamw|adam|sgd] [--lr LR] [--base-batch B] [--warmup STEPS]
@@ -23,7 +25,8 @@ namespace {
 [[noreturn]] void usage(const char* message) {
   std::fprintf(stderr,
                "train_mlp: %s\nusage: train_mlp [--mode single|ddp|zero1|zero2] [--ranks N] "
-               "[--precision fp32|fp16|bf16] [--gradients fp32] [--steps S] [--batch GLOBAL] "
+               "[--launch processes|threads] [--precision fp32|fp16|bf16] [--gradients fp32] "
+               "[--steps S] [--batch GLOBAL] "
                "[--micro-batches M] "
                "[--widths 16,64,64,4] [--optimizer adamw|adam|sgd] [--lr LR] [--base-batch B] "
                "[--warmup STEPS] [--bucket-kb KB] [--clip NORM]\n",
@@ -52,7 +55,8 @@ int main(int argc, char** argv) {
   config.steps = 100;
   config.globalBatch = 48;
   config.widths = {16, 64, 64, 4};
-  std::string mode = "ddp", precision = "fp32", gradients = "", optimizer = "adamw";
+  std::string mode = "ddp", launch = "processes", precision = "fp32", gradients = "",
+              optimizer = "adamw";
   int ranks = 2, baseBatch = 0, warmup = 0;
   double baseLr = 1e-3;
   for (int i = 1; i < argc; ++i) {
@@ -63,6 +67,8 @@ int main(int argc, char** argv) {
       mode = value;
     else if (flag == "--ranks")
       ranks = std::atoi(value.c_str());
+    else if (flag == "--launch")
+      launch = value;
     else if (flag == "--precision")
       precision = value;
     else if (flag == "--gradients")
@@ -103,6 +109,12 @@ int main(int argc, char** argv) {
     o.stage = braid::dp::Stage::kZero2;
   else
     usage("--mode must be single, ddp, zero1 or zero2");
+  if (launch == "processes")
+    config.launch = local_ranks::Launch::kProcesses;
+  else if (launch == "threads")
+    config.launch = local_ranks::Launch::kThreads;
+  else
+    usage("--launch must be processes or threads");
   if (precision == "fp32")
     o.precision = braidFloat32;
   else if (precision == "fp16")
@@ -133,10 +145,11 @@ int main(int argc, char** argv) {
   };
 
   std::printf(
-      "# train_mlp: mode %s, %d rank(s), %s%s, %s, global batch %d (%d micro-batch(es)), "
+      "# train_mlp: mode %s, %d rank(s) as %s, %s%s, %s, global batch %d (%d micro-batch(es)), "
       "widths",
-      mode.c_str(), ranks, precision.c_str(), o.fp32Gradients ? " (fp32 gradients)" : "",
-      optimizer.c_str(), config.globalBatch, config.microBatches);
+      mode.c_str(), ranks, launch.c_str(), precision.c_str(),
+      o.fp32Gradients ? " (fp32 gradients)" : "", optimizer.c_str(), config.globalBatch,
+      config.microBatches);
   for (int w : config.widths) std::printf(" %d", w);
   std::printf(", lr %g -> %g over %d warm-up steps\n", baseLr, targetLr, warmup);
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "threaded_ranks.h"
+#include "local_ranks.h"
 
 namespace {
 
@@ -105,7 +105,7 @@ TEST(LargeBatch, LinearScalingAndWarmup) {
 // Runs `body` on one rank and returns what it threw ("" if nothing).
 std::string errorFrom(const Options& options, const std::function<void(DataParallel&)>& body) {
   std::string what;
-  const std::string errors = threaded_ranks::onRanks(1, [&](braidComm_t comm, int) {
+  const std::string errors = local_ranks::onThreads(1, [&](braidComm_t comm, int) {
     DataParallel dp(comm, options);
     try {
       body(dp);
@@ -221,7 +221,7 @@ TEST(Usage, RejectsPrecisionGradientsCannotHave) {
   Options o;
   o.precision = braidInt8;
   const std::string errors =
-      threaded_ranks::onRanks(1, [&](braidComm_t comm, int) { DataParallel dp(comm, o); });
+      local_ranks::onThreads(1, [&](braidComm_t comm, int) { DataParallel dp(comm, o); });
   EXPECT_NE(errors.find("is not supported"), std::string::npos) << errors;
 }
 
@@ -239,7 +239,7 @@ TEST(Usage, GradientTypeFollowsOptions) {
     Options o;
     o.precision = e.precision;
     o.fp32Gradients = e.fp32Gradients;
-    const std::string errors = threaded_ranks::onRanks(1, [&](braidComm_t comm, int) {
+    const std::string errors = local_ranks::onThreads(1, [&](braidComm_t comm, int) {
       DataParallel dp(comm, o);
       EXPECT_EQ(dp.gradientType(), e.gradientType)
           << "precision " << e.precision << ", fp32Gradients " << e.fp32Gradients;

@@ -147,6 +147,7 @@ struct Case {
   int microBatches = 1;
   double maxGradNorm = 0;
   bool fp32Gradients = false;  // fp16 only: Options::fp32Gradients
+  local_ranks::Launch launch = local_ranks::Launch::kThreads;
 };
 
 std::string caseName(const testing::TestParamInfo<Case>& info) {
@@ -159,6 +160,7 @@ std::string caseName(const testing::TestParamInfo<Case>& info) {
   if (c.microBatches > 1) name += "_accumulate" + std::to_string(c.microBatches);
   if (c.fp32Gradients) name += "_fp32grads";
   if (c.maxGradNorm > 0) name += "_clipped";
+  if (c.launch == local_ranks::Launch::kProcesses) name += "_processes";
   return name;
 }
 
@@ -175,6 +177,7 @@ TEST_P(Equivalence, FollowsSingleRankTraining) {
   config.microBatches = c.microBatches;
   config.widths = {16, 30, 22, 4};
   config.timeoutMs = 30000;
+  config.launch = c.launch;
   braid::dp::Options& o = config.options;
   o.stage = c.stage;
   o.precision = c.precision;
@@ -265,6 +268,12 @@ std::vector<Case> allCases() {
     cases.push_back({stage, 3, braidFloat16, OptimizerKind::kSgd, 1e-3, 2});
     cases.push_back({stage, 3, braidFloat16, OptimizerKind::kAdamW, 1e-3, 2, 0, true});
     cases.push_back({stage, 2, braidFloat32, OptimizerKind::kAdam, 1e-5, 1, 0.25});
+    // Ranks as processes, as torchrun starts them: the same arithmetic over shared memory.
+    const auto processes = local_ranks::Launch::kProcesses;
+    cases.push_back({stage, 4, braidFloat32, OptimizerKind::kAdamW, 1e-5, 1, 0, false, processes});
+    cases.push_back({stage, 3, braidFloat16, OptimizerKind::kSgd, 1e-3, 2, 0, false, processes});
+    cases.push_back(
+        {stage, 2, braidFloat16, OptimizerKind::kAdamW, 1e-3, 1, 0.25, true, processes});
   }
   return cases;
 }

@@ -87,9 +87,10 @@ TEST(LossScaler, RejectsNonsense) {
   }
 }
 
-// Three ranks train in fp16; at step kPlanted rank 1 finds an inf in one gradient element. After
-// the reduction the inf sits on one rank (under ZeRO, the element's owner, not necessarily rank
-// 1): only the all-reduced verdict lets every rank know.
+// Three ranks (processes: nothing but the collectives can carry the verdict) train in fp16; at
+// step kPlanted rank 1 finds an inf in one gradient element. After the reduction the inf sits on
+// one rank (under ZeRO, the element's owner, not necessarily rank 1): only the all-reduced verdict
+// lets every rank know.
 constexpr int kPlanted = 2;
 constexpr int kGrowthInterval = 4;
 
@@ -100,6 +101,7 @@ mlp::TrainConfig plantedRun(Stage stage, int steps, bool plant) {
   config.globalBatch = 12;
   config.widths = {8, 12, 3};
   config.timeoutMs = 30000;
+  config.launch = local_ranks::Launch::kProcesses;
   config.options.stage = stage;
   config.options.precision = braidFloat16;
   config.options.lossScaling = true;

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "threaded_ranks.h"
+#include "local_ranks.h"
 
 namespace {
 
@@ -27,7 +27,7 @@ std::vector<MemoryReport> reports(int nranks, const Options& options, const Layo
                                   std::vector<int>* buckets = nullptr) {
   std::vector<MemoryReport> result(nranks);
   std::vector<int> bucketCounts(nranks);
-  const std::string errors = threaded_ranks::onRanks(nranks, [&](braidComm_t comm, int rank) {
+  const std::string errors = local_ranks::onThreads(nranks, [&](braidComm_t comm, int rank) {
     Options o = options;
     o.bucketBytes = o.firstBucketBytes = layout.bucketBytes;
     DataParallel dp(comm, o);
