@@ -30,7 +30,12 @@ class PeerBench {
   int64_t run() {
     const std::vector<RankInfo> ranks = comm_.rankInfo();
     if (comm_.rank() == 0) {
-      RunInfo run{info_.launch, comm_.nranks(), 1, comm_.nranks(), info_.version, ranks};
+      RunInfo run;
+      run.launch = info_.launch;
+      run.processes = run.nranks = comm_.nranks();
+      run.threadsPerProcess = 1;
+      run.braidVersion = info_.version;
+      run.ranks = ranks;
       run.tool = info_.tool;
       run.library = info_.library;
       reporter_.emplace(stdout, o_, std::move(run));

@@ -147,6 +147,17 @@ braidResult_t braidCommPredict(braidComm_t comm, braidCollective_t collective, s
  * model's constants. Valid until the communicator is destroyed. */
 braidResult_t braidCommDescribePlan(braidComm_t comm, const char** text);
 
+/* braid extension: every tunable the library reads from the environment (`braid-perf --env`
+ * prints them). *params points at *count entries that stay valid for the life of the process.
+ * A set variable whose value does not parse fails the call (braidInvalidArgument, naming it). */
+typedef struct {
+  const char* name;         /* the environment variable, e.g. "BRAID_TIMEOUT" */
+  const char* value;        /* what the library uses: the variable's value, else the default */
+  const char* defaultValue; /* what it uses when the variable is unset or empty */
+  const char* help;
+} braidParam_t;
+braidResult_t braidGetParams(const braidParam_t** params, int* count);
+
 const char* braidGetErrorString(braidResult_t result);
 /* The last error's sentence (rank, peer, operation, what was expected). comm may be NULL: then
  * the calling thread's last error. */

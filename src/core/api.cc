@@ -507,6 +507,24 @@ braidResult_t braidCommDescribePlan(braidComm_t comm, const char** text) {
   });
 }
 
+braidResult_t braidGetParams(const braidParam_t** params, int* count) {
+  return guarded(nullptr, [&] {
+    if (params == nullptr || count == nullptr)
+      fail(braidInvalidArgument, "braidGetParams: params and count must not be NULL");
+    // Built once: the environment is read once too (a variable that does not parse throws, and
+    // the next call tries again).
+    static const std::vector<braid::param::Description> descriptions = braid::param::describeAll();
+    static const std::vector<braidParam_t> table = [] {
+      std::vector<braidParam_t> entries;
+      for (const braid::param::Description& d : descriptions)
+        entries.push_back({d.env, d.currentValue.c_str(), d.defaultValue.c_str(), d.help});
+      return entries;
+    }();
+    *params = table.data();
+    *count = static_cast<int>(table.size());
+  });
+}
+
 const char* braidGetErrorString(braidResult_t result) {
   switch (result) {
     case braidSuccess: return "no error";

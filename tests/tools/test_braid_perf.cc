@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -487,6 +488,32 @@ TEST(BraidPerf, UnderTorchrunEnvironmentEachProcessIsARank) {
   EXPECT_NE(rank0.find("# Out of bounds values : 0 OK"), std::string::npos) << rank0;
   EXPECT_EQ(readFile(base + "1.out"), "");  // only rank 0 prints
   for (const char* file : {"0.out", "0.err", "1.out", "1.err"}) std::remove((base + file).c_str());
+}
+
+// --env prints the parameter table: DESIGN.md's variables with the values this process would use.
+TEST(BraidPerf, EnvPrintsTheTunablesInUse) {
+  setenv("BRAID_TIMEOUT", "1234", 1);
+  const PerfRun run = runPerf("--env");
+  unsetenv("BRAID_TIMEOUT");
+  ASSERT_EQ(run.exitCode, 0) << run.err;
+  std::map<std::string, std::string> lineOf;
+  for (const std::string& line : lines(run.out))
+    if (line.rfind("BRAID_", 0) == 0) lineOf[fields(line)[0]] = line;
+  for (const char* name : {"BRAID_DEBUG", "BRAID_DEBUG_SUBSYS", "BRAID_DEBUG_FILE", "BRAID_TIMEOUT",
+                           "BRAID_BUFFSIZE", "BRAID_SOCKET_IFNAME", "BRAID_PLAN_FILE"})
+    EXPECT_EQ(lineOf.count(name), 1u) << name << " missing from\n" << run.out;
+  EXPECT_EQ(fields(lineOf["BRAID_DEBUG"])[1], "'WARN'");
+  EXPECT_EQ(fields(lineOf["BRAID_TIMEOUT"])[1], "'1234'");
+  EXPECT_NE(lineOf["BRAID_TIMEOUT"].find("(default '600000')"), std::string::npos)
+      << lineOf["BRAID_TIMEOUT"];
+
+  setenv("BRAID_TIMEOUT", "soon", 1);
+  const PerfRun bad = runPerf("--env");
+  unsetenv("BRAID_TIMEOUT");
+  EXPECT_EQ(bad.exitCode, 2);
+  EXPECT_NE(bad.err.find("braid-perf: environment variable BRAID_TIMEOUT='soon' is not an integer"),
+            std::string::npos)
+      << bad.err;
 }
 
 TEST(BraidPerf, BadFlagsExitTwoWithOneLine) {

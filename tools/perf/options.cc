@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 #include "perf/types.h"
@@ -86,6 +88,26 @@ void validate(const Options& o) {
         fmt::format("-T {}: the timeout must be at least one second", o.timeoutSeconds));
 }
 
+// The table DESIGN.md promises: every BRAID_* variable with the value this process would use.
+void printParams() {
+  const braidParam_t* params = nullptr;
+  int count = 0;
+  if (braidGetParams(&params, &count) != braidSuccess) throw UsageError(braidGetLastError(nullptr));
+  size_t nameWidth = 0, valueWidth = 5;
+  for (int i = 0; i < count; ++i) {
+    nameWidth = std::max(nameWidth, std::strlen(params[i].name));
+    valueWidth = std::max(valueWidth, std::strlen(params[i].value) + 2);
+  }
+  fmt::print(
+      "# braid's tunables: variable, value in use (quoted), default if it differs, meaning\n");
+  for (int i = 0; i < count; ++i) {
+    const braidParam_t& p = params[i];
+    const bool changed = std::strcmp(p.value, p.defaultValue) != 0;
+    fmt::print("{:<{}}  {:<{}}  {}{}\n", p.name, nameWidth, fmt::format("'{}'", p.value),
+               valueWidth, p.help, changed ? fmt::format(" (default '{}')", p.defaultValue) : "");
+  }
+}
+
 }  // namespace
 
 size_t parseSize(const std::string& text, const char* flag) {
@@ -153,7 +175,10 @@ std::optional<Options> parseOptions(int argc, char** argv) {
       "passed, 1 wrong values, 2 bad command line, 3 the run failed.\nExample: braid-perf "
       "allreduce -b 8 -e 256M -f 2 --np 2 -c 1",
       collectiveNames()));
-  app.add_option("collective", collective, "which collective to run")->required();
+  bool showEnv = false;
+  app.add_option("collective", collective, "which collective to run");
+  app.add_flag("--env", showEnv,
+               "print braid's tunables (environment variables, values in use, defaults) and exit");
   app.add_option("-b,--minbytes", minBytes, "smallest message size (default 32M)");
   app.add_option("-e,--maxbytes", maxBytes, "largest message size (default 32M)");
   app.add_option("-i,--stepbytes", stepBytes, "size increment when -f is 1 (default 1M)");
@@ -191,6 +216,13 @@ std::optional<Options> parseOptions(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     throw UsageError(e.what());
   }
+  if (showEnv) {
+    printParams();
+    return std::nullopt;
+  }
+  if (collective.empty())
+    throw UsageError(
+        fmt::format("which collective? expected one of: {} (or --env, --help)", collectiveNames()));
 
   o.collective = findCollective(collective);
   if (o.collective == nullptr)
