@@ -1,6 +1,7 @@
 #include "coll/host_executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <thread>
 
@@ -16,45 +17,49 @@ struct Buffers {
   const uint8_t* in;
   uint8_t* out;
   size_t elemBytes;
-  bool streamOut;  // the output is written with streaming stores
+  bool streamOut;    // the output is written with streaming stores
+  bool streamSlots;  // FIFO slots are written with streaming stores (coll/slot_stores.h)
   const uint8_t* inAt(size_t elems) const { return in + elems * elemBytes; }
   uint8_t* outAt(size_t elems) const { return out + elems * elemBytes; }
 };
 
-// One primitive of the ring on one chunk.
-// `reduce` writes FIFO slots; `reduceOut` writes the output (with streaming stores if asked).
+// One primitive of the ring on one chunk. `toSlot` writes FIFO slots, `toOut` the output, each
+// with the stores Buffers asks for. A prim that writes both streams at most one of them (the
+// kernels stream their first destination only): the slot when slots stream.
 void runPrim(const RingOp& op, const Buffers& buf, SendConnector& next, RecvConnector& prev,
-             kernels::ReduceFn reduce, kernels::ReduceFn reduceOut, int divisor, Watchdog& dog) {
+             kernels::ReduceFn toSlot, kernels::ReduceFn toOut, int divisor, Watchdog& dog) {
   const size_t bytes = op.count * buf.elemBytes;
   const void* received = primReceives(op.prim) ? prev.wait(bytes, dog) : nullptr;
   void* slot = primSends(op.prim) ? next.acquire(dog) : nullptr;
   const int div = primFinishesReduction(op.prim) ? divisor : 1;
+  uint8_t* out = buf.outAt(op.outOffset);
+  const uint8_t* in = buf.inAt(op.inOffset);
   switch (op.prim) {
-    case Prim::Send: std::memcpy(slot, buf.inAt(op.inOffset), bytes); break;
-    case Prim::CopySend: {
-      uint8_t* out = buf.outAt(op.outOffset);
-      const uint8_t* in = buf.inAt(op.inOffset);
+    case Prim::Send: kernels::copy2(slot, nullptr, in, bytes, buf.streamSlots); break;
+    case Prim::CopySend:
       if (out != in) kernels::copy2(out, nullptr, in, bytes, buf.streamOut);
-      std::memcpy(slot, in, bytes);
+      kernels::copy2(slot, nullptr, in, bytes, buf.streamSlots);
       break;
-    }
-    case Prim::RecvReduceSend:
-      reduce(slot, nullptr, received, buf.inAt(op.inOffset), op.count, 1);
-      break;
+    case Prim::RecvReduceSend: toSlot(slot, nullptr, received, in, op.count, 1); break;
     case Prim::RecvReduceCopySend:
-      reduceOut(buf.outAt(op.outOffset), slot, received, buf.inAt(op.inOffset), op.count, div);
+      if (buf.streamSlots)
+        toSlot(slot, out, received, in, op.count, div);
+      else
+        toOut(out, slot, received, in, op.count, div);
       break;
     case Prim::RecvCopySend:
-      kernels::copy2(buf.outAt(op.outOffset), slot, received, bytes, buf.streamOut);
+      if (buf.streamSlots)
+        kernels::copy2(slot, out, received, bytes, true);
+      else
+        kernels::copy2(out, slot, received, bytes, buf.streamOut);
       break;
-    case Prim::Recv:
-      kernels::copy2(buf.outAt(op.outOffset), nullptr, received, bytes, buf.streamOut);
-      break;
-    case Prim::RecvReduceCopy:
-      reduceOut(buf.outAt(op.outOffset), nullptr, received, buf.inAt(op.inOffset), op.count, div);
-      break;
+    case Prim::Recv: kernels::copy2(out, nullptr, received, bytes, buf.streamOut); break;
+    case Prim::RecvReduceCopy: toOut(out, nullptr, received, in, op.count, div); break;
   }
-  if (slot != nullptr) next.post(bytes);
+  if (slot != nullptr) {
+    if (buf.streamSlots) kernels::streamFence();  // the data before the post that publishes it
+    next.post(bytes);
+  }
   if (received != nullptr) prev.release();
 }
 
@@ -86,18 +91,26 @@ void runRing(CollContext& ctx, const CollArgs& a) {
   const bool inPlace = in >= out && in < out + outBytes;
   const bool streamOut =
       outBytes >= ctx.streamingMinBytes * (inPlace ? kInPlaceStreamingFactor : 1);
+  const SlotStores slotStores =
+      ctx.slotStores != nullptr ? ctx.slotStores->choose(outBytes) : SlotStores::kCached;
+  const bool streamSlots = slotStores == SlotStores::kStreaming;
   const Buffers buf{static_cast<const uint8_t*>(a.sendbuff), static_cast<uint8_t*>(a.recvbuff),
-                    elemBytes, streamOut};
-  const kernels::ReduceFn reduce = kernels::reduceFn(a.type, a.op);
-  const kernels::ReduceFn reduceOut = kernels::reduceFn(a.type, a.op, streamOut);
+                    elemBytes, streamOut, streamSlots};
+  const kernels::ReduceFn toSlot = kernels::reduceFn(a.type, a.op, streamSlots);
+  const kernels::ReduceFn toOut = kernels::reduceFn(a.type, a.op, streamOut);
   const int divisor = a.op == braidAvg ? n : 1;
   const size_t loops = ringLoops(a.coll, n, a.count, chunk);
   const int steps = ringSteps(a.coll, n);
+  const auto start = std::chrono::steady_clock::now();
   for (size_t loop = 0; loop < loops; ++loop)
     for (int step = 0; step < steps; ++step)
       runPrim(ringOp(a.coll, n, pos, a.count, chunk, alignElems, loop, step, ctx.ringOrder.data()),
-              buf, next, prev, reduce, reduceOut, divisor, *ctx.dog);
+              buf, next, prev, toSlot, toOut, divisor, *ctx.dog);
   if (streamOut) kernels::streamFence();
+  if (ctx.slotStores != nullptr)
+    ctx.slotStores->record(
+        outBytes, slotStores,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 // Small all-reduce in one exchange: every rank sends its input to every peer, then reduces all

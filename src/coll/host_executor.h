@@ -9,6 +9,7 @@
 
 #include "braid/braid.h"
 #include "coll/schedule.h"
+#include "coll/slot_stores.h"
 #include "core/wait.h"
 #include "transport/connector.h"
 
@@ -34,7 +35,8 @@ struct CollContext {
   Watchdog* dog = nullptr;
   size_t directMaxBytes = 0;  // all-reduce up to this size (at most one slot) uses all-pairs
   void* scratch = nullptr;    // at least directMaxBytes
-  size_t streamingMinBytes = SIZE_MAX;  // outputs this large bypass the cache
+  size_t streamingMinBytes = SIZE_MAX;     // outputs this large bypass the cache
+  SlotStoreChooser* slotStores = nullptr;  // how ring calls write FIFO slots; null: cached
 };
 
 void runCollective(CollContext& ctx, const CollArgs& args);

@@ -361,6 +361,7 @@ braid::CollContext braidComm::context() {
   ctx.streamingMinBytes =
       static_cast<size_t>(std::max<int64_t>(0, braid::param::StreamingMinBytes()));
   ctx.scratch = scratch_.data();
+  ctx.slotStores = &slotStores_;
   return ctx;
 }
 

@@ -16,6 +16,7 @@
 #include "coll/host_executor.h"
 #include "core/bootstrap.h"
 #include "core/error.h"
+#include "core/params.h"
 #include "core/wait.h"
 #include "plan/model.h"
 #include "plan/plan.h"
@@ -86,6 +87,7 @@ struct braidComm : public braid::Watchdog {
   std::vector<int> ringOrder_;  // channel 0 of the plan: the host executor runs one channel
   std::vector<unsigned char> scratch_;
   size_t directMaxBytes_ = 0;  // all-reduces up to this size use the one-shot exchange
+  braid::SlotStoreChooser slotStores_{braid::param::SlotStores()};
 
   // Init state (non-blocking init runs initialize() on another thread).
   std::mutex readyMutex_;

@@ -61,6 +61,9 @@
     "call's first ring pass and per FIFO window")                                                  \
   X(StreamingMinBytes, "BRAID_STREAMING_MIN_BYTES", int64_t, 8 << 20,                              \
     "outputs of at least this many bytes per rank are written with non-temporal stores")           \
+  X(SlotStores, "BRAID_SLOT_STORES", std::string, "auto",                                          \
+    "how ring calls of 1 MiB or more write FIFO slots: cached, streaming (non-temporal) or auto "  \
+    "(each rank measures both and keeps the faster)")                                              \
   X(ShmDisable, "BRAID_SHM_DISABLE", int64_t, 0, "1: never use shared memory between processes")   \
   X(SpinCount, "BRAID_SPIN_COUNT", int64_t, 4000, "busy-poll iterations before a wait yields")     \
   X(YieldCount, "BRAID_YIELD_COUNT", int64_t, 200, "sched_yield rounds before a wait sleeps")      \
