@@ -12,6 +12,14 @@ namespace {
 
 using local_ranks::Launch;
 
+// One all-reduce; a failure is thrown as "all-reduce: <braid's message>".
+std::string allReduceOne(braidComm_t comm) {
+  float value = 1;
+  if (braidAllReduce(&value, &value, 1, braidFloat32, braidSum, comm, nullptr) != braidSuccess)
+    throw std::runtime_error(std::string("all-reduce: ") + braidGetLastError(nullptr));
+  return "finished";
+}
+
 class LocalRanks : public testing::TestWithParam<Launch> {};
 
 // Each rank returns its rank and the sum of all ranks, with a zero byte and a byte from every
@@ -43,11 +51,7 @@ TEST_P(LocalRanks, AFailedRankFailsItsPeers) {
   const local_ranks::Outcome out =
       local_ranks::run(3, GetParam(), 10000, [](braidComm_t comm, int rank) {
         if (rank == 1) throw std::runtime_error("planted failure on rank 1");
-        float value = 1;
-        if (braidAllReduce(&value, &value, 1, braidFloat32, braidSum, comm, nullptr) !=
-            braidSuccess)
-          throw std::runtime_error(std::string("all-reduce: ") + braidGetLastError(nullptr));
-        return std::string("finished");
+        return allReduceOne(comm);
       });
   EXPECT_EQ(out.errors[1], "planted failure on rank 1");
   for (int rank : {0, 2}) {
@@ -67,11 +71,7 @@ TEST(LocalRanksProcesses, AKilledRankIsReported) {
   const local_ranks::Outcome out =
       local_ranks::run(2, Launch::kProcesses, 10000, [](braidComm_t comm, int rank) {
         if (rank == 0) raise(SIGKILL);
-        float value = 1;
-        if (braidAllReduce(&value, &value, 1, braidFloat32, braidSum, comm, nullptr) !=
-            braidSuccess)
-          throw std::runtime_error(std::string("all-reduce: ") + braidGetLastError(nullptr));
-        return std::string("finished");
+        return allReduceOne(comm);
       });
   EXPECT_EQ(out.errors[0], "its process was killed by signal 9 (Killed)");
   EXPECT_NE(out.errors[1].find("all-reduce: "), std::string::npos) << out.errors[1];
