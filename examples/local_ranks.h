@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -100,7 +101,9 @@ inline std::string readAll(std::FILE* file) {
 inline void supervise(std::vector<Child>& children, int timeoutMs) {
   using Clock = std::chrono::steady_clock;
   Clock::time_point killAt = Clock::time_point::max();
-  for (size_t running = children.size(); running > 0;) {
+  auto running =
+      std::count_if(children.begin(), children.end(), [](const Child& c) { return c.running; });
+  while (running > 0) {
     for (Child& c : children) {
       int status = 0;
       if (!c.running || waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
@@ -133,7 +136,12 @@ inline void runProcesses(int nranks, const braidUniqueId& id, int timeoutMs, con
   for (int rank = 0; rank < nranks; ++rank) {
     Child& c = children[rank];
     c.file = std::tmpfile();
-    if (c.file != nullptr) c.pid = fork();
+    if (c.file == nullptr) {
+      out.errors[rank] = std::string("no temporary file for its result: ") + std::strerror(errno);
+      c.running = false;
+      continue;
+    }
+    c.pid = fork();
     if (c.pid == 0) {
       std::string result;
       const std::string error = runRank(nranks, id, rank, timeoutMs, fn, &result);
@@ -149,15 +157,13 @@ inline void runProcesses(int nranks, const braidUniqueId& id, int timeoutMs, con
       c.running = false;
     }
   }
-  std::vector<Child> started;
-  for (const Child& c : children)
-    if (c.pid > 0) started.push_back(c);
-  if (started.size() < children.size())  // the started ranks cannot complete: stop them now
-    for (const Child& c : started) kill(c.pid, SIGKILL);
-  supervise(started, timeoutMs);
-  for (int rank = 0, s = 0; rank < nranks; ++rank) {
-    Child& c = children[rank];
-    if (c.pid > 0) c.failure = started[s++].failure;
+  // A rank that did not start leaves the others unable to complete: stop them now.
+  if (std::any_of(children.begin(), children.end(), [](const Child& c) { return !c.running; }))
+    for (const Child& c : children)
+      if (c.running) kill(c.pid, SIGKILL);
+  supervise(children, timeoutMs);
+  for (int rank = 0; rank < nranks; ++rank) {
+    const Child& c = children[rank];
     const std::string record = c.file != nullptr ? readAll(c.file) : "";
     if (c.file != nullptr) std::fclose(c.file);
     if (!record.empty() && record[0] == 'R')
@@ -165,9 +171,8 @@ inline void runProcesses(int nranks, const braidUniqueId& id, int timeoutMs, con
     else if (!record.empty())
       out.errors[rank] = record.substr(1);
     else if (out.errors[rank].empty())
-      out.errors[rank] = c.file == nullptr   ? "no temporary file for its result"
-                         : c.failure.empty() ? "its process reported nothing"
-                                             : "its process was " + c.failure;
+      out.errors[rank] =
+          c.failure.empty() ? "its process reported nothing" : "its process was " + c.failure;
   }
 }
 

@@ -17,10 +17,6 @@ SlotStoreChooser::Policy parsePolicy(const std::string& text) {
   fail(braidInvalidArgument, "BRAID_SLOT_STORES='{}' is not one of auto, cached, streaming", text);
 }
 
-int indexOf(SlotStores stores) {
-  return stores == SlotStores::kCached ? 0 : 1;
-}
-
 }  // namespace
 
 SlotStoreChooser::SlotStoreChooser(const std::string& policy) : policy_(parsePolicy(policy)) {}
@@ -35,11 +31,12 @@ SlotStores SlotStoreChooser::choose(size_t bytes) {
   if (bytes < kMinAdaptiveBytes) return SlotStores::kCached;
   SizeClass& c = classes_[classOf(bytes)];
   const unsigned call = c.calls++;
-  const auto& perByte = c.secondsPerByte;
+  const double cached = c.secondsPerByte[static_cast<int>(SlotStores::kCached)];
+  const double streaming = c.secondsPerByte[static_cast<int>(SlotStores::kStreaming)];
   // The first call warms up (page faults, cold caches) and is not measured; then each way once.
-  if (call == 0 || perByte[0] == 0) return SlotStores::kCached;
-  if (perByte[1] == 0) return SlotStores::kStreaming;
-  const SlotStores faster = perByte[0] <= perByte[1] ? SlotStores::kCached : SlotStores::kStreaming;
+  if (call == 0 || cached == 0) return SlotStores::kCached;
+  if (streaming == 0) return SlotStores::kStreaming;
+  const SlotStores faster = cached <= streaming ? SlotStores::kCached : SlotStores::kStreaming;
   const SlotStores other =
       faster == SlotStores::kCached ? SlotStores::kStreaming : SlotStores::kCached;
   return call % kRetryPeriod == kRetryPeriod - 1 ? other : faster;
@@ -49,7 +46,7 @@ void SlotStoreChooser::record(size_t bytes, SlotStores stores, double seconds) {
   if (policy_ != Policy::kAuto || bytes < kMinAdaptiveBytes || seconds <= 0) return;
   SizeClass& c = classes_[classOf(bytes)];
   if (c.calls <= 1) return;  // the warm-up call
-  double& estimate = c.secondsPerByte[indexOf(stores)];
+  double& estimate = c.secondsPerByte[static_cast<int>(stores)];
   const double measured = seconds / static_cast<double>(bytes);
   estimate = estimate == 0 ? measured : (1 - kNewWeight) * estimate + kNewWeight * measured;
 }

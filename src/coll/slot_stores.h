@@ -14,7 +14,7 @@
 
 namespace braid {
 
-enum class SlotStores { kCached, kStreaming };
+enum class SlotStores { kCached = 0, kStreaming = 1 };  // also indexes SizeClass::secondsPerByte
 
 class SlotStoreChooser {
  public:
