@@ -13,6 +13,7 @@
 #include "core/bootstrap.h"
 #include "core/comm.h"
 #include "core/error.h"
+#include "core/group_workers.h"
 #include "core/host_stream.h"
 #include "core/launch_env.h"
 #include "core/log.h"
@@ -28,26 +29,27 @@ namespace {
 
 thread_local std::string tLastError;
 
-void record(braidComm* comm, const Error& e) {
-  tLastError = e.what();
-  if (comm != nullptr) comm->recordError(e);
-  BRAID_WARN(braid::log::kAll, "{}", e.what());
+// The failure being handled, recorded as the last error (of the thread and of `comm`); returns its
+// code. Never throws: with no memory left to record the sentence, the code still gets out.
+braidResult_t recordCurrentError(braidComm* comm) noexcept {
+  try {
+    const Error e = braid::currentError();
+    tLastError = e.what();
+    if (comm != nullptr) comm->recordError(e);
+    BRAID_WARN(braid::log::kAll, "{}", e.what());
+    return e.code();
+  } catch (...) {
+    return braidSystemError;
+  }
 }
 
 template <typename Body>
-braidResult_t guarded(braidComm* comm, Body&& body) {
+braidResult_t guarded(braidComm* comm, Body&& body) noexcept {
   try {
     body();
     return braidSuccess;
-  } catch (const Error& e) {
-    record(comm, e);
-    return e.code();
-  } catch (const std::bad_alloc&) {
-    record(comm, Error(braidSystemError, "out of memory"));
-    return braidSystemError;
-  } catch (const std::exception& e) {
-    record(comm, Error(braidInternalError, fmt::format("internal error: {}", e.what())));
-    return braidInternalError;
+  } catch (...) {
+    return recordCurrentError(comm);
   }
 }
 
@@ -185,40 +187,33 @@ void submitToStream(Batch batch) {
     } done{batch.comm};
     try {
       runBatch(batch.comm, batch.ops);
-    } catch (const Error& e) {
+    } catch (...) {
+      const Error e = braid::currentError();
       batch.comm->recordError(e);
       BRAID_WARN(braid::log::kColl, "{}", e.what());
-      throw;
+      throw e;
     }
   });
 }
 
-// Runs batches that have no stream to completion, each communicator on its own thread when
-// there are several (their ranks must progress together). Rethrows the first error.
+// Runs batches that have no stream to completion, together (their ranks must progress at once):
+// the first on this thread, the others on this thread's group workers. Rethrows the first error.
 void runNow(std::vector<Batch>& batches) {
   if (batches.empty()) return;
   if (batches.size() == 1) return runBatch(batches[0].comm, batches[0].ops);
   std::vector<std::optional<Error>> errors(batches.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 1; i < batches.size(); ++i)
-    threads.emplace_back([&, i] {
-      try {
-        runBatch(batches[i].comm, batches[i].ops);
-      } catch (const Error& e) {
-        errors[i] = e;
-      }
-    });
-  try {
-    runBatch(batches[0].comm, batches[0].ops);
-  } catch (const Error& e) {
-    errors[0] = e;
-  }
-  for (auto& t : threads) t.join();
-  for (size_t i = 0; i < errors.size(); ++i)
-    if (errors[i]) {
-      batches[i].comm->recordError(*errors[i]);
-      throw *errors[i];
+  braid::runTogether(batches.size(), [&](size_t i) {
+    try {
+      runBatch(batches[i].comm, batches[i].ops);
+    } catch (...) {
+      errors[i] = braid::currentError();
     }
+  });
+  // Each communicator keeps its own story; the call returns the first.
+  for (size_t i = 0; i < errors.size(); ++i)
+    if (errors[i]) batches[i].comm->recordError(*errors[i]);
+  for (const std::optional<Error>& error : errors)
+    if (error) throw *error;
 }
 
 struct PendingInit {
@@ -234,9 +229,7 @@ struct GroupState {
 thread_local GroupState tGroup;
 
 void initializeAll(std::vector<PendingInit>& inits) {
-  std::vector<std::thread> threads;
-  for (auto& init : inits) threads.emplace_back([&init] { init.comm->initialize(init.id); });
-  for (auto& t : threads) t.join();
+  braid::runTogether(inits.size(), [&](size_t i) { inits[i].comm->initialize(inits[i].id); });
   for (auto& init : inits) init.comm->waitReady();  // throws the first failure
 }
 

@@ -445,8 +445,8 @@ void startRootThread(Socket listener, const uint8_t* secret, Clock::time_point d
   std::thread([root = std::move(root)] {
     try {
       root->serve();
-    } catch (const std::exception& e) {
-      BRAID_WARN(log::kBootstrap, "{}: {}", root->where(), e.what());
+    } catch (...) {
+      BRAID_WARN(log::kBootstrap, "{}: {}", root->where(), currentError().what());
     }
   }).detach();
 }

@@ -169,11 +169,8 @@ void braidComm::initialize(const braid::BootstrapId& id) {
     BRAID_INFO(braid::log::kInit, "rank {}/{} ready{}{}, host kernels {}", rank_, nranks_,
                options_.name.empty() ? "" : " comm ", options_.name, isa);
     asyncError_ = braidSuccess;
-  } catch (const Error& e) {
-    initError_ = e;
-  } catch (const std::exception& e) {
-    initError_ =
-        Error(braidInternalError, fmt::format("rank {}: init failed: {}", rank_, e.what()));
+  } catch (...) {
+    initError_ = braid::currentError(fmt::format("rank {}: init", rank_));
   }
   if (initError_) {
     recordError(*initError_);
@@ -325,12 +322,15 @@ void braidComm::runOperation(const char* opName, Body&& body) {
       if (proxy) proxy->operationFinished();
     }
   } netActivity(links_.netProxy.get());
+  // Whatever ends the operation, the peers learn of it at once (they watch the failure flag)
+  // instead of waiting for their timeout.
   try {
     body();
-  } catch (const Error& e) {
+  } catch (...) {
+    const Error e = braid::currentError(fmt::format("rank {}: {} #{}", rank_, opName, opSeq_));
     markFailed(e.what());
     asyncError_ = e.code();
-    throw;
+    throw e;
   }
 }
 

@@ -30,4 +30,10 @@ template <typename... Args>
 // Formats errno into a failure: "<what>: <strerror>".
 [[noreturn]] void failErrno(braidResult_t code, const std::string& what, int err);
 
+// The exception being handled, as braid's error, so that every failure reaches the caller and the
+// peers the same way: an Error as it is; std::bad_alloc as braidSystemError; anything else as
+// braidInternalError. Those two are prefixed with `where` ("rank 1: allreduce #3: out of memory").
+// Call only inside a catch block.
+Error currentError(const std::string& where = "");
+
 }  // namespace braid

@@ -88,12 +88,14 @@ void HostStream::work() {
     std::string message;
     try {
       task();
-    } catch (const Error& e) {
-      code = e.code();
-      message = e.what();
-    } catch (const std::exception& e) {
-      code = braidInternalError;
-      message = e.what();
+    } catch (...) {
+      code = braidSystemError;  // when not even the sentence can be made: out of memory
+      try {
+        const Error e = currentError();
+        code = e.code();
+        message = e.what();
+      } catch (...) {
+      }
     }
     lock.lock();
     running_ = false;

@@ -19,7 +19,7 @@ class HostStream {
   HostStream();
   ~HostStream();  // drains the queue, then stops the worker
 
-  // `task` runs on the worker; a braid::Error it throws is kept for synchronize().
+  // `task` runs on the worker; what it throws is kept for synchronize() as braid's error.
   void enqueue(std::function<void()> task);
   // Waits until everything queued so far has run; returns (and clears) the first error.
   braidResult_t synchronize(std::string* message);

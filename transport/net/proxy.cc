@@ -221,8 +221,8 @@ void Proxy::run() {
       try {
         moved |= progressSend(*link);
         moved |= progressRecv(*link);
-      } catch (const std::exception& e) {
-        fail(*link, e.what());
+      } catch (...) {
+        fail(*link, currentError().what());
       }
     }
     if (moved) {
