@@ -1,6 +1,7 @@
 // The C API: argument checks, group calls, streams, and the one place where braid::Error turns
 // into a result code and a last-error sentence.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <iterator>
@@ -401,7 +402,10 @@ braidResult_t braidCommInitFromEnv(braidComm_t* comm, braidConfig_t* config) {
       fail(braidInvalidUsage,
            "braidCommInitFromEnv: no rank/size in the environment (expected RANK/WORLD_SIZE, "
            "OMPI_COMM_WORLD_RANK/SIZE or SLURM_PROCID/SLURM_NTASKS)");
-    std::optional<braid::BootstrapId> bid = braid::uniqueIdFromEnv();
+    // The k-th call of every rank forms the k-th world communicator, as MPI's collective calls
+    // match by order.
+    static std::atomic<uint64_t> worldCommunicators{0};
+    std::optional<braid::BootstrapId> bid = braid::worldIdFromEnv(++worldCommunicators);
     if (!bid)
       fail(braidInvalidUsage,
            "braidCommInitFromEnv: no rendezvous address in the environment (expected "

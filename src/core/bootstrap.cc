@@ -2,12 +2,15 @@
 
 #include <poll.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <type_traits>
@@ -23,17 +26,17 @@ namespace {
 using std::chrono::milliseconds;
 
 constexpr uint32_t kIdMagic = 0x44494272;  // "rBID" in the first bytes of a braidUniqueId
-constexpr uint8_t kIdFormatVersion = 1;
+constexpr uint8_t kIdFormatVersion = 2;
 constexpr uint8_t kIdFlagRootHostedByRank0 = 1;
 
 // Every bootstrap message starts with this; change it when the wire format changes.
-constexpr uint64_t kWireMagic = 0x31762D6469617262;  // "braid-v1"
+constexpr uint64_t kWireMagic = 0x32762D6469617262;  // "braid-v2"
 constexpr int kMaxRanks = 1 << 20;
 constexpr size_t kMaxInfoBytes = 64 << 10;
 constexpr size_t kMaxErrorBytes = 64 << 10;
 constexpr size_t kAddressBytes = 1 + 2 + 16;  // family, port, address
 constexpr size_t kMaxHelloPayload = kAddressBytes + 8 + kMaxInfoBytes;
-constexpr size_t kHelloHeaderBytes = 8 + 4 + 4 + 4 + 4 + 32;
+constexpr size_t kHelloHeaderBytes = 8 + 4 + 4 + 4 + 4 + 32 + kCommKeyBytes;
 constexpr size_t kReplyHeaderBytes = 8 + 4 + 8;
 constexpr size_t kCollectiveHeaderBytes = 8 + 8;
 // A connection must prove itself this quickly: a stranger that sends nothing is dropped soon.
@@ -41,6 +44,13 @@ constexpr auto kHelloTimeout = std::chrono::seconds(1);
 // The root reports missing ranks this long before the earliest arrived rank's deadline, so the
 // report lands before that rank gives up on its own.
 constexpr auto kReportMargin = milliseconds(100);
+// How long the job's rendezvous service waits for communicators: as long as the process lives.
+constexpr auto kServiceLifetime = std::chrono::hours(24 * 365);
+
+// How errors and logs name a communicator: the first bytes of its key.
+std::string keyName(const CommKey& key) {
+  return fmt::format("{:02x}", fmt::join(key.begin(), key.begin() + 6, ""));
+}
 
 enum HelloKind : uint32_t { kRootHello = 1, kRingHello = 2 };
 
@@ -137,7 +147,7 @@ int64_t millisecondsLeft(Clock::time_point deadline) {
 
 // ---- hellos: how a connection proves the secret ----
 
-std::string encodeHello(HelloKind kind, int rank, int nranks, const uint8_t* secret,
+std::string encodeHello(HelloKind kind, int rank, int nranks, const BootstrapId& id,
                         const std::string& payload) {
   WireWriter w;
   w.put(kWireMagic);
@@ -145,7 +155,8 @@ std::string encodeHello(HelloKind kind, int rank, int nranks, const uint8_t* sec
   w.put<int32_t>(rank);
   w.put<int32_t>(nranks);
   w.put<uint32_t>(static_cast<uint32_t>(payload.size()));
-  w.putBytes(secret, 32);
+  w.putBytes(id.secret, sizeof id.secret);
+  w.putBytes(id.key.data(), id.key.size());
   w.putBytes(payload.data(), payload.size());
   return w.data();
 }
@@ -155,6 +166,7 @@ struct Hello {
   int rank = 0;
   int nranks = 0;
   size_t payloadBytes = 0;
+  CommKey key{};  // which communicator the rank belongs to
   std::string payload;
 };
 
@@ -172,6 +184,7 @@ std::optional<std::string> checkHelloHeader(const std::string& header, const uin
   r.getBytes(claimed, sizeof claimed);
   if (std::memcmp(claimed, secret, sizeof claimed) != 0)
     return std::string("wrong secret (a unique id from another job?)");
+  r.getBytes(hello->key.data(), hello->key.size());
   if (hello->kind != kRootHello && hello->kind != kRingHello)
     return fmt::format("unknown hello kind {}", hello->kind);
   if (hello->nranks < 1 || hello->nranks > kMaxRanks)
@@ -318,64 +331,95 @@ std::string encodeReply(braidResult_t code, const std::string& payload) {
   return w.data();
 }
 
-// Serves one rendezvous: collects every rank's hello, then sends each the table of all ranks'
-// listen addresses and infos. Failures are told to the ranks that arrived.
-class RendezvousRoot {
+// Best effort: a rank that cannot be told is logged, the others are still served.
+void sendReply(Socket& to, Clock::time_point rankDeadline, braidResult_t code,
+               const std::string& payload, const std::string& where) {
+  std::string message = encodeReply(code, payload);
+  try {
+    to.sendAll(message.data(), message.size(), std::max(rankDeadline, Clock::now() + kHelloTimeout),
+               where + ": replying");
+  } catch (const Error& e) {
+    BRAID_WARN(log::kBootstrap, "{}", e.what());
+  }
+}
+
+// The ranks of one communicator at the root: collects every rank's hello, then sends each the
+// table of all ranks' listen addresses and infos. Failures are told to the ranks that arrived.
+class Rendezvous {
  public:
-  RendezvousRoot(Socket listener, const uint8_t* secret, Clock::time_point deadline)
-      : where_("bootstrap root at " + listener.localAddress().toString()),
-        gate_(std::move(listener), secret, where_),
-        deadline_(deadline) {}
+  Rendezvous(std::string where, const CommKey& key) : where_(std::move(where)), key_(key) {}
 
-  const std::string& where() const { return where_; }
+  bool complete() const { return arrived_ > 0 && arrived_ == nranks(); }
+  // When the first rank to give up stops waiting (less a margin, so the report reaches it first).
+  Clock::time_point reportBy() const {
+    Clock::time_point by = Clock::time_point::max();
+    for (const std::optional<Member>& m : members_)
+      if (m) by = std::min(by, m->deadline - kReportMargin);
+    return by;
+  }
 
-  void serve() {
-    for (;;) {
-      Clock::time_point wake = deadline_;
-      for (const std::optional<Member>& m : members_)
-        if (m) wake = std::min(wake, m->deadline - kReportMargin);
-      std::optional<Admitted> a = gate_.admit(wake);
-      if (!a) return reportMissing();
-      if (a->hello.kind != kRootHello) {
-        gate_.reject(*a, "a ring hello sent to the root");
-        continue;
-      }
-      RootHello hello;
-      try {
-        hello = parseRootHello(a->hello.payload);
-      } catch (const Error& e) {
-        gate_.reject(*a, e.what());
-        continue;
-      }
-      const int rank = a->hello.rank;
-      if (members_.empty()) {
-        members_.resize(a->hello.nranks);
-        infoBytes_ = hello.info.size();
-        firstRank_ = rank;
-      } else if (a->hello.nranks != nranks() || hello.info.size() != infoBytes_) {
-        std::string why =
-            a->hello.nranks != nranks()
-                ? fmt::format("rank {} joined with nranks={} but rank {} with nranks={}", rank,
-                              a->hello.nranks, firstRank_, nranks())
-                : fmt::format("rank {} published {} bytes of info but rank {} published {}", rank,
-                              hello.info.size(), firstRank_, infoBytes_);
-        BRAID_WARN(log::kBootstrap, "{}: {}", where_, why);
-        reply(a->socket, hello.deadline, braidInvalidArgument, why);
-        for (std::optional<Member>& m : members_)
-          if (m) reply(m->socket, m->deadline, braidInvalidArgument, why);
-        return;
-      }
-      if (members_[rank]) {
-        std::string why = fmt::format("rank {} joined twice (first from {}, again from {})", rank,
-                                      members_[rank]->socket.peerName(), a->socket.peerName());
-        BRAID_WARN(log::kBootstrap, "{}: {}", where_, why);
-        reply(a->socket, hello.deadline, braidInvalidArgument, why);
-        continue;
-      }
-      members_[rank] =
-          Member{std::move(a->socket), hello.listenAddress, std::move(hello.info), hello.deadline};
-      if (++arrived_ == nranks()) return sendTable();
+  // Takes one rank's admitted hello; sends the table once the last rank has arrived. Returns
+  // false when the rendezvous failed and is over (every rank that arrived has been told).
+  bool join(Admitted& a) {
+    RootHello hello;
+    try {
+      hello = parseRootHello(a.hello.payload);
+    } catch (const Error& e) {
+      BRAID_WARN(log::kBootstrap, "{}: dropped the connection from {}: {}", where_,
+                 a.socket.peerName(), e.what());
+      return true;
     }
+    const int rank = a.hello.rank;
+    if (members_.empty()) {
+      members_.resize(a.hello.nranks);
+      infoBytes_ = hello.info.size();
+      firstRank_ = rank;
+    } else if (a.hello.nranks != nranks() || hello.info.size() != infoBytes_) {
+      std::string why = a.hello.nranks != nranks()
+                            ? fmt::format(
+                                  "communicator {}: rank {} joined with nranks={} but rank {} with "
+                                  "nranks={}",
+                                  keyName(key_), rank, a.hello.nranks, firstRank_, nranks())
+                            : fmt::format(
+                                  "communicator {}: rank {} published {} bytes of info but rank {} "
+                                  "published {}",
+                                  keyName(key_), rank, hello.info.size(), firstRank_, infoBytes_);
+      BRAID_WARN(log::kBootstrap, "{}: {}", where_, why);
+      reply(a.socket, hello.deadline, braidInvalidArgument, why);
+      for (std::optional<Member>& m : members_)
+        if (m) reply(m->socket, m->deadline, braidInvalidArgument, why);
+      return false;
+    }
+    if (members_[rank]) {
+      std::string why =
+          fmt::format("communicator {}: rank {} joined twice (first from {}, again from {})",
+                      keyName(key_), rank, members_[rank]->socket.peerName(), a.socket.peerName());
+      BRAID_WARN(log::kBootstrap, "{}: {}", where_, why);
+      reply(a.socket, hello.deadline, braidInvalidArgument, why);
+      return true;
+    }
+    members_[rank] =
+        Member{std::move(a.socket), hello.listenAddress, std::move(hello.info), hello.deadline};
+    if (++arrived_ == nranks()) sendTable();
+    return true;
+  }
+
+  void reportMissing() {
+    std::vector<int> missing;
+    for (int r = 0; r < nranks(); ++r)
+      if (!members_[r]) missing.push_back(r);
+    std::string why = fmt::format(
+        "{} of {} ranks of communicator {} never arrived at the {} before the "
+        "deadline: {}",
+        missing.size(), nranks(), keyName(key_), where_, formatRanks(missing));
+    BRAID_WARN(log::kBootstrap, "{}", why);
+    for (std::optional<Member>& m : members_)
+      if (m) reply(m->socket, m->deadline, braidTimeout, why);
+  }
+
+  void reply(Socket& to, Clock::time_point rankDeadline, braidResult_t code,
+             const std::string& payload) {
+    sendReply(to, rankDeadline, code, payload, where_);
   }
 
  private:
@@ -388,18 +432,6 @@ class RendezvousRoot {
 
   int nranks() const { return static_cast<int>(members_.size()); }
 
-  // Best effort: a rank that cannot be told is logged, the others are still served.
-  void reply(Socket& to, Clock::time_point rankDeadline, braidResult_t code,
-             const std::string& payload) {
-    std::string message = encodeReply(code, payload);
-    try {
-      to.sendAll(message.data(), message.size(),
-                 std::max(rankDeadline, Clock::now() + kHelloTimeout), where_ + ": replying");
-    } catch (const Error& e) {
-      BRAID_WARN(log::kBootstrap, "{}", e.what());
-    }
-  }
-
   void sendTable() {
     WireWriter table;
     for (const std::optional<Member>& m : members_) {
@@ -411,37 +443,100 @@ class RendezvousRoot {
           fmt::format("rank {} ({})", r, members_[r]->socket.peerName()));
       reply(members_[r]->socket, members_[r]->deadline, braidSuccess, table.data());
     }
-    BRAID_INFO(log::kBootstrap, "{}: all {} ranks arrived", where_, nranks());
-  }
-
-  void reportMissing() {
-    if (arrived_ == 0) {
-      BRAID_INFO(log::kBootstrap, "{}: no rank arrived before the deadline; exiting", where_);
-      return;
-    }
-    std::vector<int> missing;
-    for (int r = 0; r < nranks(); ++r)
-      if (!members_[r]) missing.push_back(r);
-    std::string why = fmt::format("{} of {} ranks never arrived at the {} before the deadline: {}",
-                                  missing.size(), nranks(), where_, formatRanks(missing));
-    BRAID_WARN(log::kBootstrap, "{}", why);
-    for (std::optional<Member>& m : members_)
-      if (m) reply(m->socket, m->deadline, braidTimeout, why);
+    BRAID_INFO(log::kBootstrap, "{}: all {} ranks of communicator {} arrived", where_, nranks(),
+               keyName(key_));
   }
 
   std::string where_;
-  Gatekeeper gate_;
-  Clock::time_point deadline_;
+  CommKey key_;
   std::vector<std::optional<Member>> members_;  // by rank, sized by the first hello
   size_t infoBytes_ = 0;
   int firstRank_ = 0;
   int arrived_ = 0;
 };
 
+// A root: a listener that admits ranks proving the secret and sorts them into rendezvous by their
+// communicator key, so that ranks of different communicators never meet. Started for one unique
+// id it serves that communicator alone, once, and refuses ranks of any other naming both; as the
+// job's service (BRAID_COMM_ID, MASTER_ADDR) it serves every communicator for as long as the
+// process lives.
+class RendezvousRoot {
+ public:
+  RendezvousRoot(Socket listener, const uint8_t* secret, Clock::time_point deadline,
+                 std::optional<CommKey> onlyKey)
+      : where_("bootstrap root at " + listener.localAddress().toString()),
+        gate_(std::move(listener), secret, where_),
+        deadline_(deadline),
+        onlyKey_(onlyKey) {}
+
+  const std::string& where() const { return where_; }
+
+  void serve() {
+    for (;;) {
+      Clock::time_point wake = deadline_;
+      for (const auto& [key, r] : rendezvous_) wake = std::min(wake, r.reportBy());
+      std::optional<Admitted> a = gate_.admit(wake);
+      if (!a) {
+        const Clock::time_point now = Clock::now();
+        for (auto it = rendezvous_.begin(); it != rendezvous_.end();) {
+          if (now < it->second.reportBy() && now < deadline_) {
+            ++it;
+            continue;
+          }
+          it->second.reportMissing();
+          it = rendezvous_.erase(it);
+        }
+        if (onlyKey_ && now >= deadline_) {
+          BRAID_INFO(log::kBootstrap, "{}: deadline passed; exiting", where_);
+          return;
+        }
+        if (onlyKey_ && rendezvous_.empty() && served_) return;
+        continue;
+      }
+      if (a->hello.kind != kRootHello) {
+        gate_.reject(*a, "a ring hello sent to the root");
+        continue;
+      }
+      if (onlyKey_ && a->hello.key != *onlyKey_) {
+        refuseStranger(*a);
+        continue;
+      }
+      auto [it, fresh] = rendezvous_.try_emplace(a->hello.key, where_, a->hello.key);
+      const bool alive = it->second.join(*a);
+      if (!alive || it->second.complete()) {
+        rendezvous_.erase(it);
+        served_ = true;
+        if (onlyKey_) return;
+      }
+    }
+  }
+
+ private:
+  // A rank that knows the secret but belongs to another communicator: an id of the same job given
+  // to the wrong ranks. It is told which communicator it reached and which it is of.
+  void refuseStranger(Admitted& a) {
+    std::string why = fmt::format(
+        "rank {} of communicator {} (nranks {}) reached the {}, which serves communicator {}: "
+        "ranks of different communicators cannot meet (was it given another communicator's "
+        "unique id?)",
+        a.hello.rank, keyName(a.hello.key), a.hello.nranks, where_, keyName(*onlyKey_));
+    BRAID_WARN(log::kBootstrap, "{}", why);
+    sendReply(a.socket, Clock::now(), braidInvalidUsage, why, where_);
+  }
+
+  std::string where_;
+  Gatekeeper gate_;
+  Clock::time_point deadline_;
+  std::optional<CommKey> onlyKey_;
+  std::map<CommKey, Rendezvous> rendezvous_;
+  bool served_ = false;
+};
+
 // The root runs detached and owns everything it touches, so it neither outlives its rendezvous
 // nor depends on its starter; no exception leaves the thread.
-void startRootThread(Socket listener, const uint8_t* secret, Clock::time_point deadline) {
-  auto root = std::make_unique<RendezvousRoot>(std::move(listener), secret, deadline);
+void startRootThread(Socket listener, const uint8_t* secret, Clock::time_point deadline,
+                     std::optional<CommKey> onlyKey) {
+  auto root = std::make_unique<RendezvousRoot>(std::move(listener), secret, deadline, onlyKey);
   std::thread([root = std::move(root)] {
     try {
       root->serve();
@@ -451,12 +546,53 @@ void startRootThread(Socket listener, const uint8_t* secret, Clock::time_point d
   }).detach();
 }
 
+// The job's rendezvous service at an environment-given address, started by rank 0 of the first
+// communicator of this process that needs it. Another process of the job may hold the port
+// already (rank 0 of a communicator over other ranks): then that one serves this communicator too.
+void ensureRootService(const BootstrapId& id, const std::string& self) {
+  static std::mutex mutex;
+  static std::map<std::pair<std::string, uint16_t>, pid_t> hosted;
+  std::lock_guard<std::mutex> lock(mutex);
+  pid_t& host = hosted[{id.host, id.port}];
+  if (host == getpid()) return;  // a forked child inherits the record, not the thread
+  // All addresses: the name in the id may resolve to a loopback address on its own host.
+  SocketAddress any = SocketAddress::wildcard(
+      SocketAddress::fromNumeric(id.host, id.port, "unique id").family(), id.port);
+  int err = 0;
+  Socket listener = Socket::listen(any, true, &err);
+  if (!listener.valid()) {
+    if (err != EADDRINUSE)
+      failErrno(braidSystemError,
+                fmt::format("{}: cannot host the bootstrap service at port {} (set BRAID_COMM_ID "
+                            "to a free host:port)",
+                            self, id.port),
+                err);
+    // Another process of the job serves there, or something else holds the port: only the first
+    // accepts connections.
+    try {
+      Socket::connect(SocketAddress::fromNumeric(id.host, id.port, "unique id"),
+                      "the bootstrap service", Clock::now() + kHelloTimeout, self);
+    } catch (const Error& e) {
+      fail(braidSystemError,
+           "{}: port {} is in use, but nothing there accepts connections ({}); set BRAID_COMM_ID "
+           "to a free host:port",
+           self, id.port, e.what());
+    }
+    BRAID_INFO(log::kBootstrap,
+               "{}: port {} is taken; joining the service another process of the job hosts there",
+               self, id.port);
+    return;
+  }
+  startRootThread(std::move(listener), id.secret, Clock::now() + kServiceLifetime, std::nullopt);
+  host = getpid();
+}
+
 // ---- environment-derived ids ----
 
-// FNV-1a 64 over the seed in four lanes. Not cryptographic: an environment-derived secret only
-// keeps strangers and other jobs out, and is as guessable as the job id it comes from.
-void deriveSecret(const std::string& seed, uint8_t* secret) {
-  for (int lane = 0; lane < 4; ++lane) {
+// FNV-1a 64 over the seed, one lane per 8 bytes. Not cryptographic: an environment-derived secret
+// only keeps strangers and other jobs out, and is as guessable as the job id it comes from.
+void deriveBytes(const std::string& seed, uint8_t* out, size_t bytes) {
+  for (size_t lane = 0; lane < bytes / 8; ++lane) {
     uint64_t hash = 0xcbf29ce484222325ull;
     auto mix = [&hash](uint8_t byte) {
       hash ^= byte;
@@ -464,7 +600,7 @@ void deriveSecret(const std::string& seed, uint8_t* secret) {
     };
     mix(static_cast<uint8_t>(lane));
     for (char c : seed) mix(static_cast<uint8_t>(c));
-    for (int i = 0; i < 8; ++i) secret[lane * 8 + i] = static_cast<uint8_t>(hash >> (8 * i));
+    for (int i = 0; i < 8; ++i) out[lane * 8 + i] = static_cast<uint8_t>(hash >> (8 * i));
   }
 }
 
@@ -526,9 +662,9 @@ class RingBootstrap final : public Bootstrap {
       infos_ = {localInfo};
       return;
     }
-    if (id.rootHostedByRank0 && rank == 0) hostRoot(id, deadline);
+    if (id.rootHostedByRank0 && rank == 0) ensureRootService(id, self_);
     Socket listener = rendezvous(id, localInfo, deadline);
-    if (nranks > 1) formRing(std::move(listener), id.secret, deadline);
+    if (nranks > 1) formRing(std::move(listener), id, deadline);
     BRAID_INFO(log::kBootstrap, "{}: joined at {}", self_,
                nranks > 1 ? listenAddresses_[rank].toString() : std::string("-"));
   }
@@ -574,22 +710,6 @@ class RingBootstrap final : public Bootstrap {
     return fmt::format("rank {} ({})", r, listenAddresses_[r].toString());
   }
 
-  void hostRoot(const BootstrapId& id, Clock::time_point deadline) {
-    // All addresses: the name in the id may resolve to a loopback address on its own host.
-    SocketAddress any = SocketAddress::wildcard(
-        SocketAddress::fromNumeric(id.host, id.port, "unique id").family(), id.port);
-    Socket listener;
-    try {
-      listener = Socket::listen(any, true);
-    } catch (const Error& e) {
-      fail(braidSystemError,
-           "{}: cannot host the bootstrap root ({}); set BRAID_COMM_ID to a free "
-           "host:port",
-           self_, e.what());
-    }
-    startRootThread(std::move(listener), id.secret, deadline);
-  }
-
   // Sends this rank's hello to the root and receives the table; returns this rank's listener.
   Socket rendezvous(const BootstrapId& id, const std::string& localInfo,
                     Clock::time_point deadline) {
@@ -608,7 +728,7 @@ class RingBootstrap final : public Bootstrap {
     payload.putAddress(listenAddress);
     payload.put<int64_t>(millisecondsLeft(deadline));
     payload.putBytes(localInfo.data(), localInfo.size());
-    std::string hello = encodeHello(kRootHello, rank_, nranks_, id.secret, payload.data());
+    std::string hello = encodeHello(kRootHello, rank_, nranks_, id, payload.data());
     const std::string activity = self_ + ": rendezvous";
     char header[kReplyHeaderBytes];
     try {
@@ -651,14 +771,14 @@ class RingBootstrap final : public Bootstrap {
   }
 
   // Connects to the next rank's listener and accepts the previous rank on this one.
-  void formRing(Socket listener, const uint8_t* secret, Clock::time_point deadline) {
+  void formRing(Socket listener, const BootstrapId& id, Clock::time_point deadline) {
     const int next = (rank_ + 1) % nranks_;
     const int prev = (rank_ + nranks_ - 1) % nranks_;
     const std::string activity = self_ + ": forming the bootstrap ring";
     next_ = Socket::connect(listenAddresses_[next], rankName(next), deadline, activity);
-    std::string hello = encodeHello(kRingHello, rank_, nranks_, secret, "");
+    std::string hello = encodeHello(kRingHello, rank_, nranks_, id, "");
     next_.sendAll(hello.data(), hello.size(), deadline, activity);
-    Gatekeeper gate(std::move(listener), secret,
+    Gatekeeper gate(std::move(listener), id.secret,
                     fmt::format("{} listener at {}", self_, listenAddresses_[rank_].toString()));
     for (;;) {
       std::optional<Admitted> a = gate.admit(deadline);
@@ -666,10 +786,12 @@ class RingBootstrap final : public Bootstrap {
         fail(braidTimeout, "{}: {} never connected to this rank's listener before the deadline",
              activity, rankName(prev));
       const Hello& h = a->hello;
-      if (h.kind != kRingHello || h.rank != prev || h.nranks != nranks_ || !h.payload.empty()) {
-        gate.reject(*a, fmt::format("expected the ring hello of rank {} of {}; got a kind {} "
-                                    "hello of rank {} of {}",
-                                    prev, nranks_, h.kind, h.rank, h.nranks));
+      if (h.kind != kRingHello || h.rank != prev || h.nranks != nranks_ || h.key != id.key ||
+          !h.payload.empty()) {
+        gate.reject(*a, fmt::format("expected the ring hello of rank {} of {} of communicator {}; "
+                                    "got a kind {} hello of rank {} of {} of communicator {}",
+                                    prev, nranks_, keyName(id.key), h.kind, h.rank, h.nranks,
+                                    keyName(h.key)));
         continue;
       }
       prev_ = std::move(a->socket);
@@ -695,7 +817,8 @@ braidUniqueId BootstrapId::encode() const {
   w.put<uint8_t>(rootHostedByRank0 ? kIdFlagRootHostedByRank0 : 0);
   w.putAddress(SocketAddress::fromNumeric(host, port, "unique id"));
   w.putBytes(secret, sizeof secret);
-  static_assert(4 + 1 + 1 + kAddressBytes + 32 <= BRAID_UNIQUE_ID_BYTES);
+  w.putBytes(key.data(), key.size());
+  static_assert(4 + 1 + 1 + kAddressBytes + 32 + kCommKeyBytes <= BRAID_UNIQUE_ID_BYTES);
   braidUniqueId id{};
   std::memcpy(id.internal, w.data().data(), w.data().size());
   return id;
@@ -723,6 +846,7 @@ BootstrapId BootstrapId::decode(const braidUniqueId& raw) {
   id.host = address.host();
   id.port = address.port();
   r.getBytes(id.secret, sizeof id.secret);
+  r.getBytes(id.key.data(), id.key.size());
   id.rootHostedByRank0 = (flags & kIdFlagRootHostedByRank0) != 0;
   return id;
 }
@@ -733,7 +857,8 @@ BootstrapId rendezvousId(const std::string& hostPort, const std::string& secretS
   BootstrapId id;
   id.host = SocketAddress::resolve(host, port, origin).host();
   id.port = port;
-  deriveSecret(secretSeed, id.secret);
+  deriveBytes(secretSeed, id.secret, sizeof id.secret);
+  deriveBytes(secretSeed + "|communicator", id.key.data(), id.key.size());
   id.rootHostedByRank0 = true;
   return id;
 }
@@ -745,24 +870,34 @@ BootstrapId startRootInThisProcess() {
   id.host = interface.address.host();
   id.port = listener.localAddress().port();
   fillRandom(id.secret, sizeof id.secret);
-  startRootThread(std::move(listener), id.secret, Clock::now() + milliseconds(param::TimeoutMs()));
+  fillRandom(id.key.data(), id.key.size());
+  startRootThread(std::move(listener), id.secret, Clock::now() + milliseconds(param::TimeoutMs()),
+                  id.key);
   BRAID_INFO(log::kBootstrap, "bootstrap root started at {}",
              SocketAddress::fromNumeric(id.host, id.port, "unique id").toString());
   return id;
 }
 
-std::optional<BootstrapId> uniqueIdFromEnv() {
+std::optional<BootstrapId> worldIdFromEnv(uint64_t ordinal) {
   std::optional<EnvRendezvous> env = rendezvousFromEnv();
   if (!env) return std::nullopt;
-  BootstrapId id = rendezvousId(env->hostPort, secretSeedFromEnv(env->hostPort), env->origin);
-  BRAID_INFO(log::kBootstrap, "unique id from {}: root at {} port {}, hosted by rank 0",
-             env->origin, id.host, id.port);
+  const std::string seed = secretSeedFromEnv(env->hostPort);
+  BootstrapId id = rendezvousId(env->hostPort, seed, env->origin);
+  deriveBytes(fmt::format("{}|world communicator {}", seed, ordinal), id.key.data(), id.key.size());
+  BRAID_INFO(log::kBootstrap,
+             "world communicator {} from {}: communicator {}, root at {} port {}, rank 0 hosts it",
+             ordinal, env->origin, keyName(id.key), id.host, id.port);
   return id;
 }
 
 BootstrapId makeUniqueId() {
-  std::optional<BootstrapId> id = uniqueIdFromEnv();
-  return id ? *id : startRootInThisProcess();
+  if (param::CommId().empty()) return startRootInThisProcess();
+  // As NCCL_COMM_ID: the root is at the given address, the job's service there; the communicator
+  // is new.
+  BootstrapId id =
+      rendezvousId(param::CommId(), secretSeedFromEnv(param::CommId()), "BRAID_COMM_ID");
+  fillRandom(id.key.data(), id.key.size());
+  return id;
 }
 
 std::unique_ptr<Bootstrap> Bootstrap::join(const BootstrapId& id, int rank, int nranks,

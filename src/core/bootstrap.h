@@ -2,6 +2,8 @@
 // every connection proves the secret first, anything else is dropped and logged.
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -12,39 +14,46 @@
 
 namespace braid {
 
+// Which communicator a rank belongs to: ranks meet only ranks with the same key.
+constexpr size_t kCommKeyBytes = 16;
+using CommKey = std::array<uint8_t, kCommKeyBytes>;
+
 // The decoded contents of a braidUniqueId.
 struct BootstrapId {
   std::string host;  // numeric IPv4 or IPv6 address of the root
   uint16_t port = 0;
-  uint8_t secret[32] = {};
-  bool rootHostedByRank0 = false;  // env-derived id: rank 0 starts the root inside its init
+  uint8_t secret[32] = {};         // proves a connection belongs to the job
+  CommKey key{};                   // names the communicator among the job's
+  bool rootHostedByRank0 = false;  // the job's service at an environment-given address
 
   braidUniqueId encode() const;
   static BootstrapId decode(const braidUniqueId& id);  // throws braidInvalidArgument if not ours
 };
 
-// braidGetUniqueId: from BRAID_COMM_ID / MASTER_ADDR+MASTER_PORT when set (every rank gets the
-// same id, rank 0 hosts the root); else a random secret and a root thread started in this
-// process on an ephemeral port of the bootstrap interface.
-//
-// With torchrun's MASTER_ADDR/MASTER_PORT the root listens on MASTER_PORT+1: torchrun's own
-// TCPStore already listens on MASTER_PORT.
+// braidGetUniqueId: a new communicator on every call. By default a root thread in this process,
+// on an ephemeral port of the bootstrap interface, serves its rendezvous once. With BRAID_COMM_ID
+// (NCCL_COMM_ID's counterpart) the root is the job's rendezvous service at that address, which
+// rank 0 of a communicator starts unless another process of the job already serves there. Either
+// way the caller hands the id to the other ranks.
 BootstrapId makeUniqueId();
 
-// The environment-derived id alone (BRAID_COMM_ID or MASTER_ADDR/MASTER_PORT), or nothing if
-// neither is set; never starts a root. For braidCommInitFromEnv.
-std::optional<BootstrapId> uniqueIdFromEnv();
+// braidCommInitFromEnv: the id of the `ordinal`-th world communicator (1, 2, ...) of a job started
+// by a launcher, the same on every rank that asks for the same ordinal: the root is the job's
+// service at BRAID_COMM_ID or at MASTER_ADDR:MASTER_PORT+1 (torchrun's TCPStore already listens
+// on MASTER_PORT), the secret comes from the job's id. Nothing when neither is set.
+std::optional<BootstrapId> worldIdFromEnv(uint64_t ordinal);
 
-// The id of an environment-started job, as makeUniqueId derives it: the root at `hostPort`
-// ("host:port" or "[ipv6]:port", the host resolved to a numeric address), a secret derived from
-// `secretSeed`, hosted by rank 0. Equal inputs give equal ids on every rank. `origin` names where
-// hostPort came from, for errors.
+// The id of an environment-started job, as worldIdFromEnv derives it: the root at `hostPort`
+// ("host:port" or "[ipv6]:port", the host resolved to a numeric address), secret and key derived
+// from `secretSeed`, hosted by rank 0. Equal inputs give equal ids on every rank. `origin` names
+// where hostPort came from, for errors.
 BootstrapId rendezvousId(const std::string& hostPort, const std::string& secretSeed,
                          const std::string& origin);
 
 // Starts a root thread in this process on an ephemeral port of the bootstrap interface, with a
-// random secret. It serves one rendezvous, then exits; it gives up after BRAID_TIMEOUT, or at
-// the deadlines of the ranks that arrived, telling them which ranks never did.
+// random secret and key. It serves one rendezvous, then exits; it gives up after BRAID_TIMEOUT,
+// or at the deadlines of the ranks that arrived, telling them which ranks never did. Ranks of
+// another communicator that reach it are refused, told which communicator they reached.
 BootstrapId startRootInThisProcess();
 
 class Bootstrap {

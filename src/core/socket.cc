@@ -384,14 +384,24 @@ Socket::~Socket() {
 }
 
 Socket Socket::listen(const SocketAddress& address, bool reuseAddress) {
+  int err = 0;
+  Socket s = listen(address, reuseAddress, &err);
+  if (!s.valid())
+    failErrno(braidSystemError, fmt::format("binding a listening socket to {}", address.toString()),
+              err);
+  return s;
+}
+
+Socket Socket::listen(const SocketAddress& address, bool reuseAddress, int* bindErrno) {
   Socket s(openTcpSocket(address.family()), "");
   if (reuseAddress) {
     int one = 1;
     setsockopt(s.fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   }
-  if (::bind(s.fd_, address.get(), address.length()) != 0)
-    failErrno(braidSystemError, fmt::format("binding a listening socket to {}", address.toString()),
-              errno);
+  if (::bind(s.fd_, address.get(), address.length()) != 0) {
+    *bindErrno = errno;
+    return Socket();
+  }
   if (::listen(s.fd_, SOMAXCONN) != 0)
     failErrno(braidSystemError, fmt::format("listening on {}", address.toString()), errno);
   return s;

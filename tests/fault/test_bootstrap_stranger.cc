@@ -92,14 +92,13 @@ int runRank(RankReport& me, int rank, int nranks, uint16_t port, const std::stri
     std::snprintf(me.lastError, sizeof me.lastError, "%s", braidGetLastError(comm));
     return exitCode;
   };
-  braidUniqueId id;
-  braidResult_t r = braidGetUniqueId(&id);
-  if (r != braidSuccess) return fail(r, nullptr, kSetupFailed);
+  setenv("RANK", std::to_string(rank).c_str(), 1);
+  setenv("WORLD_SIZE", std::to_string(nranks).c_str(), 1);
   braidConfig_t config = BRAID_CONFIG_INITIALIZER;
   config.timeoutMs = kTimeoutMs;
   config.device = "cpu";
   braidComm_t comm = nullptr;
-  r = braidCommInitRankConfig(&comm, nranks, id, rank, &config);
+  braidResult_t r = braidCommInitFromEnv(&comm, &config);
   if (r != braidSuccess) return fail(r, nullptr, kSetupFailed);
 
   std::vector<double> send(kCount), recv(kCount, -1.0);

@@ -168,14 +168,15 @@ int checkIdsFromTorchrunVariables() {
   uint16_t port = freePort();
   for (const char* name : {"BRAID_COMM_ID", "BRAID_SECRET", "MASTER_ADDR", "MASTER_PORT"})
     unsetenv(name);
-  if (uniqueIdFromEnv()) return std::fprintf(stderr, "an id from an empty environment\n"), 1;
+  if (worldIdFromEnv(1)) return std::fprintf(stderr, "an id from an empty environment\n"), 1;
   setenv("MASTER_ADDR", "127.0.0.1", 1);
   setenv("MASTER_PORT", std::to_string(port - 1).c_str(), 1);
   setenv("TORCHELASTIC_RUN_ID", "run-1", 1);
-  BootstrapId a = makeUniqueId();
-  BootstrapId b = uniqueIdFromEnv().value();
+  BootstrapId a = worldIdFromEnv(1).value();
+  BootstrapId b = worldIdFromEnv(1).value();
+  BootstrapId second = worldIdFromEnv(2).value();
   setenv("TORCHELASTIC_RUN_ID", "run-2", 1);
-  BootstrapId otherJob = makeUniqueId();
+  BootstrapId otherJob = worldIdFromEnv(1).value();
   if (!sameBytes(a.encode(), b.encode())) return std::fprintf(stderr, "ids differ\n"), 1;
   if (a.port != port || a.host != "127.0.0.1" || !a.rootHostedByRank0)
     return std::fprintf(stderr, "id %s:%d, hosted %d\n", a.host.c_str(), a.port,
@@ -183,6 +184,12 @@ int checkIdsFromTorchrunVariables() {
            1;
   if (std::memcmp(a.secret, otherJob.secret, 32) == 0)
     return std::fprintf(stderr, "the job id does not reach the secret\n"), 1;
+  if (a.key == second.key || std::memcmp(a.secret, second.secret, 32) != 0)
+    return std::fprintf(stderr, "world communicators 1 and 2 are not two of one job\n"), 1;
+  // braidGetUniqueId ignores torchrun's variables (NCCL does too): its root is this process's.
+  BootstrapId own = makeUniqueId();
+  if (own.rootHostedByRank0 || own.port == port)
+    return std::fprintf(stderr, "makeUniqueId used MASTER_ADDR/MASTER_PORT\n"), 1;
   std::vector<Outcome> outcomes = runRanks(3, [&](int rank) {
     auto b = Bootstrap::join(a, rank, 3, std::to_string(rank), in(60));
     b->barrier(in(60));
@@ -202,18 +209,22 @@ int checkCommIdAndSecretWin() {
   BootstrapId a = makeUniqueId();
   setenv("SLURM_JOB_ID", "12", 1);
   BootstrapId b = makeUniqueId();
-  if (a.port != port) return std::fprintf(stderr, "port %d, expected %d\n", a.port, port), 1;
-  if (!sameBytes(a.encode(), b.encode()))
+  BootstrapId world = worldIdFromEnv(1).value();
+  if (a.port != port || world.port != port)
+    return std::fprintf(stderr, "port %d/%d, expected %d\n", a.port, world.port, port), 1;
+  if (std::memcmp(a.secret, b.secret, 32) != 0 || std::memcmp(a.secret, world.secret, 32) != 0)
     return std::fprintf(stderr, "BRAID_SECRET did not replace the job id\n"), 1;
+  if (a.key == b.key || a.key == world.key)
+    return std::fprintf(stderr, "two unique ids name one communicator\n"), 1;
   return 0;
 }
 
-TEST(MakeUniqueIdDeathTest, TorchrunVariablesGiveOneIdAndRankZeroHostsTheRoot) {
+TEST(MakeUniqueIdDeathTest, TorchrunVariablesGiveOneIdPerWorldCommunicator) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(std::_Exit(checkIdsFromTorchrunVariables()), ::testing::ExitedWithCode(0), "");
 }
 
-TEST(MakeUniqueIdDeathTest, CommIdAndSecretTakePrecedence) {
+TEST(MakeUniqueIdDeathTest, CommIdAndSecretTakePrecedenceAndEveryIdIsANewCommunicator) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(std::_Exit(checkCommIdAndSecretWin()), ::testing::ExitedWithCode(0), "");
 }
@@ -332,6 +343,42 @@ TEST(Bootstrap, WrongSecretIsRefusedAndTheJobGoesOn) {
   EXPECT_TRUE(contains(o.message, "bootstrap rank 1 of 2")) << o.message;
   EXPECT_TRUE(contains(o.message, "secret")) << o.message;
   expectAllSucceeded(runRanks(2, [&](int rank) { Bootstrap::join(id, rank, 2, "x", in(60)); }));
+}
+
+TEST(Bootstrap, RankOfAnotherCommunicatorIsRefusedNamingBoth) {
+  BootstrapId id = startRootInThisProcess();
+  BootstrapId other = id;  // the job's secret, another communicator
+  other.key[3] ^= 0x40;
+  Outcome o = outcomeOf([&] { Bootstrap::join(other, 1, 3, "x", in(10)); });
+  EXPECT_EQ(o.code, braidInvalidUsage);
+  EXPECT_TRUE(contains(o.message, "rank 1 of communicator ")) << o.message;
+  EXPECT_TRUE(contains(o.message, "which serves communicator ")) << o.message;
+  EXPECT_TRUE(contains(o.message, "cannot meet")) << o.message;
+  expectAllSucceeded(runRanks(2, [&](int rank) { Bootstrap::join(id, rank, 2, "x", in(60)); }));
+}
+
+// The job's service (an environment-given address) serves several communicators at once: each
+// rank meets the ranks of its own communicator only, whatever the interleaving of arrivals.
+TEST(Bootstrap, TheJobServiceKeepsConcurrentCommunicatorsApart) {
+  const std::vector<int> sizes = {2, 3, 2};
+  std::vector<BootstrapId> ids;
+  const std::string address = fmt::format("127.0.0.1:{}", freePort());
+  for (size_t c = 0; c < sizes.size(); ++c) {
+    ids.push_back(rendezvousId(address, "job", "test"));
+    ids.back().key[0] = static_cast<uint8_t>(c);
+  }
+  std::vector<std::pair<int, int>> members;  // (communicator, rank) per thread
+  for (size_t c = 0; c < sizes.size(); ++c)
+    for (int r = 0; r < sizes[c]; ++r) members.push_back({static_cast<int>(c), r});
+  expectAllSucceeded(runRanks(static_cast<int>(members.size()), [&](int thread) {
+    const auto [c, rank] = members[thread];
+    auto b = Bootstrap::join(ids[c], rank, sizes[c], fmt::format("c{}r{}", c, rank), in(60));
+    for (int k = 0; k < sizes[c]; ++k) EXPECT_EQ(b->infos()[k], fmt::format("c{}r{}", c, k));
+    std::vector<int32_t> all(sizes[c]);
+    all[rank] = 100 * c + rank;
+    b->allGather(all.data(), sizeof(int32_t), in(60));
+    for (int k = 0; k < sizes[c]; ++k) EXPECT_EQ(all[k], 100 * c + k);
+  }));
 }
 
 TEST(Bootstrap, MissingRankIsNamedByTheOthersAtTheDeadline) {
