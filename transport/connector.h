@@ -19,7 +19,29 @@ constexpr int kMaxFifoSlots = 32;
 struct FifoControl {
   WakeableCounter tail;  // slots published by the sender; the receiver sleeps on it
   WakeableCounter head;  // slots released by the receiver; the sender sleeps on it
-  alignas(64) uint64_t bytes[kMaxFifoSlots];  // payload size of each slot, set before tail moves
+  // Bytes in use of each slot (header and payload), set before tail moves: how much a network
+  // proxy sends, and what it received.
+  alignas(64) uint64_t bytes[kMaxFifoSlots];
+};
+
+// What the sender says of the call a slot belongs to. Transports move it with the payload and
+// never read it; the collectives compare it with their own call, so that ranks that made
+// different calls get an error instead of a wrong result (coll/call_tag.h).
+struct CallTag {
+  uint64_t sequence = 0;  // the communicator's collective number; 0 for send/recv
+  uint64_t count = 0;     // the call's count argument
+  int32_t root = 0;
+  uint8_t collective = 0;
+  uint8_t datatype = 0;
+  uint8_t op = 0;
+  uint8_t flags = 0;
+  bool operator==(const CallTag&) const = default;
+};
+
+// The head of every slot; the payload follows it, 64-byte aligned.
+struct alignas(64) SlotHeader {
+  CallTag tag;
+  uint64_t payloadBytes = 0;
 };
 
 struct FifoDesc {
@@ -53,9 +75,10 @@ class SendConnector {
   SendConnector(FifoDesc fifo, int self, int peer) : fifo_(fifo), self_(self), peer_(peer) {}
 
   int peer() const { return peer_; }
-  size_t slotBytes() const { return fifo_.slotBytes; }
+  // Payload bytes one slot carries.
+  size_t slotBytes() const { return fifo_.slotBytes - sizeof(SlotHeader); }
 
-  // A slot to fill, once the receiver has freed one.
+  // A slot's payload to fill, once the receiver has freed one.
   void* acquire(Watchdog& dog) {
     if (!hasCredit()) {
       const uint32_t need = tail_ - static_cast<uint32_t>(fifo_.nSlots) + 1;
@@ -73,15 +96,19 @@ class SendConnector {
     }
     return slot();
   }
-  // Publishes the slot returned by acquire() with `bytes` of payload.
-  void post(size_t bytes) {
-    fifo_.control->bytes[tail_ % fifo_.nSlots] = bytes;
+  // Publishes the slot returned by acquire() with `bytes` of payload, tagged with the call.
+  void post(size_t bytes, const CallTag& tag) {
+    const uint32_t index = tail_ % fifo_.nSlots;
+    *reinterpret_cast<SlotHeader*>(fifo_.slots + index * fifo_.slotBytes) = {tag, bytes};
+    fifo_.control->bytes[index] = sizeof(SlotHeader) + bytes;
     fifo_.control->tail.publish(++tail_);
   }
 
  private:
   bool hasCredit() const { return tail_ - headSeen_ < static_cast<uint32_t>(fifo_.nSlots); }
-  void* slot() const { return fifo_.slots + (tail_ % fifo_.nSlots) * fifo_.slotBytes; }
+  void* slot() const {
+    return fifo_.slots + (tail_ % fifo_.nSlots) * fifo_.slotBytes + sizeof(SlotHeader);
+  }
 
   FifoDesc fifo_;
   int self_ = -1;
@@ -95,40 +122,47 @@ class RecvConnector {
   RecvConnector() = default;
   RecvConnector(FifoDesc fifo, int self, int peer) : fifo_(fifo), self_(self), peer_(peer) {}
 
+  int self() const { return self_; }
   int peer() const { return peer_; }
-  size_t slotBytes() const { return fifo_.slotBytes; }
+  // Payload bytes one slot carries.
+  size_t slotBytes() const { return fifo_.slotBytes - sizeof(SlotHeader); }
 
-  // The next published slot, which must carry exactly `expectedBytes`.
-  const void* wait(size_t expectedBytes, Watchdog& dog) {
+  // The header of the next published slot, once there is one; its payload follows it.
+  const SlotHeader& wait(Watchdog& dog) {
     if (!hasData()) {
       const uint32_t need = head_ + 1;
       tailSeen_ = waitUntil(
           fifo_.control->tail, [need](uint32_t t) { return counterReached(t, need); }, dog, peer_,
           "data");
     }
-    return checkedSlot(expectedBytes);
+    return checkedHeader();
   }
   // Non-blocking wait: nullptr when nothing has arrived.
-  const void* tryWait(size_t expectedBytes) {
+  const SlotHeader* tryWait() {
     if (!hasData()) {
       tailSeen_ = fifo_.control->tail.value.load(std::memory_order_acquire);
       if (!hasData()) return nullptr;
     }
-    return checkedSlot(expectedBytes);
+    return &checkedHeader();
   }
   // Returns the slot from wait() to the sender.
   void release() { fifo_.control->head.publish(++head_); }
 
  private:
   bool hasData() const { return tailSeen_ != head_; }
-  const void* checkedSlot(size_t expectedBytes) const {
-    const uint64_t got = fifo_.control->bytes[head_ % fifo_.nSlots];
-    if (got != expectedBytes)
-      fail(braidInvalidUsage,
-           "rank {} received a {}-byte chunk from rank {} where it expected {} bytes: the ranks "
-           "called the operation with different counts, datatypes or peers",
-           self_, got, peer_, expectedBytes);
-    return fifo_.slots + (head_ % fifo_.nSlots) * fifo_.slotBytes;
+  // A slot whose size disagrees with its header was not written by a braid peer's post.
+  const SlotHeader& checkedHeader() const {
+    const uint32_t index = head_ % fifo_.nSlots;
+    const auto& header =
+        *reinterpret_cast<const SlotHeader*>(fifo_.slots + index * fifo_.slotBytes);
+    const uint64_t used = fifo_.control->bytes[index];
+    if (used < sizeof(SlotHeader) || used > fifo_.slotBytes ||
+        header.payloadBytes != used - sizeof(SlotHeader))
+      fail(braidRemoteError,
+           "rank {} received a malformed message from rank {}: {} bytes, of which the header "
+           "claims {} bytes of payload",
+           self_, peer_, used, header.payloadBytes);
+    return header;
   }
 
   FifoDesc fifo_;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <thread>
 
+#include "coll/call_tag.h"
 #include "core/error.h"
 #include "kernels/host_reduce.h"
 
@@ -27,9 +28,10 @@ struct Buffers {
 // with the stores Buffers asks for. A prim that writes both streams at most one of them (the
 // kernels stream their first destination only): the slot when slots stream.
 void runPrim(const RingOp& op, const Buffers& buf, SendConnector& next, RecvConnector& prev,
-             kernels::ReduceFn toSlot, kernels::ReduceFn toOut, int divisor, Watchdog& dog) {
+             kernels::ReduceFn toSlot, kernels::ReduceFn toOut, int divisor, const CallTag& tag,
+             Watchdog& dog) {
   const size_t bytes = op.count * buf.elemBytes;
-  const void* received = primReceives(op.prim) ? prev.wait(bytes, dog) : nullptr;
+  const void* received = primReceives(op.prim) ? receive(prev, tag, bytes, dog) : nullptr;
   void* slot = primSends(op.prim) ? next.acquire(dog) : nullptr;
   const int div = primFinishesReduction(op.prim) ? divisor : 1;
   uint8_t* out = buf.outAt(op.outOffset);
@@ -58,9 +60,19 @@ void runPrim(const RingOp& op, const Buffers& buf, SendConnector& next, RecvConn
   }
   if (slot != nullptr) {
     if (buf.streamSlots) kernels::streamFence();  // the data before the post that publishes it
-    next.post(bytes);
+    next.post(bytes, tag);
   }
   if (received != nullptr) prev.release();
+}
+
+void sendTagOnly(SendConnector& to, const CallTag& tag, Watchdog& dog) {
+  to.acquire(dog);
+  to.post(0, tag);
+}
+
+void receiveTagOnly(RecvConnector& from, const CallTag& tag, Watchdog& dog) {
+  receive(from, tag, 0, dog);
+  from.release();
 }
 
 int ringPosition(const CollContext& ctx, int rank) {
@@ -68,7 +80,7 @@ int ringPosition(const CollContext& ctx, int rank) {
                           ctx.ringOrder.begin());
 }
 
-void runRing(CollContext& ctx, const CollArgs& a) {
+void runRing(CollContext& ctx, const CollArgs& a, const CallTag& tag) {
   const int n = ctx.nranks;
   const size_t elemBytes = kernels::typeSize(a.type);
   const int myPos = ringPosition(ctx, ctx.rank);
@@ -105,7 +117,7 @@ void runRing(CollContext& ctx, const CollArgs& a) {
   for (size_t loop = 0; loop < loops; ++loop)
     for (int step = 0; step < steps; ++step)
       runPrim(ringOp(a.coll, n, pos, a.count, chunk, alignElems, loop, step, ctx.ringOrder.data()),
-              buf, next, prev, toSlot, toOut, divisor, *ctx.dog);
+              buf, next, prev, toSlot, toOut, divisor, tag, *ctx.dog);
   if (streamOut) kernels::streamFence();
   if (ctx.slotStores != nullptr)
     ctx.slotStores->record(
@@ -115,7 +127,7 @@ void runRing(CollContext& ctx, const CollArgs& a) {
 
 // Small all-reduce in one exchange: every rank sends its input to every peer, then reduces all
 // inputs in rank order, so every rank computes the identical result.
-void runDirectAllReduce(CollContext& ctx, const CollArgs& a) {
+void runDirectAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag) {
   const kernels::ReduceFn reduce = kernels::reduceFn(a.type, a.op);
   const int n = ctx.nranks;
   const size_t bytes = a.count * kernels::typeSize(a.type);
@@ -128,9 +140,11 @@ void runDirectAllReduce(CollContext& ctx, const CollArgs& a) {
   for (int i = 1; i < n; ++i) {
     SendConnector& to = ctx.sendTo[(ctx.rank + i) % n];
     std::memcpy(to.acquire(*ctx.dog), a.sendbuff, bytes);
-    to.post(bytes);
+    to.post(bytes, tag);
   }
-  auto input = [&](int r) { return r == ctx.rank ? own : ctx.recvFrom[r].wait(bytes, *ctx.dog); };
+  auto input = [&](int r) {
+    return r == ctx.rank ? own : receive(ctx.recvFrom[r], tag, bytes, *ctx.dog);
+  };
   const int divisor = a.op == braidAvg ? n : 1;
   const void* first = input(0);
   reduce(a.recvbuff, nullptr, first, input(1), a.count, n == 2 ? divisor : 1);
@@ -149,11 +163,23 @@ void runSingleRank(const CollArgs& a) {
 }  // namespace
 
 void runCollective(CollContext& ctx, const CollArgs& a) {
-  if (ctx.nranks == 1 || a.count == 0) return runSingleRank(a);
+  if (ctx.nranks == 1) return runSingleRank(a);
+  const CallTag tag = callTag(a, ctx.sequence);
+  // Each rank checks its ring predecessor's call from the first slot it receives. Where that slot
+  // may never come, the ranks first pass their tags round the ring: with nothing to move, and in
+  // a chain (Broadcast, Reduce), whose first rank receives nothing and whose ranks could each
+  // believe themselves its first (a root mismatch), every one then waiting for credit.
+  const bool chain = a.coll == Collective::Broadcast || a.coll == Collective::Reduce;
+  if (a.count == 0 || chain) {
+    const int pos = ringPosition(ctx, ctx.rank);
+    sendTagOnly(ctx.sendTo[ctx.ringOrder[modRanks(pos + 1, ctx.nranks)]], tag, *ctx.dog);
+    receiveTagOnly(ctx.recvFrom[ctx.ringOrder[modRanks(pos - 1, ctx.nranks)]], tag, *ctx.dog);
+  }
+  if (a.count == 0) return;
   const size_t bytes = a.count * kernels::typeSize(a.type);
   if (a.coll == Collective::AllReduce && bytes <= ctx.directMaxBytes)
-    return runDirectAllReduce(ctx, a);
-  runRing(ctx, a);
+    return runDirectAllReduce(ctx, a, tag);
+  runRing(ctx, a, tag);
 }
 
 namespace {
@@ -163,6 +189,7 @@ struct Transfer {
   int peer;
   uint8_t* buffer;  // const for sends; the executor never writes through it then
   size_t bytes;
+  CallTag tag;
   size_t done = 0;
   bool finished() const { return done == bytes; }
 };
@@ -177,12 +204,12 @@ bool progress(CollContext& ctx, Transfer& t) {
       if (slot == nullptr) break;
       const size_t n = std::min(to.slotBytes(), t.bytes - t.done);
       std::memcpy(slot, t.buffer + t.done, n);
-      to.post(n);
+      to.post(n, t.tag);
       t.done += n;
     } else {
       RecvConnector& from = ctx.recvFrom[t.peer];
       const size_t n = std::min(from.slotBytes(), t.bytes - t.done);
-      const void* slot = from.tryWait(n);
+      const void* slot = tryReceive(from, t.tag, n);
       if (slot == nullptr) break;
       std::memcpy(t.buffer + t.done, slot, n);
       from.release();
@@ -216,7 +243,7 @@ void runSendRecv(CollContext& ctx, std::span<const CollArgs> ops) {
     const size_t bytes = op.count * kernels::typeSize(op.type);
     const bool isSend = op.coll == Collective::Send;
     auto* buffer = static_cast<uint8_t*>(isSend ? const_cast<void*>(op.sendbuff) : op.recvbuff);
-    Transfer t{isSend, op.root, buffer, bytes};
+    Transfer t{isSend, op.root, buffer, bytes, callTag(op, 0)};
     if (bytes == 0) continue;
     if (op.root == ctx.rank)
       (isSend ? selfSends : selfRecvs).push_back(t);

@@ -37,6 +37,7 @@ struct CollContext {
   void* scratch = nullptr;    // at least directMaxBytes
   size_t streamingMinBytes = SIZE_MAX;     // outputs this large bypass the cache
   SlotStoreChooser* slotStores = nullptr;  // how ring calls write FIFO slots; null: cached
+  uint64_t sequence = 0;  // this collective's number on the communicator (coll/call_tag.h)
 };
 
 void runCollective(CollContext& ctx, const CollArgs& args);

@@ -243,13 +243,14 @@ void braidComm::planRings(const braid::FifoGeometry& geometry) {
   input.cacheBytes = peers_[0].llcBytes / 2;
   for (const braid::PeerInfo& p : peers_)
     input.cacheBytes = std::min(input.cacheBytes, p.llcBytes / 2);
-  input.directMaxBytes = geometry.slotBytes;
+  const size_t slotPayload = geometry.slotBytes - sizeof(braid::SlotHeader);
+  input.directMaxBytes = slotPayload;
   model_ = std::make_unique<plan::Model>(planGraph_, plan_, input);
 
   // The one-shot exchange wins below a crossover size: find the largest power-of-two multiple of
   // 64 bytes the model still gives to it.
   directMaxBytes_ = 0;
-  for (size_t bytes = 64; bytes <= geometry.slotBytes; bytes *= 2)
+  for (size_t bytes = 64; bytes <= slotPayload; bytes *= 2)
     if (model_->best(plan::Operation::AllReduce, bytes).algorithm == plan::Algorithm::Direct)
       directMaxBytes_ = bytes;
 
@@ -368,6 +369,7 @@ braid::CollContext braidComm::context() {
 void braidComm::run(const braid::CollArgs& args) {
   runOperation(collectiveName(args.coll), [&] {
     braid::CollContext ctx = context();
+    ctx.sequence = ++collectives_;
     braid::runCollective(ctx, args);
   });
 }

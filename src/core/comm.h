@@ -97,6 +97,8 @@ struct braidComm : public braid::Watchdog {
 
   std::mutex opMutex_;  // operations of one communicator run one at a time
   uint64_t opSeq_ = 0;
+  uint64_t collectives_ =
+      0;  // collectives run (not send/recv): the number every slot is tagged with
   const char* opName_ = "";
   braid::Clock::time_point deadline_;
 

@@ -506,16 +506,22 @@ TEST(NetProxy, MovesFifoSlotsInOrderWithTheirSizes) {
       if (Clock::now() > at) fail(braidTimeout, "waiting for {} from rank {}", what, peer);
     }
   } dog;
+  // Sizes up to a full slot's payload; each slot's header travels with it.
+  const uint32_t maxWords = static_cast<uint32_t>(toB.slotBytes() / 4);
   std::thread producer([&] {
     for (uint32_t i = 0; i < 1000; ++i) {
       auto* slot = static_cast<uint32_t*>(toB.acquire(dog));
-      for (uint32_t k = 0; k <= i % 1024; ++k) slot[k] = i * 7919 + k;
-      toB.post((i % 1024 + 1) * 4);
+      for (uint32_t k = 0; k <= i % maxWords; ++k) slot[k] = i * 7919 + k;
+      toB.post((i % maxWords + 1) * 4, CallTag{.sequence = i, .count = i % maxWords + 1});
     }
   });
   for (uint32_t i = 0; i < 1000; ++i) {
-    const auto* slot = static_cast<const uint32_t*>(fromA.wait((i % 1024 + 1) * 4, dog));
-    for (uint32_t k = 0; k <= i % 1024; ++k) ASSERT_EQ(slot[k], i * 7919 + k) << i << " " << k;
+    const SlotHeader& header = fromA.wait(dog);
+    ASSERT_EQ(header.tag.sequence, i);
+    ASSERT_EQ(header.tag.count, i % maxWords + 1);
+    ASSERT_EQ(header.payloadBytes, (i % maxWords + 1) * 4);
+    const auto* slot = reinterpret_cast<const uint32_t*>(&header + 1);
+    for (uint32_t k = 0; k <= i % maxWords; ++k) ASSERT_EQ(slot[k], i * 7919 + k) << i << " " << k;
     fromA.release();
   }
   producer.join();

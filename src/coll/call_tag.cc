@@ -1,0 +1,123 @@
+#include "coll/call_tag.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace braid {
+namespace {
+
+// Send and Recv are one point-to-point call seen from its two ends: both tag it as a send.
+Collective tagged(Collective c) {
+  return c == Collective::Recv ? Collective::Send : c;
+}
+
+const char* apiName(uint8_t collective) {
+  switch (static_cast<Collective>(collective)) {
+    case Collective::AllReduce: return "braidAllReduce";
+    case Collective::ReduceScatter: return "braidReduceScatter";
+    case Collective::AllGather: return "braidAllGather";
+    case Collective::Broadcast: return "braidBroadcast";
+    case Collective::Reduce: return "braidReduce";
+    case Collective::Send:
+    case Collective::Recv: return "braidSend/braidRecv";
+  }
+  return "an unknown call";
+}
+
+bool reduces(uint8_t collective) {
+  const auto c = static_cast<Collective>(collective);
+  return c == Collective::AllReduce || c == Collective::ReduceScatter || c == Collective::Reduce;
+}
+
+bool rooted(uint8_t collective) {
+  const auto c = static_cast<Collective>(collective);
+  return c == Collective::Broadcast || c == Collective::Reduce;
+}
+
+const char* datatypeName(uint8_t type) {
+  static const char* const kNames[] = {
+      "braidInt8",   "braidUint8",   "braidInt32",   "braidUint32",  "braidInt64",
+      "braidUint64", "braidFloat16", "braidFloat32", "braidFloat64", "braidBfloat16"};
+  return type < sizeof kNames / sizeof kNames[0] ? kNames[type] : "an unknown datatype";
+}
+
+const char* opName(uint8_t op) {
+  static const char* const kNames[] = {"braidSum", "braidProd", "braidMax", "braidMin", "braidAvg"};
+  return op < sizeof kNames / sizeof kNames[0] ? kNames[op] : "an unknown op";
+}
+
+constexpr const char* kRule =
+    "every rank must make the same collective calls, with the same arguments, in the same order";
+
+}  // namespace
+
+CallTag callTag(const CollArgs& a, uint64_t sequence) {
+  const bool p2p = a.coll == Collective::Send || a.coll == Collective::Recv;
+  CallTag tag;
+  tag.sequence = p2p ? 0 : sequence;
+  tag.count = a.count;
+  tag.root = p2p ? 0 : a.root;
+  tag.collective = static_cast<uint8_t>(tagged(a.coll));
+  tag.datatype = static_cast<uint8_t>(a.type);
+  tag.op = reduces(tag.collective) ? static_cast<uint8_t>(a.op) : 0;
+  return tag;
+}
+
+std::string describeMismatch(const CallTag& mine, const CallTag& theirs, int self, int peer) {
+  const std::string call = mine.sequence != 0 ? fmt::format("{} (collective #{})",
+                                                            apiName(mine.collective), mine.sequence)
+                                              : std::string(apiName(mine.collective));
+  std::string what;
+  if (theirs.collective != mine.collective || (theirs.sequence == 0) != (mine.sequence == 0))
+    what = fmt::format(
+        "rank {} called {} but rank {} called {}{}", self, call, peer, apiName(theirs.collective),
+        theirs.sequence != 0 ? fmt::format(" (collective #{})", theirs.sequence) : std::string());
+  else if (theirs.sequence != mine.sequence)
+    what = fmt::format(
+        "rank {} is at {} but rank {} at collective #{}: a rank skipped or repeated "
+        "a call",
+        self, call, peer, theirs.sequence);
+  else if (theirs.datatype != mine.datatype)
+    what = fmt::format("rank {} called {} with datatype {} but rank {} with {}", self, call,
+                       datatypeName(mine.datatype), peer, datatypeName(theirs.datatype));
+  else if (theirs.op != mine.op)
+    what = fmt::format("rank {} called {} with op {} but rank {} with {}", self, call,
+                       opName(mine.op), peer, opName(theirs.op));
+  else if (theirs.root != mine.root && rooted(mine.collective))
+    what = fmt::format("rank {} called {} with root {} but rank {} with root {}", self, call,
+                       mine.root, peer, theirs.root);
+  else if (theirs.count != mine.count)
+    what = fmt::format("rank {} called {} with count {} but rank {} with count {}", self, call,
+                       mine.count, peer, theirs.count);
+  else
+    what = fmt::format("rank {} called {} but rank {} sent a message it does not recognise", self,
+                       call, peer);
+  return fmt::format("{} ({})", what, kRule);
+}
+
+namespace {
+
+const void* checked(const RecvConnector& from, const SlotHeader& header, const CallTag& mine,
+                    size_t bytes) {
+  if (!(header.tag == mine))
+    throw Error(braidInvalidUsage, describeMismatch(mine, header.tag, from.self(), from.peer()));
+  if (header.payloadBytes != bytes)
+    fail(braidInternalError,
+         "rank {} received {} bytes from rank {} where its schedule expects {} for the same call",
+         from.self(), header.payloadBytes, from.peer(), bytes);
+  return &header + 1;
+}
+
+}  // namespace
+
+const void* receive(RecvConnector& from, const CallTag& mine, size_t bytes, Watchdog& dog) {
+  return checked(from, from.wait(dog), mine, bytes);
+}
+
+const void* tryReceive(RecvConnector& from, const CallTag& mine, size_t bytes) {
+  const SlotHeader* header = from.tryWait();
+  return header == nullptr ? nullptr : checked(from, *header, mine, bytes);
+}
+
+}  // namespace braid
