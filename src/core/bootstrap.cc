@@ -44,6 +44,8 @@ constexpr auto kHelloTimeout = std::chrono::seconds(1);
 // The root reports missing ranks this long before the earliest arrived rank's deadline, so the
 // report lands before that rank gives up on its own.
 constexpr auto kReportMargin = milliseconds(100);
+// The longest wait a rank may announce to the root: a day.
+constexpr int64_t kMaxWaitMs = int64_t{24} * 3600 * 1000;
 // How long the job's rendezvous service waits for communicators: as long as the process lives.
 constexpr auto kServiceLifetime = std::chrono::hours(24 * 365);
 
@@ -317,7 +319,8 @@ RootHello parseRootHello(const std::string& payload) {
   WireReader r(payload.data(), payload.size(), "rendezvous hello");
   RootHello h;
   h.listenAddress = r.getAddress();
-  h.deadline = Clock::now() + milliseconds(std::max<int64_t>(0, r.get<int64_t>()));
+  // Clamped: a stranger's count of milliseconds must not overflow the clock (found by fuzzing).
+  h.deadline = Clock::now() + milliseconds(std::clamp<int64_t>(r.get<int64_t>(), 0, kMaxWaitMs));
   h.info = r.getString(r.left());
   return h;
 }
@@ -649,6 +652,43 @@ std::string secretSeedFromEnv(const std::string& hostPort) {
   return seed + "@" + hostPort;
 }
 
+// ---- what a rank reads from the root ----
+
+struct ReplyHeader {
+  braidResult_t code = braidSuccess;
+  uint64_t bytes = 0;  // of the body that follows: the rank table, or the error's sentence
+};
+
+ReplyHeader parseReplyHeader(const char* header, int nranks, size_t infoBytes,
+                             const std::string& activity, const std::string& from) {
+  WireReader r(header, kReplyHeaderBytes, activity);
+  auto magic = r.get<uint64_t>();
+  auto code = r.get<uint32_t>();
+  auto bytes = r.get<uint64_t>();
+  if (magic != kWireMagic)
+    fail(braidRemoteError, "{}: {} sent a reply with bad magic 0x{:016x}", activity, from, magic);
+  if (code != braidSuccess) {
+    if (bytes > kMaxErrorBytes || code >= braidNumResults)
+      fail(braidRemoteError, "{}: {} sent a malformed error (code {}, {} bytes)", activity, from,
+           code, bytes);
+    return {static_cast<braidResult_t>(code), bytes};
+  }
+  const uint64_t expected = uint64_t(nranks) * (kAddressBytes + infoBytes);
+  if (bytes != expected)
+    fail(braidRemoteError, "{}: {} sent a table of {} bytes, expected {}", activity, from, bytes,
+         expected);
+  return {braidSuccess, bytes};
+}
+
+void parseTable(const std::string& table, int nranks, size_t infoBytes, const std::string& activity,
+                std::vector<SocketAddress>* addresses, std::vector<std::string>* infos) {
+  WireReader t(table.data(), table.size(), activity + ": the rank table");
+  for (int r = 0; r < nranks; ++r) {
+    addresses->push_back(t.getAddress());
+    infos->push_back(t.getString(infoBytes));
+  }
+}
+
 // ---- the ranks' side ----
 
 class RingBootstrap final : public Bootstrap {
@@ -741,32 +781,12 @@ class RingBootstrap final : public Bootstrap {
            "ranks use the same id?)",
            e.what());
     }
-    WireReader r(header, sizeof header, activity);
-    auto magic = r.get<uint64_t>();
-    auto code = r.get<uint32_t>();
-    auto bytes = r.get<uint64_t>();
-    if (magic != kWireMagic)
-      fail(braidRemoteError, "{}: {} sent a reply with bad magic 0x{:016x}", activity,
-           root.peerName(), magic);
-    if (code != braidSuccess) {
-      if (bytes > kMaxErrorBytes || code >= braidNumResults)
-        fail(braidRemoteError, "{}: {} sent a malformed error (code {}, {} bytes)", activity,
-             root.peerName(), code, bytes);
-      std::string message(bytes, '\0');
-      root.recvAll(message.data(), bytes, deadline, activity);
-      throw Error(static_cast<braidResult_t>(code), fmt::format("{}: {}", self_, message));
-    }
-    const uint64_t expected = uint64_t(nranks_) * (kAddressBytes + localInfo.size());
-    if (bytes != expected)
-      fail(braidRemoteError, "{}: {} sent a table of {} bytes, expected {}", activity,
-           root.peerName(), bytes, expected);
-    std::string table(bytes, '\0');
-    root.recvAll(table.data(), bytes, deadline, activity);
-    WireReader t(table.data(), table.size(), activity + ": the rank table");
-    for (int r = 0; r < nranks_; ++r) {
-      listenAddresses_.push_back(t.getAddress());
-      infos_.push_back(t.getString(localInfo.size()));
-    }
+    const ReplyHeader reply =
+        parseReplyHeader(header, nranks_, localInfo.size(), activity, root.peerName());
+    std::string body(reply.bytes, '\0');
+    root.recvAll(body.data(), body.size(), deadline, activity);
+    if (reply.code != braidSuccess) throw Error(reply.code, fmt::format("{}: {}", self_, body));
+    parseTable(body, nranks_, localInfo.size(), activity, &listenAddresses_, &infos_);
     return listener;
   }
 
@@ -899,6 +919,33 @@ BootstrapId makeUniqueId() {
   fillRandom(id.key.data(), id.key.size());
   return id;
 }
+
+namespace bootstrap_wire {
+
+void decodeRootConnection(std::string_view bytes, const uint8_t* secret) {
+  if (bytes.size() < kHelloHeaderBytes) fail(braidRemoteError, "hello is truncated");
+  Hello hello;
+  if (std::optional<std::string> why =
+          checkHelloHeader(std::string(bytes.substr(0, kHelloHeaderBytes)), secret, &hello))
+    fail(braidRemoteError, "hello refused: {}", *why);
+  const std::string_view payload = bytes.substr(kHelloHeaderBytes);
+  if (payload.size() < hello.payloadBytes) fail(braidRemoteError, "hello payload is truncated");
+  if (hello.kind == kRootHello) parseRootHello(std::string(payload.substr(0, hello.payloadBytes)));
+}
+
+void decodeRootReply(std::string_view bytes, int nranks, size_t infoBytes) {
+  if (bytes.size() < kReplyHeaderBytes) fail(braidRemoteError, "reply is truncated");
+  const ReplyHeader reply = parseReplyHeader(bytes.data(), nranks, infoBytes, "reply", "the root");
+  const std::string_view body = bytes.substr(kReplyHeaderBytes);
+  if (body.size() < reply.bytes) fail(braidRemoteError, "reply body is truncated");
+  if (reply.code != braidSuccess) return;
+  std::vector<SocketAddress> addresses;
+  std::vector<std::string> infos;
+  parseTable(std::string(body.substr(0, reply.bytes)), nranks, infoBytes, "reply", &addresses,
+             &infos);
+}
+
+}  // namespace bootstrap_wire
 
 std::unique_ptr<Bootstrap> Bootstrap::join(const BootstrapId& id, int rank, int nranks,
                                            const std::string& localInfo,

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "braid/braid.h"
@@ -55,6 +56,17 @@ BootstrapId rendezvousId(const std::string& hostPort, const std::string& secretS
 // or at the deadlines of the ranks that arrived, telling them which ranks never did. Ranks of
 // another communicator that reach it are refused, told which communicator they reached.
 BootstrapId startRootInThisProcess();
+
+// What the bootstrap makes of bytes a stranger on the network can send, for the fuzz targets:
+// each call parses or throws braid::Error, and touches nothing beyond its input.
+namespace bootstrap_wire {
+// A connection's first bytes as a root or a rank's listener reads them: the hello, checked
+// against `secret`, then a root hello's payload.
+void decodeRootConnection(std::string_view bytes, const uint8_t* secret);
+// The root's reply as a rank of `nranks` publishing `infoBytes` reads it: header, then the rank
+// table or an error's sentence.
+void decodeRootReply(std::string_view bytes, int nranks, size_t infoBytes);
+}  // namespace bootstrap_wire
 
 class Bootstrap {
  public:

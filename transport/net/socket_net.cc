@@ -646,4 +646,8 @@ std::unique_ptr<Net> makeSocketNet(std::vector<NetInterface> devices, SocketOpti
   return std::make_unique<SocketNet>(std::move(devices), options);
 }
 
+std::unique_ptr<RecvComm> receiveOver(std::vector<Socket> sockets, int keepaliveMs) {
+  return std::make_unique<SocketRecvComm>(std::move(sockets), keepaliveMs);
+}
+
 }  // namespace braid::net

@@ -25,6 +25,10 @@ constexpr int kMaxSockets = 16;
 // `devices` in order of preference (findInterfaces); device i of the plug-in is devices[i].
 std::unique_ptr<Net> makeSocketNet(std::vector<NetInterface> devices, SocketOptions options);
 
+// The receiving side of a connection over sockets that passed the handshake: what reads frames a
+// peer sends. For tests and the fuzz target that play that peer.
+std::unique_ptr<RecvComm> receiveOver(std::vector<Socket> sockets, int keepaliveMs);
+
 // What travels on the sockets, exposed for tests that play a misbehaving peer. Hosts of one job
 // share the byte order, which must be little-endian.
 namespace wire {
