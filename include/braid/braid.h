@@ -34,7 +34,9 @@ typedef struct {
   char internal[BRAID_UNIQUE_ID_BYTES];
 } braidUniqueId;
 
-/* Result codes: values 0..7 are nccl.h's; braidTimeout is braid's extension. */
+/* Result codes: values 0..7 are nccl.h's; braidTimeout is braid's extension, on the value nccl.h
+ * gives its count ncclNumResults (8), which no NCCL call returns. Through libnccl.so.2 a timeout
+ * is ncclRemoteError (a peer did not arrive), with braid's sentence from ncclGetLastError. */
 typedef enum {
   braidSuccess = 0,
   braidUnhandledCudaError = 1,
@@ -116,6 +118,14 @@ braidResult_t braidCommInitAll(braidComm_t* comms, int ndev, const int* devlist)
  * or SLURM_PROCID/SLURM_NTASKS (Slurm). config may be NULL. */
 braidResult_t braidCommInitFromEnv(braidComm_t* comm, braidConfig_t* config);
 
+/* Makes communicators of the ranks of `comm` that pass the same color, ranked by key (ties by
+ * rank in `comm`); a rank that passes BRAID_SPLIT_NOCOLOR gets NULL. Every rank of `comm` calls
+ * it. config NULL: the new communicator inherits comm's configuration. One thread that drives
+ * several communicators (braidCommInitAll) splits them inside braidGroupStart/End. */
+#define BRAID_SPLIT_NOCOLOR -1
+braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* newcomm,
+                             braidConfig_t* config);
+
 braidResult_t braidCommFinalize(braidComm_t comm);
 braidResult_t braidCommDestroy(braidComm_t comm);
 braidResult_t braidCommAbort(braidComm_t comm);
@@ -177,6 +187,23 @@ braidResult_t braidBroadcast(const void* sendbuff, void* recvbuff, size_t count,
 braidResult_t braidReduce(const void* sendbuff, void* recvbuff, size_t count,
                           braidDataType_t datatype, braidRedOp_t op, int root, braidComm_t comm,
                           braidStream_t stream);
+/* nccl.h's in-place broadcast: braidBroadcast(buff, buff, ...). */
+braidResult_t braidBcast(void* buff, size_t count, braidDataType_t datatype, int root,
+                         braidComm_t comm, braidStream_t stream);
+/* Rank i sends sendbuff + j*count to rank j, which places it at recvbuff + i*count. The buffers
+ * must not overlap. */
+braidResult_t braidAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                            braidDataType_t datatype, braidComm_t comm, braidStream_t stream);
+/* Rank i's count elements go to recvbuff + i*count on root; in place when sendbuff == recvbuff +
+ * root*count. recvbuff is not used on other ranks. */
+braidResult_t braidGather(const void* sendbuff, void* recvbuff, size_t count,
+                          braidDataType_t datatype, int root, braidComm_t comm,
+                          braidStream_t stream);
+/* Root sends sendbuff + i*count to rank i; in place when recvbuff == sendbuff + root*count.
+ * sendbuff is not used on other ranks. */
+braidResult_t braidScatter(const void* sendbuff, void* recvbuff, size_t count,
+                           braidDataType_t datatype, int root, braidComm_t comm,
+                           braidStream_t stream);
 braidResult_t braidSend(const void* sendbuff, size_t count, braidDataType_t datatype, int peer,
                         braidComm_t comm, braidStream_t stream);
 braidResult_t braidRecv(void* recvbuff, size_t count, braidDataType_t datatype, int peer,

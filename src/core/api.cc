@@ -222,23 +222,53 @@ struct PendingInit {
   braid::BootstrapId id;
 };
 
+struct PendingSplit {
+  braidComm* parent;
+  int color;
+  int key;
+  braidComm_t* newcomm;
+  std::optional<braidConfig_t> config;
+};
+
 struct GroupState {
   int depth = 0;
   std::vector<std::pair<braidComm*, std::pair<CollArgs, braidStream_t>>> ops;
   std::vector<PendingInit> inits;
+  std::vector<PendingSplit> splits;
 };
 thread_local GroupState tGroup;
+
+braidComm* splitComm(const PendingSplit& split);
 
 void initializeAll(std::vector<PendingInit>& inits) {
   braid::runTogether(inits.size(), [&](size_t i) { inits[i].comm->initialize(inits[i].id); });
   for (auto& init : inits) init.comm->waitReady();  // throws the first failure
 }
 
+// The splits of a group run together: each parent's ranks exchange colors over the bootstrap,
+// so one thread's splits of several ranks must progress at once.
+void splitAll(std::vector<PendingSplit>& splits) {
+  std::vector<std::optional<Error>> errors(splits.size());
+  braid::runTogether(splits.size(), [&](size_t i) {
+    try {
+      *splits[i].newcomm = splitComm(splits[i]);
+    } catch (...) {
+      errors[i] = braid::currentError();
+    }
+  });
+  for (size_t i = 0; i < errors.size(); ++i)
+    if (errors[i]) splits[i].parent->recordError(*errors[i]);
+  for (const std::optional<Error>& error : errors)
+    if (error) throw *error;
+}
+
 void endGroup() {
   std::vector<PendingInit> inits = std::move(tGroup.inits);
+  std::vector<PendingSplit> splits = std::move(tGroup.splits);
   auto ops = std::move(tGroup.ops);
   tGroup = GroupState{};
   initializeAll(inits);
+  splitAll(splits);
 
   std::vector<Batch> now, queued;
   for (auto& [comm, op] : ops) {
@@ -346,6 +376,109 @@ braidResult_t initRank(braidComm_t* out, int nranks, const braidUniqueId& commId
   return result == braidSuccess && started ? braidInProgress : result;
 }
 
+// braidCommSplit on one rank: gathers every rank's color and key over the parent's bootstrap; the
+// first rank of each color (by key, then parent rank) makes the new communicator's id and a
+// second exchange hands it to the others; then the new communicator initializes.
+braidComm* splitComm(const PendingSplit& split) {
+  braidComm* parent = split.parent;
+  const int n = parent->nranks();
+  struct Choice {
+    int32_t color;
+    int32_t key;
+  };
+  std::vector<Choice> choices(n);
+  choices[parent->rank()] = {split.color, split.key};
+  parent->allGatherOutOfBand(choices.data(), sizeof(Choice));
+  std::vector<int> members;  // parent ranks of this rank's color, in new-rank order
+  for (int r = 0; r < n; ++r)
+    if (choices[r].color == split.color) members.push_back(r);
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int a, int b) { return choices[a].key < choices[b].key; });
+  std::vector<braidUniqueId> ids(n);
+  const bool leader = split.color != BRAID_SPLIT_NOCOLOR && members.front() == parent->rank();
+  if (leader) ids[parent->rank()] = braid::makeUniqueId().encode();
+  parent->allGatherOutOfBand(ids.data(), sizeof(braidUniqueId));
+  if (split.color == BRAID_SPLIT_NOCOLOR) return nullptr;
+
+  const int newRank =
+      static_cast<int>(std::find(members.begin(), members.end(), parent->rank()) - members.begin());
+  bool blocking = true;
+  CommOptions options = parent->options();
+  if (split.config) options = optionsFrom(&*split.config, newRank, &blocking);
+  auto child = std::make_unique<braidComm>(newRank, static_cast<int>(members.size()), options);
+  child->initialize(braid::BootstrapId::decode(ids[members.front()]));
+  child->waitReady();
+  return child.release();
+}
+
+// ---- AlltoAll, Gather, Scatter: groups of sends and receives, as NCCL builds them --------------
+
+enum class Personalized { AlltoAll, Gather, Scatter };
+
+braidResult_t personalized(Personalized kind, const char* fn, const void* sendbuff, void* recvbuff,
+                           size_t count, braidDataType_t type, int root, braidComm* comm,
+                           braidStream_t stream) {
+  return guarded(comm, [&] {
+    checkComm(comm, fn);
+    const int n = comm->nranks(), rank = comm->rank();
+    const size_t elem = braid::kernels::typeSize(type);
+    if (elem == 0)
+      fail(braidInvalidArgument,
+           "{} on rank {}: datatype {} is not a braidDataType_t (expected 0..{})", fn, rank,
+           static_cast<int>(type), braidNumTypes - 1);
+    if (kind != Personalized::AlltoAll && (root < 0 || root >= n))
+      fail(braidInvalidArgument, "{} on rank {}: root {} is out of range (expected 0..{})", fn,
+           rank, root, n - 1);
+    if (count > SIZE_MAX / elem / static_cast<size_t>(n))
+      fail(braidInvalidArgument, "{} on rank {}: count {} overflows the address space", fn, rank,
+           count);
+    checkStream(comm, fn, stream);
+    const size_t bytes = count * elem;
+    const bool sends = kind != Personalized::Scatter || rank == root;
+    const bool receives = kind != Personalized::Gather || rank == root;
+    const size_t sendBytes = kind == Personalized::Gather ? bytes : bytes * n;
+    const size_t recvBytes = kind == Personalized::Scatter ? bytes : bytes * n;
+    if (count != 0 && sends && sendbuff == nullptr)
+      fail(braidInvalidArgument,
+           "{} on rank {}: sendbuff is NULL but count is {} (expected {} bytes)", fn, rank, count,
+           sendBytes);
+    if (count != 0 && receives && recvbuff == nullptr)
+      fail(braidInvalidArgument,
+           "{} on rank {}: recvbuff is NULL but count is {} (expected {} bytes)", fn, rank, count,
+           recvBytes);
+    if (kind == Personalized::AlltoAll && overlaps(sendbuff, sendBytes, recvbuff, recvBytes))
+      fail(braidInvalidArgument,
+           "{} on rank {}: sendbuff and recvbuff overlap (expected disjoint buffers: AlltoAll has "
+           "no in-place form)",
+           fn, rank);
+    const auto* in = static_cast<const uint8_t*>(sendbuff);
+    auto* out = static_cast<uint8_t*>(recvbuff);
+    auto op = [&](Collective c, const void* send, void* recv, int peer) {
+      return CollArgs{c, send, recv, count, type, braidSum, peer};
+    };
+    std::vector<CollArgs> ops;
+    for (int p = 0; p < n; ++p) {
+      const size_t at = static_cast<size_t>(p) * bytes;
+      if (kind == Personalized::AlltoAll) {
+        ops.push_back(op(Collective::Send, in + at, nullptr, p));
+        ops.push_back(op(Collective::Recv, nullptr, out + at, p));
+      } else if (kind == Personalized::Gather && rank == root) {
+        ops.push_back(op(Collective::Recv, nullptr, out + at, p));
+      } else if (kind == Personalized::Scatter && rank == root) {
+        ops.push_back(op(Collective::Send, in + at, nullptr, p));
+      }
+    }
+    if (kind == Personalized::Gather) ops.push_back(op(Collective::Send, in, nullptr, root));
+    if (kind == Personalized::Scatter) ops.push_back(op(Collective::Recv, nullptr, out, root));
+    if (tGroup.depth > 0) {
+      for (const CollArgs& a : ops) tGroup.ops.push_back({comm, {a, stream}});
+      return;
+    }
+    if (stream != nullptr) return submitToStream(Batch{comm, stream, std::move(ops)});
+    comm->runSendRecv(ops);
+  });
+}
+
 }  // namespace
 
 // ---- the C API ---------------------------------------------------------------------------------
@@ -416,6 +549,27 @@ braidResult_t braidCommInitFromEnv(braidComm_t* comm, braidConfig_t* config) {
   });
   if (res != braidSuccess) return res;
   return initRank(comm, size, id, rank, config);
+}
+
+braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* newcomm,
+                             braidConfig_t* config) {
+  return guarded(comm, [&] {
+    checkComm(comm, "braidCommSplit");
+    if (newcomm == nullptr)
+      fail(braidInvalidArgument, "braidCommSplit on rank {}: newcomm is NULL", comm->rank());
+    *newcomm = nullptr;
+    if (color < 0 && color != BRAID_SPLIT_NOCOLOR)
+      fail(braidInvalidArgument,
+           "braidCommSplit on rank {}: color {} is negative (expected >= 0, or "
+           "BRAID_SPLIT_NOCOLOR)",
+           comm->rank(), color);
+    bool blocking = true;
+    if (config != nullptr) optionsFrom(config, comm->rank(), &blocking);  // refuse a bad one now
+    PendingSplit split{comm, color, key, newcomm,
+                       config ? std::optional<braidConfig_t>(*config) : std::nullopt};
+    if (tGroup.depth > 0) return tGroup.splits.push_back(split);
+    *newcomm = splitComm(split);
+  });
 }
 
 braidResult_t braidCommFinalize(braidComm_t comm) {
@@ -573,6 +727,31 @@ braidResult_t braidReduce(const void* sendbuff, void* recvbuff, size_t count,
                           braidDataType_t datatype, braidRedOp_t op, int root, braidComm_t comm,
                           braidStream_t stream) {
   return enqueue({Collective::Reduce, sendbuff, recvbuff, count, datatype, op, root}, comm, stream);
+}
+
+braidResult_t braidBcast(void* buff, size_t count, braidDataType_t datatype, int root,
+                         braidComm_t comm, braidStream_t stream) {
+  return braidBroadcast(buff, buff, count, datatype, root, comm, stream);
+}
+
+braidResult_t braidAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                            braidDataType_t datatype, braidComm_t comm, braidStream_t stream) {
+  return personalized(Personalized::AlltoAll, "braidAlltoAll", sendbuff, recvbuff, count, datatype,
+                      0, comm, stream);
+}
+
+braidResult_t braidGather(const void* sendbuff, void* recvbuff, size_t count,
+                          braidDataType_t datatype, int root, braidComm_t comm,
+                          braidStream_t stream) {
+  return personalized(Personalized::Gather, "braidGather", sendbuff, recvbuff, count, datatype,
+                      root, comm, stream);
+}
+
+braidResult_t braidScatter(const void* sendbuff, void* recvbuff, size_t count,
+                           braidDataType_t datatype, int root, braidComm_t comm,
+                           braidStream_t stream) {
+  return personalized(Personalized::Scatter, "braidScatter", sendbuff, recvbuff, count, datatype,
+                      root, comm, stream);
 }
 
 braidResult_t braidSend(const void* sendbuff, size_t count, braidDataType_t datatype, int peer,

@@ -433,6 +433,12 @@ void braidComm::waitQueuedDrained() {
   queuedCv_.wait(lock, [&] { return queued_.load() == 0; });
 }
 
+void braidComm::allGatherOutOfBand(void* data, size_t bytes) {
+  waitReady();
+  std::lock_guard<std::mutex> lock(opMutex_);  // the bootstrap ring carries one exchange at a time
+  bootstrap_->allGather(data, bytes, deadlineFromNow());
+}
+
 void braidComm::finalize() {
   waitQueuedDrained();
   waitReady();

@@ -40,6 +40,12 @@ struct braidComm : public braid::Watchdog {
   int rank() const { return rank_; }
   int nranks() const { return nranks_; }
   const std::string& name() const { return options_.name; }
+  const CommOptions& options() const { return options_; }
+
+  // All-gathers `bytes` per rank over the bootstrap ring (out of band, for communicator
+  // management such as braidCommSplit); every rank calls it. data holds nranks slices, this
+  // rank's filled.
+  void allGatherOutOfBand(void* data, size_t bytes);
 
   // Runs one collective or one batch of send/recv to completion on the calling thread.
   void run(const braid::CollArgs& args);

@@ -1,0 +1,252 @@
+// nccl.h's collectives beyond the ring ones: AlltoAll, Gather, Scatter, Bcast, and communicators
+// made by CommSplit. Ranks as threads and as processes, 1-4 ranks, counts 0, 1, 7 and 1031, roots
+// first and last, in and out of place; outputs poisoned first, every element checked against a
+// reference computed here from the inputs' formula.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "multirank/rank_launcher.h"
+
+namespace braid_test {
+namespace {
+
+constexpr int32_t kPoison = -12345;
+
+// What rank `from` sends to rank `to` as element i (for Gather and Scatter, `to` or `from` is the
+// root's view of the block).
+int32_t element(int from, int to, size_t i) {
+  return from * 1000000 + to * 1000 + static_cast<int32_t>(i % 997);
+}
+
+std::string firstWrong(const std::vector<int32_t>& got, const std::vector<int32_t>& want,
+                       const std::string& what) {
+  for (size_t i = 0; i < want.size(); ++i)
+    if (got[i] != want[i])
+      return what + ": element " + std::to_string(i) + " is " + std::to_string(got[i]) +
+             ", expected " + std::to_string(want[i]);
+  return "";
+}
+
+using Check = std::function<std::string(braidComm_t, int rank, int n, size_t count)>;
+
+std::string alltoall(braidComm_t comm, int rank, int n, size_t count) {
+  std::vector<int32_t> send(n * count), recv(n * count, kPoison), want(n * count);
+  for (int p = 0; p < n; ++p)
+    for (size_t i = 0; i < count; ++i) {
+      send[p * count + i] = element(rank, p, i);
+      want[p * count + i] = element(p, rank, i);
+    }
+  braidResult_t r = braidAlltoAll(send.data(), recv.data(), count, braidInt32, comm, nullptr);
+  if (r != braidSuccess) return "braidAlltoAll: " + describeResult(r, comm);
+  return firstWrong(recv, want, "braidAlltoAll");
+}
+
+std::string gather(braidComm_t comm, int rank, int n, size_t count, int root, bool inPlace) {
+  std::vector<int32_t> recv(n * count, kPoison), own(count);
+  for (size_t i = 0; i < count; ++i) own[i] = element(rank, root, i);
+  const int32_t* send = own.data();
+  if (inPlace && rank == root) {
+    std::copy(own.begin(), own.end(), recv.begin() + root * count);
+    send = recv.data() + root * count;
+  }
+  braidResult_t r = braidGather(send, recv.data(), count, braidInt32, root, comm, nullptr);
+  if (r != braidSuccess) return "braidGather: " + describeResult(r, comm);
+  if (rank != root) return "";
+  std::vector<int32_t> want(n * count);
+  for (int p = 0; p < n; ++p)
+    for (size_t i = 0; i < count; ++i) want[p * count + i] = element(p, root, i);
+  return firstWrong(recv, want, "braidGather");
+}
+
+std::string scatter(braidComm_t comm, int rank, int n, size_t count, int root, bool inPlace) {
+  std::vector<int32_t> send(n * count), recv(count, kPoison), want(count);
+  for (int p = 0; p < n; ++p)
+    for (size_t i = 0; i < count; ++i) send[p * count + i] = element(root, p, i);
+  for (size_t i = 0; i < count; ++i) want[i] = element(root, rank, i);
+  int32_t* out = recv.data();
+  if (inPlace && rank == root) out = send.data() + root * count;
+  braidResult_t r = braidScatter(rank == root ? send.data() : nullptr, out, count, braidInt32, root,
+                                 comm, nullptr);
+  if (r != braidSuccess) return "braidScatter: " + describeResult(r, comm);
+  std::vector<int32_t> got(out, out + count);
+  return firstWrong(got, want, "braidScatter");
+}
+
+std::string bcast(braidComm_t comm, int rank, int n, size_t count, int root) {
+  std::vector<int32_t> buff(count, kPoison), want(count);
+  for (size_t i = 0; i < count; ++i) want[i] = element(root, 0, i);
+  if (rank == root) buff = want;
+  braidResult_t r = braidBcast(buff.data(), count, braidInt32, root, comm, nullptr);
+  if (r != braidSuccess) return "braidBcast: " + describeResult(r, comm);
+  return firstWrong(buff, want, "braidBcast");
+}
+
+Failures everyCase(const RankEnv& env) {
+  braidComm_t comm = nullptr;
+  braidResult_t r = initRank(&comm, env);
+  if (r != braidSuccess) return {"init: " + describeResult(r, nullptr)};
+  Failures failures;
+  const int n = env.nranks, rank = env.rank;
+  int64_t step = 0;
+  auto note = [&](const std::string& what, const std::string& failure) {
+    env.at(step++);
+    if (!failure.empty()) failures.push_back(what + ": " + failure);
+  };
+  for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1031}}) {
+    const std::string c = "count " + std::to_string(count);
+    note(c, alltoall(comm, rank, n, count));
+    for (int root : {0, n - 1})
+      for (bool inPlace : {false, true}) {
+        const std::string where =
+            c + ", root " + std::to_string(root) + (inPlace ? ", in place" : ", out of place");
+        note(where, gather(comm, rank, n, count, root, inPlace));
+        note(where, scatter(comm, rank, n, count, root, inPlace));
+      }
+    note(c, bcast(comm, rank, n, count, n - 1));
+  }
+  braidCommDestroy(comm);
+  return failures;
+}
+
+// Colors by rank parity, the last of 3 or more ranks out (BRAID_SPLIT_NOCOLOR); keys reverse the
+// order, so new rank order is descending parent rank.
+int colorOf(int rank, int n) {
+  return n >= 3 && rank == n - 1 ? BRAID_SPLIT_NOCOLOR : rank % 2;
+}
+
+// The parent ranks of `color`, in the new communicator's rank order.
+std::vector<int> membersOf(int color, int n) {
+  std::vector<int> members;
+  for (int r = n - 1; r >= 0; --r)
+    if (colorOf(r, n) == color) members.push_back(r);
+  return members;
+}
+
+// Checks a communicator split from rank `rank` of `n`: its size, this rank's place, and an
+// all-reduce over its members only.
+std::string checkChild(braidComm_t child, int rank, int n) {
+  const int color = colorOf(rank, n);
+  if (color == BRAID_SPLIT_NOCOLOR)
+    return child == nullptr ? "" : "a rank without a color got a communicator";
+  if (child == nullptr) return "no communicator";
+  const std::vector<int> members = membersOf(color, n);
+  int count = 0, newRank = -1;
+  braidCommCount(child, &count);
+  braidCommUserRank(child, &newRank);
+  const int wantRank =
+      static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin());
+  if (count != static_cast<int>(members.size()) || newRank != wantRank)
+    return "size " + std::to_string(count) + " rank " + std::to_string(newRank) + ", expected " +
+           std::to_string(members.size()) + " and " + std::to_string(wantRank);
+  int32_t mine = rank + 1, sum = kPoison, want = 0;
+  for (int m : members) want += m + 1;
+  braidResult_t r = braidAllReduce(&mine, &sum, 1, braidInt32, braidSum, child, nullptr);
+  if (r != braidSuccess) return "all-reduce: " + describeResult(r, child);
+  return sum == want
+             ? ""
+             : "all-reduce gave " + std::to_string(sum) + ", expected " + std::to_string(want);
+}
+
+Failures splitThenReduce(const RankEnv& env) {
+  braidComm_t comm = nullptr;
+  braidResult_t r = initRank(&comm, env);
+  if (r != braidSuccess) return {"init: " + describeResult(r, nullptr)};
+  braidComm_t child = nullptr;
+  r = braidCommSplit(comm, colorOf(env.rank, env.nranks), -env.rank, &child, nullptr);
+  Failures failures;
+  if (r != braidSuccess) {
+    failures.push_back("braidCommSplit: " + describeResult(r, comm));
+  } else if (std::string f = checkChild(child, env.rank, env.nranks); !f.empty()) {
+    failures.push_back(f);
+  }
+  if (child != nullptr) braidCommDestroy(child);
+  braidCommDestroy(comm);
+  return failures;
+}
+
+struct Param {
+  Launch how;
+  int nranks;
+};
+
+std::string paramName(const testing::TestParamInfo<Param>& info) {
+  return std::string(info.param.how == Launch::Threads ? "threads_" : "processes_") +
+         std::to_string(info.param.nranks) + "ranks";
+}
+
+class MoreCollectives : public testing::TestWithParam<Param> {};
+
+TEST_P(MoreCollectives, MatchTheReference) {
+  Failures failures = launchRanks(GetParam().how, GetParam().nranks, {everyCase, nullptr},
+                                  std::chrono::seconds(2 * kOpTimeoutMs / 1000));
+  EXPECT_TRUE(failures.empty()) << testing::PrintToString(failures);
+}
+
+TEST_P(MoreCollectives, CommSplitByColorAndKey) {
+  Failures failures = launchRanks(GetParam().how, GetParam().nranks, {splitThenReduce, nullptr},
+                                  std::chrono::seconds(2 * kOpTimeoutMs / 1000));
+  EXPECT_TRUE(failures.empty()) << testing::PrintToString(failures);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, MoreCollectives,
+                         testing::Values(Param{Launch::Threads, 1}, Param{Launch::Threads, 2},
+                                         Param{Launch::Threads, 3}, Param{Launch::Threads, 4},
+                                         Param{Launch::Processes, 2}, Param{Launch::Processes, 3},
+                                         Param{Launch::Processes, 4}),
+                         paramName);
+
+// One thread drives four ranks (braidCommInitAll): their splits go in one group.
+TEST(CommSplit, OfRanksDrivenFromOneThreadInAGroup) {
+  constexpr int n = 4;
+  braidComm_t comms[n] = {};
+  ASSERT_EQ(braidCommInitAll(comms, n, nullptr), braidSuccess) << braidGetLastError(nullptr);
+  braidComm_t children[n] = {};
+  braidGroupStart();
+  for (int r = 0; r < n; ++r) braidCommSplit(comms[r], colorOf(r, n), -r, &children[r], nullptr);
+  ASSERT_EQ(braidGroupEnd(), braidSuccess) << braidGetLastError(nullptr);
+  int32_t mine[n], sums[n];
+  braidGroupStart();
+  for (int r = 0; r < n; ++r) {
+    mine[r] = r + 1;
+    sums[r] = kPoison;
+    if (children[r] != nullptr)
+      braidAllReduce(&mine[r], &sums[r], 1, braidInt32, braidSum, children[r], nullptr);
+  }
+  ASSERT_EQ(braidGroupEnd(), braidSuccess) << braidGetLastError(nullptr);
+  for (int r = 0; r < n; ++r) {
+    if (colorOf(r, n) == BRAID_SPLIT_NOCOLOR) {
+      EXPECT_EQ(children[r], nullptr);
+      continue;
+    }
+    int want = 0;
+    for (int m : membersOf(colorOf(r, n), n)) want += m + 1;
+    EXPECT_EQ(sums[r], want) << "rank " << r;
+  }
+  for (braidComm_t child : children)
+    if (child != nullptr) braidCommDestroy(child);
+  for (braidComm_t comm : comms) braidCommDestroy(comm);
+}
+
+TEST(CommSplit, BadArgumentsAreNamed) {
+  braidComm_t comm = nullptr;
+  ASSERT_EQ(braidCommInitAll(&comm, 1, nullptr), braidSuccess);
+  braidComm_t child = nullptr;
+  EXPECT_EQ(braidCommSplit(comm, -5, 0, &child, nullptr), braidInvalidArgument);
+  EXPECT_NE(std::string(braidGetLastError(comm)).find("color -5"), std::string::npos)
+      << braidGetLastError(comm);
+  EXPECT_EQ(braidCommSplit(comm, 0, 0, nullptr, nullptr), braidInvalidArgument);
+  EXPECT_EQ(braidCommSplit(nullptr, 0, 0, &child, nullptr), braidInvalidArgument);
+  int32_t value = 1;
+  EXPECT_EQ(braidGather(&value, &value, 1, braidInt32, 3, comm, nullptr), braidInvalidArgument);
+  EXPECT_NE(std::string(braidGetLastError(comm)).find("braidGather on rank 0: root 3"),
+            std::string::npos)
+      << braidGetLastError(comm);
+  braidCommDestroy(comm);
+}
+
+}  // namespace
+}  // namespace braid_test
