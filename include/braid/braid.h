@@ -126,6 +126,34 @@ braidResult_t braidCommInitFromEnv(braidComm_t* comm, braidConfig_t* config);
 braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* newcomm,
                              braidConfig_t* config);
 
+/* Like braidCommInitRankConfig with nId unique ids, as nccl.h's scalable init: every rank passes
+ * the same ids in the same order. braid's root serves any number of ranks, so the first id's root
+ * serves them all; the others' roots see no rank and exit at their timeout. */
+braidResult_t braidCommInitRankScalable(braidComm_t* newcomm, int nranks, int myrank, int nId,
+                                        braidUniqueId* commIds, braidConfig_t* config);
+
+/* Stops the operations in flight on comm (they return braidRemoteError) and refuses new ones;
+ * its peers see it as failed. revokeFlags must be 0. The communicator is still destroyed with
+ * braidCommDestroy. */
+braidResult_t braidCommRevoke(braidComm_t comm, int revokeFlags);
+
+/* Memory for communication buffers (ncclMemAlloc). On the CPU: page-aligned memory whose pages
+ * are mapped at once, so no collective pays their first-touch faults. Free with braidMemFree;
+ * any other pointer is refused. */
+braidResult_t braidMemAlloc(void** ptr, size_t size);
+braidResult_t braidMemFree(void* ptr);
+
+/* Buffer registration (ncclCommRegister, ncclCommWindowRegister): the buffer is checked and
+ * recorded with the communicator, and the handle is valid until deregistered or the communicator
+ * is destroyed. CPU transports copy through their FIFOs whether a buffer is registered or not, so
+ * registration changes no data path yet. */
+typedef struct braidWindow* braidWindow_t;
+braidResult_t braidCommRegister(const braidComm_t comm, void* buff, size_t size, void** handle);
+braidResult_t braidCommDeregister(const braidComm_t comm, void* handle);
+braidResult_t braidCommWindowRegister(braidComm_t comm, void* buff, size_t size, braidWindow_t* win,
+                                      int winFlags);
+braidResult_t braidCommWindowDeregister(braidComm_t comm, braidWindow_t win);
+
 braidResult_t braidCommFinalize(braidComm_t comm);
 braidResult_t braidCommDestroy(braidComm_t comm);
 braidResult_t braidCommAbort(braidComm_t comm);
@@ -211,6 +239,20 @@ braidResult_t braidRecv(void* recvbuff, size_t count, braidDataType_t datatype, 
 
 braidResult_t braidGroupStart(void);
 braidResult_t braidGroupEnd(void);
+
+/* Ends the group without running it, and says how long the planner's model expects it to take:
+ * per communicator the sum of its operations' predicted times, the slowest communicator's in
+ * microseconds (ncclGroupSimulateEnd). */
+typedef struct {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  float estimatedTime;
+} braidSimInfo_t;
+#define BRAID_SIM_INFO_MAGIC 0x74685283u
+#define BRAID_SIM_INFO_INITIALIZER \
+  { sizeof(braidSimInfo_t), BRAID_SIM_INFO_MAGIC, BRAID_VERSION_CODE, -1.0f }
+braidResult_t braidGroupSimulateEnd(braidSimInfo_t* simInfo);
 
 /* braid: host streams for CPU communicators. */
 braidResult_t braidStreamCreate(braidStream_t* stream);

@@ -1,11 +1,15 @@
 // The C API: argument checks, group calls, streams, and the one place where braid::Error turns
 // into a result code and a last-error sentence.
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <iterator>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -572,6 +576,106 @@ braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* 
   });
 }
 
+braidResult_t braidCommInitRankScalable(braidComm_t* newcomm, int nranks, int myrank, int nId,
+                                        braidUniqueId* commIds, braidConfig_t* config) {
+  braidResult_t result = guarded(nullptr, [&] {
+    if (nId < 1 || commIds == nullptr)
+      fail(braidInvalidArgument,
+           "braidCommInitRankScalable on rank {}: nId {} and commIds {} (expected at least one "
+           "unique id)",
+           myrank, nId, static_cast<void*>(commIds));
+  });
+  if (result != braidSuccess) return result;
+  return initRank(newcomm, nranks, commIds[0], myrank, config);
+}
+
+braidResult_t braidCommRevoke(braidComm_t comm, int revokeFlags) {
+  return guarded(comm, [&] {
+    checkComm(comm, "braidCommRevoke");
+    if (revokeFlags != 0)
+      fail(braidInvalidArgument, "braidCommRevoke on rank {}: revokeFlags {} (expected 0)",
+           comm->rank(), revokeFlags);
+    comm->abort();
+  });
+}
+
+namespace {
+std::mutex gAllocationsMutex;
+std::map<void*, size_t> gAllocations;  // what braidMemAlloc mapped, by address
+}  // namespace
+
+braidResult_t braidMemAlloc(void** ptr, size_t size) {
+  return guarded(nullptr, [&] {
+    if (ptr == nullptr) fail(braidInvalidArgument, "braidMemAlloc: ptr is NULL");
+    *ptr = nullptr;
+    if (size == 0) fail(braidInvalidArgument, "braidMemAlloc: size is 0 (expected > 0)");
+    void* memory = mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (memory == MAP_FAILED)
+      braid::failErrno(braidSystemError, fmt::format("braidMemAlloc: mapping {} bytes", size),
+                       errno);
+    std::lock_guard<std::mutex> lock(gAllocationsMutex);
+    gAllocations[memory] = size;
+    *ptr = memory;
+  });
+}
+
+braidResult_t braidMemFree(void* ptr) {
+  return guarded(nullptr, [&] {
+    std::lock_guard<std::mutex> lock(gAllocationsMutex);
+    auto it = gAllocations.find(ptr);
+    if (it == gAllocations.end())
+      fail(braidInvalidArgument,
+           "braidMemFree: {} did not come from braidMemAlloc (or was freed already)", ptr);
+    munmap(it->first, it->second);
+    gAllocations.erase(it);
+  });
+}
+
+braidResult_t braidCommRegister(const braidComm_t comm, void* buff, size_t size, void** handle) {
+  return guarded(comm, [&] {
+    checkComm(comm, "braidCommRegister");
+    if (handle == nullptr || buff == nullptr || size == 0)
+      fail(braidInvalidArgument,
+           "braidCommRegister on rank {}: buff {}, size {}, handle {} (expected a buffer, a size "
+           "and somewhere to put the handle)",
+           comm->rank(), buff, size, static_cast<void*>(handle));
+    *handle = comm->registerBuffer(buff, size, false);
+  });
+}
+
+braidResult_t braidCommDeregister(const braidComm_t comm, void* handle) {
+  return guarded(comm, [&] {
+    checkComm(comm, "braidCommDeregister");
+    comm->deregisterBuffer(handle, false, "braidCommDeregister");
+  });
+}
+
+braidResult_t braidCommWindowRegister(braidComm_t comm, void* buff, size_t size, braidWindow_t* win,
+                                      int winFlags) {
+  return guarded(comm, [&] {
+    checkComm(comm, "braidCommWindowRegister");
+    if (win == nullptr || buff == nullptr || size == 0)
+      fail(braidInvalidArgument,
+           "braidCommWindowRegister on rank {}: buff {}, size {}, win {} (expected a buffer, a "
+           "size and somewhere to put the window)",
+           comm->rank(), buff, size, static_cast<void*>(win));
+    if (winFlags < 0 || winFlags > 1)
+      fail(braidInvalidArgument,
+           "braidCommWindowRegister on rank {}: winFlags {} (expected 0 or 1, "
+           "NCCL_WIN_COLL_SYMMETRIC)",
+           comm->rank(), winFlags);
+    *win = static_cast<braidWindow_t>(comm->registerBuffer(buff, size, true));
+  });
+}
+
+braidResult_t braidCommWindowDeregister(braidComm_t comm, braidWindow_t win) {
+  return guarded(comm, [&] {
+    checkComm(comm, "braidCommWindowDeregister");
+    comm->deregisterBuffer(win, true, "braidCommWindowDeregister");
+  });
+}
+
 braidResult_t braidCommFinalize(braidComm_t comm) {
   return guarded(comm, [&] {
     checkComm(comm, "braidCommFinalize");
@@ -777,6 +881,45 @@ braidResult_t braidGroupEnd(void) {
       fail(braidInvalidUsage, "braidGroupEnd without a matching braidGroupStart");
     if (--tGroup.depth > 0) return;
     endGroup();
+  });
+}
+
+braidResult_t braidGroupSimulateEnd(braidSimInfo_t* simInfo) {
+  return guarded(nullptr, [&] {
+    if (simInfo == nullptr || simInfo->magic != BRAID_SIM_INFO_MAGIC ||
+        simInfo->size < sizeof(braidSimInfo_t))
+      fail(braidInvalidArgument,
+           "braidGroupSimulateEnd: simInfo was not initialized with BRAID_SIM_INFO_INITIALIZER");
+    if (tGroup.depth == 0)
+      fail(braidInvalidUsage, "braidGroupSimulateEnd without a matching braidGroupStart");
+    if (--tGroup.depth > 0) return;
+    GroupState group = std::move(tGroup);
+    tGroup = GroupState{};
+    if (!group.inits.empty() || !group.splits.empty())
+      fail(braidInvalidUsage,
+           "braidGroupSimulateEnd: the group creates communicators (expected a group of "
+           "operations only)");
+    std::map<braidComm*, double> microseconds;
+    for (const auto& [comm, op] : group.ops) {
+      const CollArgs& a = op.first;
+      const size_t bytes = a.count * braid::kernels::typeSize(a.type);
+      const size_t n = static_cast<size_t>(comm->nranks());
+      using Operation = braid::plan::Operation;
+      const auto [operation, nominal] = [&]() -> std::pair<Operation, size_t> {
+        switch (a.coll) {
+          case Collective::AllReduce: return {Operation::AllReduce, bytes};
+          case Collective::ReduceScatter: return {Operation::ReduceScatter, bytes * n};
+          case Collective::AllGather: return {Operation::AllGather, bytes * n};
+          case Collective::Broadcast: return {Operation::Broadcast, bytes};
+          case Collective::Reduce: return {Operation::Reduce, bytes};
+          default: return {Operation::SendRecv, bytes};
+        }
+      }();
+      microseconds[comm] += comm->predict(operation, nominal).us;
+    }
+    double slowest = 0;
+    for (const auto& [comm, us] : microseconds) slowest = std::max(slowest, us);
+    simInfo->estimatedTime = static_cast<float>(slowest);
   });
 }
 

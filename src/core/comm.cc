@@ -439,6 +439,24 @@ void braidComm::allGatherOutOfBand(void* data, size_t bytes) {
   bootstrap_->allGather(data, bytes, deadlineFromNow());
 }
 
+void* braidComm::registerBuffer(void* buff, size_t size, bool window) {
+  std::lock_guard<std::mutex> lock(registrationsMutex_);
+  registrations_.push_back(std::make_unique<Registration>(Registration{buff, size, window}));
+  return registrations_.back().get();
+}
+
+void braidComm::deregisterBuffer(void* handle, bool window, const char* fn) {
+  std::lock_guard<std::mutex> lock(registrationsMutex_);
+  auto it = std::find_if(registrations_.begin(), registrations_.end(),
+                         [&](const auto& r) { return r.get() == handle && r->window == window; });
+  if (it == registrations_.end())
+    fail(braidInvalidArgument,
+         "{} on rank {}: handle {} is not a registration of this communicator (expected one that "
+         "{} returned and that was not deregistered)",
+         fn, rank_, handle, window ? "braidCommWindowRegister" : "braidCommRegister");
+  registrations_.erase(it);
+}
+
 void braidComm::finalize() {
   waitQueuedDrained();
   waitReady();

@@ -59,6 +59,11 @@ struct braidComm : public braid::Watchdog {
   void finalize();
   void abort();
 
+  // Registered buffers (braidCommRegister, braidCommWindowRegister): a handle per registration,
+  // valid until deregistered or the communicator is destroyed.
+  void* registerBuffer(void* buff, size_t size, bool window);
+  void deregisterBuffer(void* handle, bool window, const char* fn);
+
   braidResult_t asyncError() const { return asyncError_.load(); }
   void recordError(const braid::Error& e);
   std::string lastError() const;
@@ -111,6 +116,14 @@ struct braidComm : public braid::Watchdog {
   std::atomic<int> queued_{0};
   std::mutex queuedMutex_;
   std::condition_variable queuedCv_;
+
+  struct Registration {
+    void* buff;
+    size_t size;
+    bool window;
+  };
+  std::mutex registrationsMutex_;
+  std::vector<std::unique_ptr<Registration>> registrations_;
 
   std::atomic<braidResult_t> asyncError_{braidSuccess};
   mutable std::mutex errorMutex_;

@@ -1,0 +1,339 @@
+// libnccl.so.2: the functions of the CUDA toolkit's nccl.h, compiled against that header and
+// forwarded to braid's C API (a client of braid.h like any user program). Enum values and the
+// unique id's layout are nccl.h's already (checked below); results map one to one except
+// braidTimeout, which NCCL has no code for: a peer that never came is ncclRemoteError, with
+// braid's sentence in ncclGetLastError. The pnccl* profiling names are aliases of the nccl* ones.
+#include <nccl.h>
+
+#include <cstddef>
+#include <cstring>
+#include <string>
+
+#include "braid/braid.h"
+
+#define SHIM_API extern "C" __attribute__((visibility("default")))
+
+// nccl.h's values are braid's (include/braid/braid.h says so); a header that changes one fails
+// here.
+template <typename A, typename B>
+constexpr bool same(A a, B b) {
+  return static_cast<int>(a) == static_cast<int>(b);
+}
+static_assert(sizeof(ncclUniqueId) == sizeof(braidUniqueId));
+static_assert(same(ncclSuccess, braidSuccess) &&
+              same(ncclUnhandledCudaError, braidUnhandledCudaError) &&
+              same(ncclSystemError, braidSystemError) &&
+              same(ncclInternalError, braidInternalError) &&
+              same(ncclInvalidArgument, braidInvalidArgument) &&
+              same(ncclInvalidUsage, braidInvalidUsage) &&
+              same(ncclRemoteError, braidRemoteError) && same(ncclInProgress, braidInProgress));
+static_assert(same(ncclInt8, braidInt8) && same(ncclUint8, braidUint8) &&
+              same(ncclInt32, braidInt32) && same(ncclUint32, braidUint32) &&
+              same(ncclInt64, braidInt64) && same(ncclUint64, braidUint64) &&
+              same(ncclFloat16, braidFloat16) && same(ncclFloat32, braidFloat32) &&
+              same(ncclFloat64, braidFloat64) && same(ncclBfloat16, braidBfloat16));
+static_assert(same(ncclSum, braidSum) && same(ncclProd, braidProd) && same(ncclMax, braidMax) &&
+              same(ncclMin, braidMin) && same(ncclAvg, braidAvg));
+static_assert(NCCL_SPLIT_NOCOLOR == BRAID_SPLIT_NOCOLOR);
+
+namespace {
+
+// A failure the shim itself reports (what nccl.h offers and braid does not do); the next call
+// clears it, so ncclGetLastError tells the latest failure.
+thread_local std::string tShimError;
+
+ncclResult_t result(braidResult_t r) {
+  tShimError.clear();
+  return r == braidTimeout ? ncclRemoteError : static_cast<ncclResult_t>(r);
+}
+
+ncclResult_t refuse(ncclResult_t code, std::string why) {
+  tShimError = std::move(why);
+  return code;
+}
+
+braidComm_t comm(ncclComm_t c) {
+  return reinterpret_cast<braidComm_t>(c);
+}
+braidComm_t* comms(ncclComm_t* c) {
+  return reinterpret_cast<braidComm_t*>(c);
+}
+braidDataType_t type(ncclDataType_t t) {
+  return static_cast<braidDataType_t>(t);
+}
+braidRedOp_t op(ncclRedOp_t o) {
+  return static_cast<braidRedOp_t>(o);
+}
+braidUniqueId id(const ncclUniqueId& u) {
+  braidUniqueId b;
+  std::memcpy(&b, &u, sizeof b);
+  return b;
+}
+
+// Whether the caller's ncclConfig_t (of its own nccl.h's size) has `field`.
+#define HAS_FIELD(config, field) \
+  ((config)->size >= offsetof(ncclConfig_t, field) + sizeof((config)->field))
+
+// ncclConfig_t to braid's. Layouts of older nccl.h versions are shorter: only the fields inside the
+// caller's `size` are read. Honoured: blocking, commName. The others tune NCCL's GPU kernels and
+// network plug-ins (CTAs, CGA clusters, NVLS, CollNet, traffic class, resource sharing of split
+// communicators) and mean nothing for braid's CPU communicators yet (docs/shim.md).
+ncclResult_t translate(const ncclConfig_t* in, braidConfig_t* out, bool* given) {
+  *out = BRAID_CONFIG_INITIALIZER;
+  *given = in != nullptr;
+  if (in == nullptr) return ncclSuccess;
+  if (in->magic != 0xcafebeef || in->size < offsetof(ncclConfig_t, blocking) + sizeof(int))
+    return refuse(ncclInvalidArgument,
+                  "config was not initialized with NCCL_CONFIG_INITIALIZER (bad magic or size)");
+  if (HAS_FIELD(in, blocking)) out->blocking = in->blocking;
+  if (HAS_FIELD(in, commName)) out->commName = in->commName;
+  return ncclSuccess;
+}
+
+}  // namespace
+
+SHIM_API ncclResult_t ncclGetVersion(int* version) {
+  if (version == nullptr) return refuse(ncclInvalidArgument, "ncclGetVersion: version is NULL");
+  *version = NCCL_VERSION_CODE;  // the nccl.h whose functions this library provides
+  return result(braidSuccess);
+}
+
+SHIM_API ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
+  return result(braidGetUniqueId(reinterpret_cast<braidUniqueId*>(uniqueId)));
+}
+
+SHIM_API ncclResult_t ncclCommInitRankConfig(ncclComm_t* c, int nranks, ncclUniqueId commId,
+                                             int rank, ncclConfig_t* config) {
+  braidConfig_t b;
+  bool given = false;
+  if (ncclResult_t r = translate(config, &b, &given); r != ncclSuccess) return r;
+  return result(braidCommInitRankConfig(comms(c), nranks, id(commId), rank, given ? &b : nullptr));
+}
+
+SHIM_API ncclResult_t ncclCommInitRank(ncclComm_t* c, int nranks, ncclUniqueId commId, int rank) {
+  return result(braidCommInitRank(comms(c), nranks, id(commId), rank));
+}
+
+SHIM_API ncclResult_t ncclCommInitAll(ncclComm_t* c, int ndev, const int* devlist) {
+  return result(braidCommInitAll(comms(c), ndev, devlist));
+}
+
+SHIM_API ncclResult_t ncclCommInitRankScalable(ncclComm_t* c, int nranks, int myrank, int nId,
+                                               ncclUniqueId* commIds, ncclConfig_t* config) {
+  braidConfig_t b;
+  bool given = false;
+  if (ncclResult_t r = translate(config, &b, &given); r != ncclSuccess) return r;
+  return result(braidCommInitRankScalable(comms(c), nranks, myrank, nId,
+                                          reinterpret_cast<braidUniqueId*>(commIds),
+                                          given ? &b : nullptr));
+}
+
+SHIM_API ncclResult_t ncclCommFinalize(ncclComm_t c) {
+  return result(braidCommFinalize(comm(c)));
+}
+SHIM_API ncclResult_t ncclCommDestroy(ncclComm_t c) {
+  return result(braidCommDestroy(comm(c)));
+}
+SHIM_API ncclResult_t ncclCommAbort(ncclComm_t c) {
+  return result(braidCommAbort(comm(c)));
+}
+SHIM_API ncclResult_t ncclCommRevoke(ncclComm_t c, int revokeFlags) {
+  return result(braidCommRevoke(comm(c), revokeFlags));
+}
+
+SHIM_API ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t* newcomm,
+                                    ncclConfig_t* config) {
+  braidConfig_t b;
+  bool given = false;
+  if (ncclResult_t r = translate(config, &b, &given); r != ncclSuccess) return r;
+  return result(braidCommSplit(comm(c), color, key, comms(newcomm), given ? &b : nullptr));
+}
+
+SHIM_API ncclResult_t ncclCommShrink(ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int) {
+  return refuse(ncclInvalidUsage,
+                "ncclCommShrink: braid cannot shrink a communicator yet (its survivors would need "
+                "a rendezvous without the excluded ranks); make a new communicator instead");
+}
+
+SHIM_API const char* ncclGetErrorString(ncclResult_t r) {
+  return braidGetErrorString(static_cast<braidResult_t>(r));
+}
+
+SHIM_API const char* ncclGetLastError(ncclComm_t c) {
+  return tShimError.empty() ? braidGetLastError(comm(c)) : tShimError.c_str();
+}
+
+// Deprecated in nccl.h and "not supported as part of the NCCL API": braid reads its logging
+// environment (BRAID_DEBUG, BRAID_DEBUG_SUBSYS, BRAID_DEBUG_FILE) once, at first use.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+SHIM_API void ncclResetDebugInit() {}
+#pragma GCC diagnostic pop
+
+SHIM_API ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t* asyncError) {
+  braidResult_t async = braidSuccess;
+  const braidResult_t r = braidCommGetAsyncError(comm(c), &async);
+  if (r == braidSuccess && asyncError != nullptr)
+    *asyncError = async == braidTimeout ? ncclRemoteError : static_cast<ncclResult_t>(async);
+  return result(r);
+}
+
+SHIM_API ncclResult_t ncclCommCount(const ncclComm_t c, int* count) {
+  return result(braidCommCount(comm(c), count));
+}
+SHIM_API ncclResult_t ncclCommCuDevice(const ncclComm_t c, int* device) {
+  return result(braidCommCuDevice(comm(c), device));
+}
+SHIM_API ncclResult_t ncclCommUserRank(const ncclComm_t c, int* rank) {
+  return result(braidCommUserRank(comm(c), rank));
+}
+
+SHIM_API ncclResult_t ncclCommRegister(const ncclComm_t c, void* buff, size_t size, void** handle) {
+  return result(braidCommRegister(comm(c), buff, size, handle));
+}
+SHIM_API ncclResult_t ncclCommDeregister(const ncclComm_t c, void* handle) {
+  return result(braidCommDeregister(comm(c), handle));
+}
+SHIM_API ncclResult_t ncclCommWindowRegister(ncclComm_t c, void* buff, size_t size,
+                                             ncclWindow_t* win, int winFlags) {
+  return result(braidCommWindowRegister(comm(c), buff, size, reinterpret_cast<braidWindow_t*>(win),
+                                        winFlags));
+}
+SHIM_API ncclResult_t ncclCommWindowDeregister(ncclComm_t c, ncclWindow_t win) {
+  return result(braidCommWindowDeregister(comm(c), reinterpret_cast<braidWindow_t>(win)));
+}
+
+SHIM_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t*, void*, ncclDataType_t,
+                                               ncclScalarResidence_t, ncclComm_t) {
+  return refuse(ncclInvalidUsage,
+                "ncclRedOpCreatePreMulSum: braid has no custom reduction operators yet");
+}
+SHIM_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t o, ncclComm_t) {
+  return refuse(ncclInvalidArgument,
+                "ncclRedOpDestroy: op " + std::to_string(static_cast<int>(o)) +
+                    " was not made by ncclRedOpCreatePreMulSum (braid makes no custom operators)");
+}
+
+SHIM_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                 ncclDataType_t datatype, ncclRedOp_t o, int root, ncclComm_t c,
+                                 cudaStream_t stream) {
+  return result(
+      braidReduce(sendbuff, recvbuff, count, type(datatype), op(o), root, comm(c), stream));
+}
+SHIM_API ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root,
+                                ncclComm_t c, cudaStream_t stream) {
+  return result(braidBcast(buff, count, type(datatype), root, comm(c), stream));
+}
+SHIM_API ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                    ncclDataType_t datatype, int root, ncclComm_t c,
+                                    cudaStream_t stream) {
+  return result(braidBroadcast(sendbuff, recvbuff, count, type(datatype), root, comm(c), stream));
+}
+SHIM_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                    ncclDataType_t datatype, ncclRedOp_t o, ncclComm_t c,
+                                    cudaStream_t stream) {
+  return result(braidAllReduce(sendbuff, recvbuff, count, type(datatype), op(o), comm(c), stream));
+}
+SHIM_API ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                        ncclDataType_t datatype, ncclRedOp_t o, ncclComm_t c,
+                                        cudaStream_t stream) {
+  return result(
+      braidReduceScatter(sendbuff, recvbuff, recvcount, type(datatype), op(o), comm(c), stream));
+}
+SHIM_API ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                    ncclDataType_t datatype, ncclComm_t c, cudaStream_t stream) {
+  return result(braidAllGather(sendbuff, recvbuff, sendcount, type(datatype), comm(c), stream));
+}
+SHIM_API ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                                   ncclDataType_t datatype, ncclComm_t c, cudaStream_t stream) {
+  return result(braidAlltoAll(sendbuff, recvbuff, count, type(datatype), comm(c), stream));
+}
+SHIM_API ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count,
+                                 ncclDataType_t datatype, int root, ncclComm_t c,
+                                 cudaStream_t stream) {
+  return result(braidGather(sendbuff, recvbuff, count, type(datatype), root, comm(c), stream));
+}
+SHIM_API ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count,
+                                  ncclDataType_t datatype, int root, ncclComm_t c,
+                                  cudaStream_t stream) {
+  return result(braidScatter(sendbuff, recvbuff, count, type(datatype), root, comm(c), stream));
+}
+SHIM_API ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype,
+                               int peer, ncclComm_t c, cudaStream_t stream) {
+  return result(braidSend(sendbuff, count, type(datatype), peer, comm(c), stream));
+}
+SHIM_API ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                               ncclComm_t c, cudaStream_t stream) {
+  return result(braidRecv(recvbuff, count, type(datatype), peer, comm(c), stream));
+}
+
+SHIM_API ncclResult_t ncclGroupStart() {
+  return result(braidGroupStart());
+}
+SHIM_API ncclResult_t ncclGroupEnd() {
+  return result(braidGroupEnd());
+}
+SHIM_API ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  if (simInfo == nullptr || simInfo->magic != 0x74685283u || simInfo->size < sizeof(ncclSimInfo_t))
+    return refuse(
+        ncclInvalidArgument,
+        "ncclGroupSimulateEnd: simInfo was not initialized with NCCL_SIM_INFO_INITIALIZER");
+  braidSimInfo_t b = BRAID_SIM_INFO_INITIALIZER;
+  const ncclResult_t r = result(braidGroupSimulateEnd(&b));
+  if (r == ncclSuccess) simInfo->estimatedTime = b.estimatedTime;
+  return r;
+}
+
+SHIM_API ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
+  return result(braidMemAlloc(ptr, size));
+}
+SHIM_API ncclResult_t ncclMemFree(void* ptr) {
+  return result(braidMemFree(ptr));
+}
+
+// The profiling names (PMPI's convention, which nccl.h declares too): the same functions.
+#define PNCCL(name) SHIM_API decltype(name) p##name __attribute__((alias(#name)));
+PNCCL(ncclGetVersion)
+PNCCL(ncclGetUniqueId)
+PNCCL(ncclCommInitRankConfig)
+PNCCL(ncclCommInitRank)
+PNCCL(ncclCommInitAll)
+PNCCL(ncclCommInitRankScalable)
+PNCCL(ncclCommFinalize)
+PNCCL(ncclCommDestroy)
+PNCCL(ncclCommAbort)
+PNCCL(ncclCommRevoke)
+PNCCL(ncclCommSplit)
+PNCCL(ncclCommShrink)
+PNCCL(ncclGetErrorString)
+PNCCL(ncclGetLastError)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+PNCCL(ncclResetDebugInit)
+#pragma GCC diagnostic pop
+PNCCL(ncclCommGetAsyncError)
+PNCCL(ncclCommCount)
+PNCCL(ncclCommCuDevice)
+PNCCL(ncclCommUserRank)
+PNCCL(ncclCommRegister)
+PNCCL(ncclCommDeregister)
+PNCCL(ncclCommWindowRegister)
+PNCCL(ncclCommWindowDeregister)
+PNCCL(ncclRedOpCreatePreMulSum)
+PNCCL(ncclRedOpDestroy)
+PNCCL(ncclReduce)
+PNCCL(ncclBcast)
+PNCCL(ncclBroadcast)
+PNCCL(ncclAllReduce)
+PNCCL(ncclReduceScatter)
+PNCCL(ncclAllGather)
+PNCCL(ncclAlltoAll)
+PNCCL(ncclGather)
+PNCCL(ncclScatter)
+PNCCL(ncclSend)
+PNCCL(ncclRecv)
+PNCCL(ncclGroupStart)
+PNCCL(ncclGroupEnd)
+PNCCL(ncclGroupSimulateEnd)
+PNCCL(ncclMemAlloc)
+PNCCL(ncclMemFree)
