@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "multirank/rank_launcher.h"
@@ -228,6 +229,29 @@ TEST(CommSplit, OfRanksDrivenFromOneThreadInAGroup) {
   }
   for (braidComm_t child : children)
     if (child != nullptr) braidCommDestroy(child);
+  for (braidComm_t comm : comms) braidCommDestroy(comm);
+}
+
+// Ranks of one process made with several unique ids, as nccl.h's scalable init; then revoking a
+// communicator stops its peer's operation in flight, which would otherwise wait for its timeout.
+TEST(Management, ScalableInitThenRevokeStopsAWaitingPeer) {
+  braidUniqueId ids[2];
+  for (braidUniqueId& id : ids) ASSERT_EQ(braidGetUniqueId(&id), braidSuccess);
+  braidComm_t comms[2] = {};
+  braidGroupStart();
+  for (int r = 0; r < 2; ++r) braidCommInitRankScalable(&comms[r], 2, r, 2, ids, nullptr);
+  ASSERT_EQ(braidGroupEnd(), braidSuccess) << braidGetLastError(nullptr);
+  int32_t value = 0;
+  braidResult_t waited = braidSuccess;
+  std::thread receiver([&] { waited = braidRecv(&value, 1, braidInt32, 1, comms[0], nullptr); });
+  EXPECT_EQ(braidCommRevoke(comms[1], 3), braidInvalidArgument);
+  ASSERT_EQ(braidCommRevoke(comms[1], 0), braidSuccess);
+  receiver.join();
+  EXPECT_EQ(waited, braidRemoteError);
+  EXPECT_NE(std::string(braidGetLastError(comms[0])).find("rank 1"), std::string::npos)
+      << braidGetLastError(comms[0]);
+  EXPECT_EQ(braidAllReduce(&value, &value, 1, braidInt32, braidSum, comms[1], nullptr),
+            braidRemoteError);
   for (braidComm_t comm : comms) braidCommDestroy(comm);
 }
 
