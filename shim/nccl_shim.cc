@@ -90,6 +90,15 @@ ncclResult_t translate(const ncclConfig_t* in, braidConfig_t* out, bool* given) 
   return ncclSuccess;
 }
 
+// Calls `init` with braid's form of the caller's config (NULL stays NULL).
+template <typename Init>
+ncclResult_t withConfig(const ncclConfig_t* config, Init init) {
+  braidConfig_t b;
+  bool given = false;
+  if (ncclResult_t r = translate(config, &b, &given); r != ncclSuccess) return r;
+  return result(init(given ? &b : nullptr));
+}
+
 }  // namespace
 
 SHIM_API ncclResult_t ncclGetVersion(int* version) {
@@ -104,10 +113,9 @@ SHIM_API ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
 
 SHIM_API ncclResult_t ncclCommInitRankConfig(ncclComm_t* c, int nranks, ncclUniqueId commId,
                                              int rank, ncclConfig_t* config) {
-  braidConfig_t b;
-  bool given = false;
-  if (ncclResult_t r = translate(config, &b, &given); r != ncclSuccess) return r;
-  return result(braidCommInitRankConfig(comms(c), nranks, id(commId), rank, given ? &b : nullptr));
+  return withConfig(config, [&](braidConfig_t* b) {
+    return braidCommInitRankConfig(comms(c), nranks, id(commId), rank, b);
+  });
 }
 
 SHIM_API ncclResult_t ncclCommInitRank(ncclComm_t* c, int nranks, ncclUniqueId commId, int rank) {
@@ -120,12 +128,10 @@ SHIM_API ncclResult_t ncclCommInitAll(ncclComm_t* c, int ndev, const int* devlis
 
 SHIM_API ncclResult_t ncclCommInitRankScalable(ncclComm_t* c, int nranks, int myrank, int nId,
                                                ncclUniqueId* commIds, ncclConfig_t* config) {
-  braidConfig_t b;
-  bool given = false;
-  if (ncclResult_t r = translate(config, &b, &given); r != ncclSuccess) return r;
-  return result(braidCommInitRankScalable(comms(c), nranks, myrank, nId,
-                                          reinterpret_cast<braidUniqueId*>(commIds),
-                                          given ? &b : nullptr));
+  return withConfig(config, [&](braidConfig_t* b) {
+    return braidCommInitRankScalable(comms(c), nranks, myrank, nId,
+                                     reinterpret_cast<braidUniqueId*>(commIds), b);
+  });
 }
 
 SHIM_API ncclResult_t ncclCommFinalize(ncclComm_t c) {
@@ -143,10 +149,9 @@ SHIM_API ncclResult_t ncclCommRevoke(ncclComm_t c, int revokeFlags) {
 
 SHIM_API ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t* newcomm,
                                     ncclConfig_t* config) {
-  braidConfig_t b;
-  bool given = false;
-  if (ncclResult_t r = translate(config, &b, &given); r != ncclSuccess) return r;
-  return result(braidCommSplit(comm(c), color, key, comms(newcomm), given ? &b : nullptr));
+  return withConfig(config, [&](braidConfig_t* b) {
+    return braidCommSplit(comm(c), color, key, comms(newcomm), b);
+  });
 }
 
 SHIM_API ncclResult_t ncclCommShrink(ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int) {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -201,24 +202,32 @@ void submitToStream(Batch batch) {
   });
 }
 
-// Runs batches that have no stream to completion, together (their ranks must progress at once):
-// the first on this thread, the others on this thread's group workers. Rethrows the first error.
-void runNow(std::vector<Batch>& batches) {
-  if (batches.empty()) return;
-  if (batches.size() == 1) return runBatch(batches[0].comm, batches[0].ops);
-  std::vector<std::optional<Error>> errors(batches.size());
-  braid::runTogether(batches.size(), [&](size_t i) {
+// Runs part(i) of every communicator i of a group at once (their ranks must progress together):
+// the first on this thread, the others on this thread's group workers. Each communicator keeps the
+// story of its own failure; the first failure is rethrown.
+void runTogetherPerComm(size_t n, const std::function<braidComm*(size_t)>& commOf,
+                        const std::function<void(size_t)>& part) {
+  std::vector<std::optional<Error>> errors(n);
+  braid::runTogether(n, [&](size_t i) {
     try {
-      runBatch(batches[i].comm, batches[i].ops);
+      part(i);
     } catch (...) {
       errors[i] = braid::currentError();
     }
   });
-  // Each communicator keeps its own story; the call returns the first.
-  for (size_t i = 0; i < errors.size(); ++i)
-    if (errors[i]) batches[i].comm->recordError(*errors[i]);
+  for (size_t i = 0; i < n; ++i)
+    if (errors[i]) commOf(i)->recordError(*errors[i]);
   for (const std::optional<Error>& error : errors)
     if (error) throw *error;
+}
+
+// Runs batches that have no stream to completion.
+void runNow(std::vector<Batch>& batches) {
+  if (batches.empty()) return;
+  if (batches.size() == 1) return runBatch(batches[0].comm, batches[0].ops);
+  runTogetherPerComm(
+      batches.size(), [&](size_t i) { return batches[i].comm; },
+      [&](size_t i) { runBatch(batches[i].comm, batches[i].ops); });
 }
 
 struct PendingInit {
@@ -252,18 +261,9 @@ void initializeAll(std::vector<PendingInit>& inits) {
 // The splits of a group run together: each parent's ranks exchange colors over the bootstrap,
 // so one thread's splits of several ranks must progress at once.
 void splitAll(std::vector<PendingSplit>& splits) {
-  std::vector<std::optional<Error>> errors(splits.size());
-  braid::runTogether(splits.size(), [&](size_t i) {
-    try {
-      *splits[i].newcomm = splitComm(splits[i]);
-    } catch (...) {
-      errors[i] = braid::currentError();
-    }
-  });
-  for (size_t i = 0; i < errors.size(); ++i)
-    if (errors[i]) splits[i].parent->recordError(*errors[i]);
-  for (const std::optional<Error>& error : errors)
-    if (error) throw *error;
+  runTogetherPerComm(
+      splits.size(), [&](size_t i) { return splits[i].parent; },
+      [&](size_t i) { *splits[i].newcomm = splitComm(splits[i]); });
 }
 
 void endGroup() {
