@@ -595,7 +595,7 @@ braidResult_t braidCommRevoke(braidComm_t comm, int revokeFlags) {
     if (revokeFlags != 0)
       fail(braidInvalidArgument, "braidCommRevoke on rank {}: revokeFlags {} (expected 0)",
            comm->rank(), revokeFlags);
-    comm->abort();
+    comm->abort("braidCommRevoke");
   });
 }
 
@@ -699,7 +699,7 @@ braidResult_t braidCommDestroy(braidComm_t comm) {
 braidResult_t braidCommAbort(braidComm_t comm) {
   return guarded(nullptr, [&] {
     if (comm == nullptr) return;
-    comm->abort();
+    comm->abort("braidCommAbort");
     delete comm;
   });
 }

@@ -466,8 +466,8 @@ void braidComm::finalize() {
   bootstrap_->barrier(deadlineFromNow());
 }
 
-void braidComm::abort() {
-  if (!links_.control.empty()) markFailed(fmt::format("rank {} called braidCommAbort", rank_));
+void braidComm::abort(const char* call) {
+  if (!links_.control.empty()) markFailed(fmt::format("rank {} called {}", rank_, call));
   asyncError_ = braidRemoteError;
   waitQueuedDrained();
   // An operation running on another thread sees the failure flag at its next poll and returns;

@@ -57,7 +57,9 @@ struct braidComm : public braid::Watchdog {
   void waitQueuedDrained();
 
   void finalize();
-  void abort();
+  // Marks the communicator failed (its peers see why: `call` names braidCommAbort or
+  // braidCommRevoke) and waits for its operation in flight to stop.
+  void abort(const char* call);
 
   // Registered buffers (braidCommRegister, braidCommWindowRegister): a handle per registration,
   // valid until deregistered or the communicator is destroyed.
