@@ -35,6 +35,8 @@ static_assert(same(ncclInt8, braidInt8) && same(ncclUint8, braidUint8) &&
 static_assert(same(ncclSum, braidSum) && same(ncclProd, braidProd) && same(ncclMax, braidMax) &&
               same(ncclMin, braidMin) && same(ncclAvg, braidAvg));
 static_assert(NCCL_SPLIT_NOCOLOR == BRAID_SPLIT_NOCOLOR);
+static_assert(same(ncclScalarDevice, braidScalarDevice) &&
+              same(ncclScalarHostImmediate, braidScalarHostImmediate));
 
 namespace {
 
@@ -208,15 +210,15 @@ SHIM_API ncclResult_t ncclCommWindowDeregister(ncclComm_t c, ncclWindow_t win) {
   return result(braidCommWindowDeregister(comm(c), reinterpret_cast<braidWindow_t>(win)));
 }
 
-SHIM_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t*, void*, ncclDataType_t,
-                                               ncclScalarResidence_t, ncclComm_t) {
-  return refuse(ncclInvalidUsage,
-                "ncclRedOpCreatePreMulSum: braid has no custom reduction operators yet");
+SHIM_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* o, void* scalar,
+                                               ncclDataType_t datatype,
+                                               ncclScalarResidence_t residence, ncclComm_t c) {
+  return result(braidRedOpCreatePreMulSum(reinterpret_cast<braidRedOp_t*>(o), scalar,
+                                          type(datatype),
+                                          static_cast<braidScalarResidence_t>(residence), comm(c)));
 }
-SHIM_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t o, ncclComm_t) {
-  return refuse(ncclInvalidArgument,
-                "ncclRedOpDestroy: op " + std::to_string(static_cast<int>(o)) +
-                    " was not made by ncclRedOpCreatePreMulSum (braid makes no custom operators)");
+SHIM_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t o, ncclComm_t c) {
+  return result(braidRedOpDestroy(op(o), comm(c)));
 }
 
 SHIM_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count,

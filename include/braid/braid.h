@@ -100,6 +100,16 @@ typedef struct braidConfig_v1 {
         BRAID_CONFIG_UNDEF_PTR, BRAID_CONFIG_UNDEF_INT, BRAID_CONFIG_UNDEF_PTR             \
   }
 
+/* nccl.h's PreMulSum: an operator of one communicator and datatype that multiplies each rank's
+ * input by that rank's scalar, then sums. braidScalarHostImmediate reads the scalar now;
+ * braidScalarDevice reads it at every call (on a CPU communicator, from host memory). Every rank
+ * creates its operators in the same order; the operator is valid on its communicator for its
+ * datatype until braidRedOpDestroy. */
+typedef enum { braidScalarDevice = 0, braidScalarHostImmediate = 1 } braidScalarResidence_t;
+braidResult_t braidRedOpCreatePreMulSum(braidRedOp_t* op, void* scalar, braidDataType_t datatype,
+                                        braidScalarResidence_t residence, braidComm_t comm);
+braidResult_t braidRedOpDestroy(braidRedOp_t op, braidComm_t comm);
+
 braidResult_t braidGetVersion(int* version);
 
 /* Generates the id that every rank passes to braidCommInitRank. The calling process hosts the

@@ -102,9 +102,12 @@ void validate(const braidComm* comm, const CollArgs& a, braidStream_t stream) {
          static_cast<int>(a.type), braidNumTypes - 1);
   const bool reduces = a.coll == Collective::AllReduce || a.coll == Collective::ReduceScatter ||
                        a.coll == Collective::Reduce;
-  if (reduces && (static_cast<int>(a.op) < 0 || a.op >= braidNumOps))
-    fail(braidInvalidArgument, "{} on rank {}: op {} is not a braidRedOp_t (expected 0..{})", fn,
-         rank, static_cast<int>(a.op), braidNumOps - 1);
+  if (reduces &&
+      (static_cast<int>(a.op) < 0 || (a.op >= braidNumOps && !comm->hasOp(a.op, a.type))))
+    fail(braidInvalidArgument,
+         "{} on rank {}: op {} is not a braidRedOp_t (expected 0..{}, or an operator "
+         "braidRedOpCreatePreMulSum made on this communicator for datatype {})",
+         fn, rank, static_cast<int>(a.op), braidNumOps - 1, static_cast<int>(a.type));
   const bool rooted = a.coll == Collective::Broadcast || a.coll == Collective::Reduce;
   const bool p2p = a.coll == Collective::Send || a.coll == Collective::Recv;
   if ((rooted || p2p) && (a.root < 0 || a.root >= n))
@@ -488,6 +491,34 @@ braidResult_t personalized(Personalized kind, const char* fn, const void* sendbu
 // ---- the C API ---------------------------------------------------------------------------------
 
 extern "C" {
+
+braidResult_t braidRedOpCreatePreMulSum(braidRedOp_t* op, void* scalar, braidDataType_t datatype,
+                                        braidScalarResidence_t residence, braidComm_t comm) {
+  return guarded(comm, [&] {
+    checkComm(comm, "braidRedOpCreatePreMulSum");
+    if (op == nullptr || scalar == nullptr)
+      fail(braidInvalidArgument, "braidRedOpCreatePreMulSum on rank {}: {} is NULL", comm->rank(),
+           op == nullptr ? "op" : "scalar");
+    if (braid::kernels::typeSize(datatype) == 0)
+      fail(braidInvalidArgument,
+           "braidRedOpCreatePreMulSum on rank {}: datatype {} is not a braidDataType_t (expected "
+           "0..{})",
+           comm->rank(), static_cast<int>(datatype), braidNumTypes - 1);
+    if (residence != braidScalarDevice && residence != braidScalarHostImmediate)
+      fail(braidInvalidArgument,
+           "braidRedOpCreatePreMulSum on rank {}: residence {} (expected braidScalarDevice or "
+           "braidScalarHostImmediate)",
+           comm->rank(), static_cast<int>(residence));
+    *op = comm->createPreMulSum(scalar, datatype, residence == braidScalarHostImmediate);
+  });
+}
+
+braidResult_t braidRedOpDestroy(braidRedOp_t op, braidComm_t comm) {
+  return guarded(comm, [&] {
+    checkComm(comm, "braidRedOpDestroy");
+    comm->destroyOp(op);
+  });
+}
 
 braidResult_t braidGetVersion(int* version) {
   return guarded(nullptr, [&] {

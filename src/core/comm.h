@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -60,6 +61,12 @@ struct braidComm : public braid::Watchdog {
   // Marks the communicator failed (its peers see why: `call` names braidCommAbort or
   // braidCommRevoke) and waits for its operation in flight to stop.
   void abort(const char* call);
+
+  // PreMulSum operators of this communicator (braidRedOpCreatePreMulSum): ids from braidNumOps up.
+  braidRedOp_t createPreMulSum(const void* scalar, braidDataType_t type, bool immediate);
+  void destroyOp(braidRedOp_t op);
+  // Whether `op` is one of this communicator's operators for `type`.
+  bool hasOp(braidRedOp_t op, braidDataType_t type) const;
 
   // Registered buffers (braidCommRegister, braidCommWindowRegister): a handle per registration,
   // valid until deregistered or the communicator is destroyed.
@@ -118,6 +125,18 @@ struct braidComm : public braid::Watchdog {
   std::atomic<int> queued_{0};
   std::mutex queuedMutex_;
   std::condition_variable queuedCv_;
+
+  struct PreMulSum {
+    braidDataType_t type;
+    const void* scalar;    // read at every call (braidScalarDevice)
+    uint8_t immediate[8];  // the scalar, read at creation (braidScalarHostImmediate)
+    bool isImmediate;
+  };
+  // The input of a PreMulSum call, each element multiplied by this rank's scalar.
+  const void* scaledInput(const braid::CollArgs& args, std::vector<uint8_t>& scaled);
+  mutable std::mutex opsMutex_;
+  std::map<int, PreMulSum> ops_;
+  int nextOp_ = braidNumOps;
 
   struct Registration {
     void* buff;

@@ -113,6 +113,69 @@ Failures everyCase(const RankEnv& env) {
   return failures;
 }
 
+// PreMulSum: rank r's input times its scalar, summed. Scalars are read at creation
+// (HostImmediate) or at the call (Device: changed after creation, so the call must see the new
+// value). int32, float32 and float16 on all-reduce, reduce-scatter and reduce; small integers, so
+// every type is exact.
+uint16_t halfBits(int v) {  // v in 1..2047
+  const int e = 31 - __builtin_clz(static_cast<unsigned>(v));
+  return static_cast<uint16_t>(((e + 15) << 10) | ((v - (1 << e)) << (10 - e)));
+}
+
+std::string preMulSum(braidComm_t comm, int rank, int n, braidDataType_t type,
+                      braidScalarResidence_t residence, braidCollective_t which) {
+  const size_t count = 1031, elem = type == braidFloat16 ? 2 : 4;
+  const size_t inCount = which == braidCollReduceScatter ? count * n : count;
+  auto encode = [&](int v, uint8_t* at) {
+    if (type == braidInt32) *reinterpret_cast<int32_t*>(at) = v;
+    if (type == braidFloat32) *reinterpret_cast<float*>(at) = static_cast<float>(v);
+    if (type == braidFloat16) *reinterpret_cast<uint16_t*>(at) = halfBits(v);
+  };
+  auto input = [](int r, size_t i) { return (r + 1) * static_cast<int>(i % 5 + 1); };
+  std::vector<uint8_t> scalar(elem), send(inCount * elem), recv(count * elem, 0xEE);
+  encode(rank + 2, scalar.data());
+  braidRedOp_t op;
+  braidResult_t r = braidRedOpCreatePreMulSum(&op, scalar.data(), type, residence, comm);
+  if (r != braidSuccess) return "create: " + describeResult(r, comm);
+  encode(rank + 3, scalar.data());  // seen by Device operators only
+  const int bump = residence == braidScalarDevice ? 3 : 2;
+  for (size_t i = 0; i < inCount; ++i) encode(input(rank, i), send.data() + i * elem);
+  if (which == braidCollAllReduce)
+    r = braidAllReduce(send.data(), recv.data(), count, type, op, comm, nullptr);
+  else if (which == braidCollReduceScatter)
+    r = braidReduceScatter(send.data(), recv.data(), count, type, op, comm, nullptr);
+  else
+    r = braidReduce(send.data(), recv.data(), count, type, op, 0, comm, nullptr);
+  if (r != braidSuccess) return "call: " + describeResult(r, comm);
+  if (braidRedOpDestroy(op, comm) != braidSuccess) return "destroy: " + describeResult(r, comm);
+  if (which == braidCollReduce && rank != 0) return "";
+  std::vector<uint8_t> want(count * elem);
+  for (size_t i = 0; i < count; ++i) {
+    const size_t at = which == braidCollReduceScatter ? rank * count + i : i;
+    int sum = 0;
+    for (int k = 0; k < n; ++k) sum += (k + bump) * input(k, at);
+    encode(sum, want.data() + i * elem);
+  }
+  return recv == want ? "" : "wrong result";
+}
+
+Failures preMulSumCases(const RankEnv& env) {
+  braidComm_t comm = nullptr;
+  braidResult_t r = initRank(&comm, env);
+  if (r != braidSuccess) return {"init: " + describeResult(r, nullptr)};
+  Failures failures;
+  for (braidDataType_t type : {braidInt32, braidFloat32, braidFloat16})
+    for (braidScalarResidence_t residence : {braidScalarHostImmediate, braidScalarDevice})
+      for (braidCollective_t which : {braidCollAllReduce, braidCollReduceScatter, braidCollReduce})
+        if (std::string f = preMulSum(comm, env.rank, env.nranks, type, residence, which);
+            !f.empty())
+          failures.push_back("type " + std::to_string(type) + " residence " +
+                             std::to_string(residence) + " collective " + std::to_string(which) +
+                             ": " + f);
+  braidCommDestroy(comm);
+  return failures;
+}
+
 // Colors by rank parity, the last of 3 or more ranks out (BRAID_SPLIT_NOCOLOR); keys reverse the
 // order, so new rank order is descending parent rank.
 int colorOf(int rank, int n) {
@@ -183,6 +246,12 @@ class MoreCollectives : public testing::TestWithParam<Param> {};
 
 TEST_P(MoreCollectives, MatchTheReference) {
   Failures failures = launchRanks(GetParam().how, GetParam().nranks, {everyCase, nullptr},
+                                  std::chrono::seconds(2 * kOpTimeoutMs / 1000));
+  EXPECT_TRUE(failures.empty()) << testing::PrintToString(failures);
+}
+
+TEST_P(MoreCollectives, PreMulSumScalesEachRanksInput) {
+  Failures failures = launchRanks(GetParam().how, GetParam().nranks, {preMulSumCases, nullptr},
                                   std::chrono::seconds(2 * kOpTimeoutMs / 1000));
   EXPECT_TRUE(failures.empty()) << testing::PrintToString(failures);
 }

@@ -1,8 +1,8 @@
 // A program written for NCCL: it includes only the CUDA toolkit's nccl.h and links libnccl.so.2,
-// which is braid's shim. Every collective, every datatype NCCL 2.28 has, CommSplit and the
-// management calls, on host buffers (braid's CPU communicators), with ranks as threads of one
-// process (ncclCommInitAll) and as forked processes. References are computed here from the
-// inputs' formula; outputs are poisoned first.
+// which is braid's shim. Every collective, every datatype NCCL 2.28 has but fp8, PreMulSum,
+// CommSplit and the management calls, on host buffers (braid's CPU communicators), with ranks as
+// threads of one process (ncclCommInitAll) and as forked processes. References are computed here
+// from the inputs' formula; outputs are poisoned first.
 #include <gtest/gtest.h>
 #include <nccl.h>
 #include <sys/mman.h>
@@ -235,13 +235,28 @@ TEST_F(Threads, CommSplitQueriesAndManagement) {
     ncclAllReduce(data.data(), data.data(), data.size(), ncclFloat32, ncclSum, comms_[r], nullptr);
   ASSERT_EQ(ncclGroupSimulateEnd(&sim), ncclSuccess) << lastError(nullptr);
   EXPECT_GT(sim.estimatedTime, 0.0f);
-  // What braid does not do yet says so, and fp8 is refused by name.
-  ncclRedOp_t custom;
-  float scalar = 2;
-  EXPECT_EQ(
-      ncclRedOpCreatePreMulSum(&custom, &scalar, ncclFloat32, ncclScalarHostImmediate, comms_[0]),
-      ncclInvalidUsage);
-  EXPECT_NE(lastError(comms_[0]).find("PreMulSum"), std::string::npos);
+  // PreMulSum: each rank's input times its own scalar, then summed.
+  ncclRedOp_t premul[kRanks];
+  float scalars[kRanks], in[kRanks][8], out[kRanks][8];
+  for (int r = 0; r < kRanks; ++r) {
+    scalars[r] = static_cast<float>(r + 2);
+    ASSERT_EQ(ncclRedOpCreatePreMulSum(&premul[r], &scalars[r], ncclFloat32,
+                                       ncclScalarHostImmediate, comms_[r]),
+              ncclSuccess)
+        << lastError(comms_[r]);
+    for (int i = 0; i < 8; ++i) in[r][i] = static_cast<float>(value(r, i));
+  }
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < kRanks; ++r)
+    ncclAllReduce(in[r], out[r], 8, ncclFloat32, premul[r], comms_[r], nullptr);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << lastError(nullptr);
+  for (int i = 0; i < 8; ++i) {
+    float want = 0;
+    for (int k = 0; k < kRanks; ++k) want += static_cast<float>((k + 2) * value(k, i));
+    for (int r = 0; r < kRanks; ++r) EXPECT_EQ(out[r][i], want) << "rank " << r << " element " << i;
+  }
+  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(ncclRedOpDestroy(premul[r], comms_[r]), ncclSuccess);
+  // fp8 is refused by name.
   EXPECT_EQ(ncclAllReduce(data.data(), data.data(), 8, ncclFloat8e4m3, ncclSum, comms_[0], nullptr),
             ncclInvalidArgument);
   EXPECT_NE(lastError(comms_[0]).find("datatype 10"), std::string::npos) << lastError(comms_[0]);
