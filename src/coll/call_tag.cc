@@ -12,17 +12,10 @@ Collective tagged(Collective c) {
   return c == Collective::Recv ? Collective::Send : c;
 }
 
-const char* apiName(uint8_t collective) {
-  switch (static_cast<Collective>(collective)) {
-    case Collective::AllReduce: return "braidAllReduce";
-    case Collective::ReduceScatter: return "braidReduceScatter";
-    case Collective::AllGather: return "braidAllGather";
-    case Collective::Broadcast: return "braidBroadcast";
-    case Collective::Reduce: return "braidReduce";
-    case Collective::Send:
-    case Collective::Recv: return "braidSend/braidRecv";
-  }
-  return "an unknown call";
+// Send and Recv share a tag, so a tag names both.
+const char* taggedName(uint8_t collective) {
+  const auto c = static_cast<Collective>(collective);
+  return c == Collective::Send ? "braidSend/braidRecv" : apiName(c);
 }
 
 bool reduces(uint8_t collective) {
@@ -52,6 +45,19 @@ constexpr const char* kRule =
 
 }  // namespace
 
+const char* apiName(Collective c) {
+  switch (c) {
+    case Collective::AllReduce: return "braidAllReduce";
+    case Collective::ReduceScatter: return "braidReduceScatter";
+    case Collective::AllGather: return "braidAllGather";
+    case Collective::Broadcast: return "braidBroadcast";
+    case Collective::Reduce: return "braidReduce";
+    case Collective::Send: return "braidSend";
+    case Collective::Recv: return "braidRecv";
+  }
+  return "an unknown call";
+}
+
 CallTag callTag(const CollArgs& a, uint64_t sequence) {
   const bool p2p = a.coll == Collective::Send || a.coll == Collective::Recv;
   CallTag tag;
@@ -65,13 +71,15 @@ CallTag callTag(const CollArgs& a, uint64_t sequence) {
 }
 
 std::string describeMismatch(const CallTag& mine, const CallTag& theirs, int self, int peer) {
-  const std::string call = mine.sequence != 0 ? fmt::format("{} (collective #{})",
-                                                            apiName(mine.collective), mine.sequence)
-                                              : std::string(apiName(mine.collective));
+  const std::string call =
+      mine.sequence != 0
+          ? fmt::format("{} (collective #{})", taggedName(mine.collective), mine.sequence)
+          : std::string(taggedName(mine.collective));
   std::string what;
   if (theirs.collective != mine.collective || (theirs.sequence == 0) != (mine.sequence == 0))
     what = fmt::format(
-        "rank {} called {} but rank {} called {}{}", self, call, peer, apiName(theirs.collective),
+        "rank {} called {} but rank {} called {}{}", self, call, peer,
+        taggedName(theirs.collective),
         theirs.sequence != 0 ? fmt::format(" (collective #{})", theirs.sequence) : std::string());
   else if (theirs.sequence != mine.sequence)
     what = fmt::format(

@@ -14,6 +14,9 @@
 
 namespace braid {
 
+// The C API's name of a collective ("braidAllReduce", "braidSend", ...), for sentences.
+const char* apiName(Collective c);
+
 // The tag of one call: `sequence` numbers the communicator's collectives (1, 2, ...); send/recv
 // take 0, since point-to-point traffic is not collective.
 CallTag callTag(const CollArgs& args, uint64_t sequence);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "braid/braid.h"
+#include "coll/call_tag.h"
 #include "core/bootstrap.h"
 #include "core/comm.h"
 #include "core/error.h"
@@ -26,6 +27,7 @@
 #include "core/params.h"
 #include "kernels/host_reduce.h"
 
+using braid::apiName;
 using braid::CollArgs;
 using braid::Collective;
 using braid::Error;
@@ -60,19 +62,6 @@ braidResult_t guarded(braidComm* comm, Body&& body) noexcept {
 }
 
 // ---- argument checks ---------------------------------------------------------------------------
-
-const char* apiName(Collective c) {
-  switch (c) {
-    case Collective::AllReduce: return "braidAllReduce";
-    case Collective::ReduceScatter: return "braidReduceScatter";
-    case Collective::AllGather: return "braidAllGather";
-    case Collective::Broadcast: return "braidBroadcast";
-    case Collective::Reduce: return "braidReduce";
-    case Collective::Send: return "braidSend";
-    case Collective::Recv: return "braidRecv";
-  }
-  return "braid";
-}
 
 bool overlaps(const void* a, size_t aBytes, const void* b, size_t bBytes) {
   auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "multirank/grid_common.h"
 #include "multirank/rank_launcher.h"
 
 namespace braid_test {
@@ -117,11 +118,6 @@ Failures everyCase(const RankEnv& env) {
 // (HostImmediate) or at the call (Device: changed after creation, so the call must see the new
 // value). int32, float32 and float16 on all-reduce, reduce-scatter and reduce; small integers, so
 // every type is exact.
-uint16_t halfBits(int v) {  // v in 1..2047
-  const int e = 31 - __builtin_clz(static_cast<unsigned>(v));
-  return static_cast<uint16_t>(((e + 15) << 10) | ((v - (1 << e)) << (10 - e)));
-}
-
 std::string preMulSum(braidComm_t comm, int rank, int n, braidDataType_t type,
                       braidScalarResidence_t residence, braidCollective_t which) {
   const size_t count = 1031, elem = type == braidFloat16 ? 2 : 4;
@@ -129,7 +125,7 @@ std::string preMulSum(braidComm_t comm, int rank, int n, braidDataType_t type,
   auto encode = [&](int v, uint8_t* at) {
     if (type == braidInt32) *reinterpret_cast<int32_t*>(at) = v;
     if (type == braidFloat32) *reinterpret_cast<float*>(at) = static_cast<float>(v);
-    if (type == braidFloat16) *reinterpret_cast<uint16_t*>(at) = halfBits(v);
+    if (type == braidFloat16) *reinterpret_cast<uint16_t*>(at) = floatToHalf(static_cast<float>(v));
   };
   auto input = [](int r, size_t i) { return (r + 1) * static_cast<int>(i % 5 + 1); };
   std::vector<uint8_t> scalar(elem), send(inCount * elem), recv(count * elem, 0xEE);
