@@ -31,7 +31,9 @@ static_assert(same(ncclInt8, braidInt8) && same(ncclUint8, braidUint8) &&
               same(ncclInt32, braidInt32) && same(ncclUint32, braidUint32) &&
               same(ncclInt64, braidInt64) && same(ncclUint64, braidUint64) &&
               same(ncclFloat16, braidFloat16) && same(ncclFloat32, braidFloat32) &&
-              same(ncclFloat64, braidFloat64) && same(ncclBfloat16, braidBfloat16));
+              same(ncclFloat64, braidFloat64) && same(ncclBfloat16, braidBfloat16) &&
+              same(ncclFloat8e4m3, braidFloat8e4m3) && same(ncclFloat8e5m2, braidFloat8e5m2) &&
+              same(ncclNumTypes, braidNumTypes));
 static_assert(same(ncclSum, braidSum) && same(ncclProd, braidProd) && same(ncclMax, braidMax) &&
               same(ncclMin, braidMin) && same(ncclAvg, braidAvg));
 static_assert(NCCL_SPLIT_NOCOLOR == BRAID_SPLIT_NOCOLOR);

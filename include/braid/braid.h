@@ -75,7 +75,9 @@ typedef enum {
   braidFloat64 = 8,
   braidDouble = 8,
   braidBfloat16 = 9,
-  braidNumTypes = 10
+  braidFloat8e4m3 = 10, /* OCP FP8 E4M3 (no infinity); reduced in fp32, saturating like NCCL */
+  braidFloat8e5m2 = 11, /* OCP FP8 E5M2 */
+  braidNumTypes = 12
 } braidDataType_t;
 
 #define BRAID_CONFIG_UNDEF_INT INT_MIN

@@ -29,9 +29,10 @@ bool rooted(uint8_t collective) {
 }
 
 const char* datatypeName(uint8_t type) {
-  static const char* const kNames[] = {
-      "braidInt8",   "braidUint8",   "braidInt32",   "braidUint32",  "braidInt64",
-      "braidUint64", "braidFloat16", "braidFloat32", "braidFloat64", "braidBfloat16"};
+  static const char* const kNames[] = {"braidInt8",     "braidUint8",      "braidInt32",
+                                       "braidUint32",   "braidInt64",      "braidUint64",
+                                       "braidFloat16",  "braidFloat32",    "braidFloat64",
+                                       "braidBfloat16", "braidFloat8e4m3", "braidFloat8e5m2"};
   return type < sizeof kNames / sizeof kNames[0] ? kNames[type] : "an unknown datatype";
 }
 

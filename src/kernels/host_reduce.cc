@@ -144,7 +144,9 @@ void streamFence() {
 size_t typeSize(braidDataType_t type) {
   switch (type) {
     case braidInt8:
-    case braidUint8: return 1;
+    case braidUint8:
+    case braidFloat8e4m3:
+    case braidFloat8e5m2: return 1;
     case braidFloat16:
     case braidBfloat16: return 2;
     case braidInt32:

@@ -63,12 +63,13 @@ template <class V>
   return V{} + x;
 }
 
-// Two compute vectors from one storage vector of 16-bit floats: each 32-bit lane holds an even
-// element (low half) and an odd one (high half). Splitting and joining lanes with shifts and masks
-// avoids the widening shuffles that contiguous 16 -> 32-bit conversion costs.
-template <class V>
-struct Pair {
-  V even, odd;
+// N compute vectors from one storage vector of narrow floats (N = 2 for 16-bit, 4 for 8-bit
+// formats): each 32-bit lane holds N elements, and part[k] holds the k-th of every lane (from the
+// low end). Splitting and joining lanes with shifts and masks avoids the widening shuffles that
+// contiguous narrow -> 32-bit conversion costs.
+template <class V, size_t N>
+struct Split {
+  V part[N];
 };
 
 // IEEE binary16 (in the low 16 bits of each lane, the rest zero) -> binary32, with integer
@@ -146,12 +147,12 @@ struct HardwareHalfCodec {
   [[gnu::always_inline]] static auto encode(Vec v) { return Isa::floatToHalf(v); }
 };
 
-// fp16 converted in software, even/odd pairs.
+// fp16 converted in software, two per lane.
 template <size_t kBytes>
 struct SoftHalfCodec {
   using Compute = float;
   using Int = Vector<int32_t, kBytes>;
-  using Vec = Pair<Vector<float, kBytes>>;
+  using Vec = Split<Vector<float, kBytes>, 2>;
   static constexpr size_t kElementBytes = 2;
   [[gnu::always_inline]] static Vec load(const char* p) {
     const Int lanes = loadVector<Int>(p);
@@ -159,25 +160,88 @@ struct SoftHalfCodec {
             softHalfToFloat<kBytes>((lanes >> 16) & 0xffff)};
   }
   [[gnu::always_inline]] static Int encode(Vec v) {
-    return softFloatToHalf<kBytes>(v.even) | (softFloatToHalf<kBytes>(v.odd) << 16);
+    return softFloatToHalf<kBytes>(v.part[0]) | (softFloatToHalf<kBytes>(v.part[1]) << 16);
   }
 };
 
-// bfloat16, even/odd pairs: widened with a shift and a mask, joined with a shift and an or.
+// bfloat16, two per lane: widened with a shift and a mask, joined with a shift and an or.
 template <size_t kBytes>
 struct Bfloat16Codec {
   using Compute = float;
   using Float = Vector<float, kBytes>;
   using Bits = Vector<uint32_t, kBytes>;
-  using Vec = Pair<Float>;
+  using Vec = Split<Float, 2>;
   static constexpr size_t kElementBytes = 2;
   [[gnu::always_inline]] static Vec load(const char* p) {
     const Bits lanes = loadVector<Bits>(p);
     return {(Float)(lanes << 16), (Float)(lanes & 0xffff0000)};
   }
   [[gnu::always_inline]] static Bits encode(Vec v) {
-    return (roundToBfloat16High<kBytes>(v.odd) & 0xffff0000) |
-           (roundToBfloat16High<kBytes>(v.even) >> 16);
+    return (roundToBfloat16High<kBytes>(v.part[1]) & 0xffff0000) |
+           (roundToBfloat16High<kBytes>(v.part[0]) >> 16);
+  }
+};
+
+// The OCP 8-bit floats of nccl.h (ncclFloat8e4m3, ncclFloat8e5m2), four per lane: widened to fp32
+// exactly, reduced, and rounded once to nearest even with the saturating conversion NCCL's kernels
+// use (CUDA's __NV_SATFINITE): a result beyond the largest finite value, an infinity included,
+// becomes that value with its sign; a NaN stays a NaN. E5M2 is IEEE-like (infinities, NaNs);
+// E4M3 has no infinity, and S.1111.111 is its only NaN, so its largest finite value is 0x7e.
+template <size_t kBytes, int kExponentBits, int kMantissaBits>
+struct Fp8Codec {
+  using Compute = float;
+  using Float = Vector<float, kBytes>;
+  using Bits = Vector<uint32_t, kBytes>;
+  using Vec = Split<Float, 4>;
+  static constexpr size_t kElementBytes = 1;
+  static constexpr uint32_t kBias = (1u << (kExponentBits - 1)) - 1;
+  static constexpr bool kHasInfinity = kExponentBits == 5;
+  static constexpr uint32_t kLargestFinite = kHasInfinity ? 0x7b : 0x7e;
+  static constexpr int kDroppedBits = 23 - kMantissaBits;  // fp32 mantissa bits that fp8 lacks
+  // The subnormal step, 2^(1 - bias - mantissa bits); and a float whose ulp is that step.
+  static constexpr float kSubnormalStep = 1.0f / (1u << (kBias - 1 + kMantissaBits));
+  static constexpr uint32_t kSubnormalAnchorBits = (127 + kDroppedBits + 1 - kBias) << 23;
+
+  [[gnu::always_inline]] static Float widen(Bits byte) {
+    const Bits sign = (byte & 0x80) << 24;
+    const Bits magnitude = byte & 0x7f;
+    Bits bits = (magnitude << kDroppedBits) + ((127 - kBias) << 23);  // normal: rebias
+    if constexpr (kHasInfinity) {
+      bits = magnitude >= 0x7c ? bits | 0x7f800000 : bits;  // all-ones exponent: inf or NaN
+    } else {
+      bits = magnitude == 0x7f ? broadcast<Bits>(0x7fc00000) : bits;  // the NaN
+    }
+    const Float subnormal = __builtin_convertvector(magnitude, Float) * kSubnormalStep;  // exact
+    bits = magnitude < (1u << kMantissaBits) ? (Bits)subnormal : bits;
+    return (Float)(bits | sign);
+  }
+
+  // The fp8 pattern in the low 8 bits of each lane, the rest zero.
+  [[gnu::always_inline]] static Bits narrow(Float value) {
+    const Bits bits = (Bits)value;
+    const Bits sign = (bits >> 24) & 0x80;
+    const Bits magnitude = bits & 0x7fffffff;
+    // Normal results: rebias, round the dropped bits to nearest even, saturate (infinity too).
+    Bits normal = (magnitude - ((127 - kBias) << 23) + ((1u << (kDroppedBits - 1)) - 1) +
+                   ((magnitude >> kDroppedBits) & 1)) >>
+                  kDroppedBits;
+    normal = normal > kLargestFinite ? broadcast<Bits>(kLargestFinite) : normal;
+    // Subnormal results: adding the anchor lets the FPU round to the subnormal step once.
+    const Bits subnormal = (Bits)((Float)magnitude + (Float)broadcast<Bits>(kSubnormalAnchorBits)) -
+                           kSubnormalAnchorBits;
+    Bits result = magnitude < ((128 - kBias) << 23) ? subnormal : normal;
+    result = magnitude > 0x7f800000 ? broadcast<Bits>(0x7f) : result;  // NaN
+    return result | sign;
+  }
+
+  [[gnu::always_inline]] static Vec load(const char* p) {
+    const Bits lanes = loadVector<Bits>(p);
+    return {widen(lanes & 0xff), widen((lanes >> 8) & 0xff), widen((lanes >> 16) & 0xff),
+            widen(lanes >> 24)};
+  }
+  [[gnu::always_inline]] static Bits encode(Vec v) {
+    return narrow(v.part[0]) | (narrow(v.part[1]) << 8) | (narrow(v.part[2]) << 16) |
+           (narrow(v.part[3]) << 24);
   }
 };
 
@@ -237,14 +301,17 @@ template <class T, class V>
   }
 }
 
-template <Op kOp, class T, class V>
-[[gnu::always_inline]] inline Pair<V> combine(Pair<V> a, Pair<V> b) {
-  return {combine<kOp, T>(a.even, b.even), combine<kOp, T>(a.odd, b.odd)};
+template <Op kOp, class T, class V, size_t N>
+[[gnu::always_inline]] inline Split<V, N> combine(Split<V, N> a, Split<V, N> b) {
+  Split<V, N> result;
+  for (size_t k = 0; k < N; ++k) result.part[k] = combine<kOp, T>(a.part[k], b.part[k]);
+  return result;
 }
 
-template <class T, class V>
-[[gnu::always_inline]] inline Pair<V> divide(Pair<V> value, int divisor) {
-  return {divide<T>(value.even, divisor), divide<T>(value.odd, divisor)};
+template <class T, class V, size_t N>
+[[gnu::always_inline]] inline Split<V, N> divide(Split<V, N> value, int divisor) {
+  for (size_t k = 0; k < N; ++k) value.part[k] = divide<T>(value.part[k], divisor);
+  return value;
 }
 
 // Stores one encoded vector. Streaming (non-temporal) stores skip the read-for-ownership and the
@@ -379,6 +446,8 @@ constexpr ReduceTable makeTable() {
   fillType<NativeCodec<float, kBytes>>(table, braidFloat32);
   fillType<NativeCodec<double, kBytes>>(table, braidFloat64);
   fillType<Bfloat16Codec<kBytes>>(table, braidBfloat16);
+  fillType<Fp8Codec<kBytes, 4, 3>>(table, braidFloat8e4m3);
+  fillType<Fp8Codec<kBytes, 5, 2>>(table, braidFloat8e5m2);
   return table;
 }
 

@@ -1,5 +1,5 @@
 // Shared by the multirank tests: the C type behind each braid dtype, fp16/bf16 conversions written
-// here (independent of braid), input generators whose reductions are exact in every type, and the
+// here and fp8 ones in reference/fp8.h (independent of braid), input generators whose reductions are exact in every type, and the
 // reference result of every reduction computed from those generators alone.
 #pragma once
 
@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "braid/braid.h"
+#include "reference/fp8.h"
 
 namespace braid_test {
 
@@ -21,6 +22,13 @@ struct Half {
 };
 struct Bfloat16 {
   uint16_t bits;
+};
+// 8-bit float formats, likewise.
+struct Float8e4m3 {
+  uint8_t bits;
+};
+struct Float8e5m2 {
+  uint8_t bits;
 };
 
 inline float floatFromBits(uint32_t bits) {
@@ -87,6 +95,8 @@ decltype(auto) visitDtype(braidDataType_t type, F&& f) {
     case braidFloat32: return f(float{});
     case braidFloat64: return f(double{});
     case braidBfloat16: return f(Bfloat16{});
+    case braidFloat8e4m3: return f(Float8e4m3{});
+    case braidFloat8e5m2: return f(Float8e5m2{});
     default: break;
   }
   std::fprintf(stderr, "visitDtype: unknown braidDataType_t %d\n", static_cast<int>(type));
@@ -94,13 +104,14 @@ decltype(auto) visitDtype(braidDataType_t type, F&& f) {
 }
 
 inline constexpr braidDataType_t kAllDtypes[] = {
-    braidInt8,   braidUint8,   braidInt32,   braidUint32,  braidInt64,
-    braidUint64, braidFloat16, braidFloat32, braidFloat64, braidBfloat16};
+    braidInt8,    braidUint8,   braidInt32,   braidUint32,   braidInt64,      braidUint64,
+    braidFloat16, braidFloat32, braidFloat64, braidBfloat16, braidFloat8e4m3, braidFloat8e5m2};
 inline constexpr braidRedOp_t kAllOps[] = {braidSum, braidProd, braidMax, braidMin, braidAvg};
 
 inline const char* dtypeName(braidDataType_t type) {
-  static const char* const kNames[] = {"int8",   "uint8",   "int32",   "uint32",  "int64",
-                                       "uint64", "float16", "float32", "float64", "bfloat16"};
+  static const char* const kNames[] = {"int8",    "uint8",    "int32",   "uint32",
+                                       "int64",   "uint64",   "float16", "float32",
+                                       "float64", "bfloat16", "f8e4m3",  "f8e5m2"};
   return type >= 0 && type < braidNumTypes ? kNames[type] : "bad-dtype";
 }
 inline const char* opName(braidRedOp_t op) {
@@ -111,10 +122,13 @@ inline size_t dtypeSize(braidDataType_t type) {
   return visitDtype(type, [](auto element) { return sizeof element; });
 }
 
+// The float formats C++ has no type for, carried as bit patterns.
 template <typename T>
-inline constexpr bool kIsHalfLike = std::is_same_v<T, Half> || std::is_same_v<T, Bfloat16>;
+inline constexpr bool kIsNarrowFloat =
+    std::is_same_v<T, Half> || std::is_same_v<T, Bfloat16> || std::is_same_v<T, Float8e4m3> ||
+    std::is_same_v<T, Float8e5m2>;
 template <typename T>
-inline constexpr bool kIsFloat = kIsHalfLike<T> || std::is_floating_point_v<T>;
+inline constexpr bool kIsFloat = kIsNarrowFloat<T> || std::is_floating_point_v<T>;
 
 template <typename T>
 double toDouble(T v) {
@@ -122,6 +136,10 @@ double toDouble(T v) {
     return halfToFloat(v.bits);
   else if constexpr (std::is_same_v<T, Bfloat16>)
     return bfloat16ToFloat(v.bits);
+  else if constexpr (std::is_same_v<T, Float8e4m3>)
+    return e4m3ToFloat(v.bits);
+  else if constexpr (std::is_same_v<T, Float8e5m2>)
+    return e5m2ToFloat(v.bits);
   else
     return static_cast<double>(v);
 }
@@ -133,6 +151,10 @@ T fromDouble(double v) {
     return Half{floatToHalf(static_cast<float>(v))};
   else if constexpr (std::is_same_v<T, Bfloat16>)
     return Bfloat16{floatToBfloat16(static_cast<float>(v))};
+  else if constexpr (std::is_same_v<T, Float8e4m3>)
+    return Float8e4m3{floatToE4m3(static_cast<float>(v))};
+  else if constexpr (std::is_same_v<T, Float8e5m2>)
+    return Float8e5m2{floatToE5m2(static_cast<float>(v))};
   else
     return static_cast<T>(v);
 }
@@ -162,12 +184,14 @@ std::string formatElement(const T& v) {
 // the element type, whatever order the library reduces in:
 //  Data   (no reduction): random bit patterns of the whole element.
 //  Sum    integers: random full-width values, so sums wrap (modular, exact in any order);
-//         floats: multiples of 1/4 in [-8, 8] (bf16: integers in [-16, 16]); 8 ranks sum to at
-//         most 64 in quarters (bf16: 128), within the 11 (bf16: 8) significant bits.
+//         floats: multiples of 1/4 in [-8, 8] (bf16: integers in [-16, 16]; fp8 E4M3: in
+//         [-2, 2], E5M2: in [-1, 1]); every partial sum of 8 ranks stays within the significant
+//         bits (fp16 11, bf16 8, E4M3 4, E5M2 3).
 //  Prod   integers: from {0 (rarely), ±1, 2, ±3, 7, 255, -129, 65537}, wrapping too;
 //         floats: from {0 (rarely), ±1/2, ±1, ±2}: 8 ranks stay within 2^-8 .. 2^8.
 //  MaxMin integers: random full-width values (signedness matters);
-//         floats: random bit patterns, NaN and -0 replaced so max/min are unambiguous.
+//         floats: random bit patterns, NaN and -0 replaced so max/min are unambiguous (fp8:
+//         also infinity, which the saturating conversion turns into the largest finite value).
 //  Avg    floats: as Sum; integers: [-15, 15] signed, [0, 31] unsigned, so the sum of 8 ranks
 //         never wraps and only the division rounds (C truncation toward zero).
 enum class InputKind { Data, Sum, Prod, MaxMin, Avg };
@@ -225,11 +249,17 @@ T bitsAs(uint64_t bits) {
   return v;
 }
 
-// Float Sum/Avg inputs are whole multiples of a unit (1/4; bf16: 1): `sumSteps` of them.
+// Float Sum/Avg inputs are whole multiples of a unit (1/4; bf16 and fp8: 1): `sumSteps` of them.
 template <typename T>
-inline constexpr int kSumStepRange = std::is_same_v<T, Bfloat16> ? 16 : 32;
+inline constexpr int kSumStepRange = std::is_same_v<T, Bfloat16>     ? 16
+                                     : std::is_same_v<T, Float8e4m3> ? 2
+                                     : std::is_same_v<T, Float8e5m2> ? 1
+                                                                     : 32;
 template <typename T>
-inline constexpr double kSumUnit = std::is_same_v<T, Bfloat16> ? 1.0 : 0.25;
+inline constexpr double kSumUnit =
+    std::is_same_v<T, Bfloat16> || std::is_same_v<T, Float8e4m3> || std::is_same_v<T, Float8e5m2>
+        ? 1.0
+        : 0.25;
 
 template <typename T>
 int sumSteps(uint64_t r) {
@@ -262,22 +292,27 @@ inline double signedPowerOfTwo(bool negative, int exponent) {
 // -0 sorts below +0, and the generators never put both at one index).
 template <typename T>
 auto orderKey(const T& v) {
-  using Bits = std::conditional_t<sizeof(T) == 2, uint16_t,
-                                  std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>;
+  using Bits = std::conditional_t<
+      sizeof(T) == 1, uint8_t,
+      std::conditional_t<sizeof(T) == 2, uint16_t,
+                         std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>>;
   Bits bits;
   std::memcpy(&bits, &v, sizeof bits);
   constexpr Bits kSign = Bits{1} << (8 * sizeof(Bits) - 1);
   return static_cast<Bits>(bits & kSign ? ~bits : bits | kSign);
 }
 
-// Bit patterns of the float formats: the sign, and +infinity (any larger magnitude is a NaN).
+// Bit patterns of the float formats: the sign, and the largest magnitude Max/Min inputs take:
+// +infinity (any larger magnitude is a NaN), for fp8 the largest finite value.
 template <typename T>
 inline constexpr uint64_t kSignBit = uint64_t{1} << (8 * sizeof(T) - 1);
 template <typename T>
-inline constexpr uint64_t kInfinityBits = std::is_same_v<T, Half>       ? 0x7c00
-                                          : std::is_same_v<T, Bfloat16> ? 0x7f80
-                                          : std::is_same_v<T, float>    ? 0x7f800000
-                                                                        : 0x7ff0000000000000;
+inline constexpr uint64_t kLargestMaxMinBits = std::is_same_v<T, Half>         ? 0x7c00
+                                               : std::is_same_v<T, Bfloat16>   ? 0x7f80
+                                               : std::is_same_v<T, Float8e4m3> ? 0x7e
+                                               : std::is_same_v<T, Float8e5m2> ? 0x7b
+                                               : std::is_same_v<T, float>      ? 0x7f800000
+                                                                               : 0x7ff0000000000000;
 
 template <typename T, InputKind kKind>
 T inputValue(uint64_t salt, int rank, size_t index) {
@@ -287,7 +322,9 @@ T inputValue(uint64_t salt, int rank, size_t index) {
   } else if constexpr (kKind == InputKind::MaxMin) {
     if constexpr (kIsFloat<T>) {
       const uint64_t magnitude = r & (kSignBit<T> - 1);
-      if (magnitude > kInfinityBits<T>) return fromDouble<T>(static_cast<double>(r % 1000));  // NaN
+      if (magnitude > kLargestMaxMinBits<T>) {
+        return fromDouble<T>(static_cast<double>(r % 1000));  // NaN (fp8: or infinity)
+      }
       if (magnitude == 0) return T{};  // no -0 next to +0
     }
     return bitsAs<T>(r);
@@ -343,7 +380,8 @@ T referenceReduce(uint64_t salt, int nranks, size_t index) {
     for (int rank = 0; rank < nranks; ++rank) steps += sumSteps<T>(mixBits(salt, rank, index));
     const double exact = steps * kSumUnit<T>;
     if constexpr (kOp != braidAvg) return fromDouble<T>(exact);
-    // Avg: the exact sum divided once in the element type (fp16/bf16: in fp32, then rounded).
+    // Avg: the exact sum divided once in the element type (16- and 8-bit floats: in fp32, then
+    // rounded).
     else if constexpr (std::is_same_v<T, double>)
       return exact / nranks;
     else if constexpr (std::is_same_v<T, float>)

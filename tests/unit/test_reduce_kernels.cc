@@ -2,7 +2,9 @@
 // through the compiler's _Float16 soft-float, bf16 by comparing distances), for every instruction
 // set this CPU supports x dtype x op x awkward counts and alignments, plus chosen fp16/bf16
 // rounding cases, exhaustive 16-bit sweeps, and the fp32 -> fp16/bf16 primitives on sampled fp32
-// bit patterns (every NaN payload shape included).
+// bit patterns (every NaN payload shape included); fp8 (E4M3, E5M2) exhaustively against a
+// reference decoded from the format's fields, itself checked against the CUDA toolkit's
+// conversions (cuda_fp8.h, NCCL's rules) where that header is found.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,15 +20,30 @@
 
 #include "kernels/host_reduce.h"
 #include "kernels/host_reduce_impl.h"  // the conversion primitives, at the baseline width
+#include "reference/fp8.h"
+
+#if __has_include(<cuda_fp8.h>)
+#include <cuda_fp8.h>  // host conversions, the authority for NCCL's fp8 rounding and saturation
+#define BRAID_TEST_HAVE_CUDA_FP8 1
+#endif
 
 namespace braid::kernels {
 namespace {
 
+using braid_test::e4m3ToFloat;
+using braid_test::e5m2ToFloat;
+using braid_test::floatToE4m3;
+using braid_test::floatToE5m2;
+using braid_test::floatToFp8;
+using braid_test::fp8ToFloat;
+using braid_test::kE4m3;
+using braid_test::kE5m2;
+
 constexpr Isa kIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512};
 constexpr braidRedOp_t kOps[] = {braidSum, braidProd, braidMax, braidMin, braidAvg};
-constexpr braidDataType_t kTypes[] = {braidInt8,    braidUint8,   braidInt32,   braidUint32,
-                                      braidInt64,   braidUint64,  braidFloat16, braidFloat32,
-                                      braidFloat64, braidBfloat16};
+constexpr braidDataType_t kTypes[] = {
+    braidInt8,    braidUint8,   braidInt32,   braidUint32,   braidInt64,      braidUint64,
+    braidFloat16, braidFloat32, braidFloat64, braidBfloat16, braidFloat8e4m3, braidFloat8e5m2};
 
 const char* isaLabel(Isa isa) {
   switch (isa) {
@@ -38,8 +55,9 @@ const char* isaLabel(Isa isa) {
 }
 
 const char* typeLabel(braidDataType_t type) {
-  static const char* const kNames[] = {"int8",   "uint8",   "int32",   "uint32",  "int64",
-                                       "uint64", "float16", "float32", "float64", "bfloat16"};
+  static const char* const kNames[] = {"int8",    "uint8",    "int32",   "uint32",
+                                       "int64",   "uint64",   "float16", "float32",
+                                       "float64", "bfloat16", "f8e4m3",  "f8e5m2"};
   return kNames[type];
 }
 
@@ -176,42 +194,46 @@ TypeInfo floatInfo() {
           }};
 }
 
-// 16-bit floats: reduced in fp32 and rounded once. kBias is the format's exponent bias and
-// kMantissaBits its stored mantissa width.
-template <float (*kWiden)(uint16_t), uint16_t (*kNarrow)(float), int kBias, int kMantissaBits>
-TypeInfo halfInfo() {
-  return {2,
+// 16- and 8-bit floats (Bits: their storage): reduced in fp32 and rounded once. kBias is the
+// format's exponent bias and kMantissaBits its stored mantissa width.
+template <class Bits, float (*kWiden)(Bits), Bits (*kNarrow)(float), int kBias, int kMantissaBits>
+TypeInfo narrowFloatInfo() {
+  return {sizeof(Bits),
           [](void* out, const void* a, const void* b, braidRedOp_t op, int divisor) {
-            const float wide = referenceFloat<float>(kWiden(load<uint16_t>(a)),
-                                                     kWiden(load<uint16_t>(b)), op, divisor);
-            const uint16_t result = kNarrow(wide);
+            const float wide =
+                referenceFloat<float>(kWiden(load<Bits>(a)), kWiden(load<Bits>(b)), op, divisor);
+            const Bits result = kNarrow(wide);
             std::memcpy(out, &result, sizeof result);
           },
-          [](const void* v) { return std::isnan(kWiden(load<uint16_t>(v))); },
-          [](const void* v) { return kWiden(load<uint16_t>(v)) == 0; },
+          [](const void* v) { return std::isnan(kWiden(load<Bits>(v))); },
+          [](const void* v) { return kWiden(load<Bits>(v)) == 0; },
           [](void* out, std::mt19937_64& rng) {
             const uint64_t bits = rng();
-            uint16_t value = static_cast<uint16_t>(bits);
+            auto value = static_cast<Bits>(bits);
             if (bits % 8 != 0) {
-              const uint16_t exponent = kBias - 4 + static_cast<uint16_t>((bits >> 16) % 9);
-              const uint16_t mantissa = (bits >> 24) & ((1u << kMantissaBits) - 1);
-              value = (value & 0x8000) | (exponent << kMantissaBits) | mantissa;
+              constexpr Bits kSign = Bits{1} << (8 * sizeof(Bits) - 1);
+              const auto exponent = static_cast<Bits>(kBias - 4 + (bits >> 16) % 9);
+              const auto mantissa = static_cast<Bits>((bits >> 24) & ((1u << kMantissaBits) - 1));
+              value = static_cast<Bits>((value & kSign) | (exponent << kMantissaBits) | mantissa);
             }
             std::memcpy(out, &value, sizeof value);
           }};
 }
 
 const TypeInfo& typeInfo(braidDataType_t type) {
-  static const TypeInfo kInfos[] = {integerInfo<int8_t>(),
-                                    integerInfo<uint8_t>(),
-                                    integerInfo<int32_t>(),
-                                    integerInfo<uint32_t>(),
-                                    integerInfo<int64_t>(),
-                                    integerInfo<uint64_t>(),
-                                    halfInfo<halfToFloat, floatToHalf, 15, 10>(),
-                                    floatInfo<float>(),
-                                    floatInfo<double>(),
-                                    halfInfo<bfloat16ToFloat, floatToBfloat16, 127, 7>()};
+  static const TypeInfo kInfos[] = {
+      integerInfo<int8_t>(),
+      integerInfo<uint8_t>(),
+      integerInfo<int32_t>(),
+      integerInfo<uint32_t>(),
+      integerInfo<int64_t>(),
+      integerInfo<uint64_t>(),
+      narrowFloatInfo<uint16_t, halfToFloat, floatToHalf, 15, 10>(),
+      floatInfo<float>(),
+      floatInfo<double>(),
+      narrowFloatInfo<uint16_t, bfloat16ToFloat, floatToBfloat16, 127, 7>(),
+      narrowFloatInfo<uint8_t, e4m3ToFloat, floatToE4m3, 7, 3>(),
+      narrowFloatInfo<uint8_t, e5m2ToFloat, floatToE5m2, 15, 2>()};
   return kInfos[type];
 }
 
@@ -529,6 +551,137 @@ TEST(RoundingPrimitives, SoftFloatToHalfMatchesCompilerConversion) {
   }
 }
 
+// ---- fp8 ----
+
+// Chosen fp8 cases. E4M3: 1 = 0x38, ulp(1) = 2^-3, largest 448 = 0x7e, NaN 0x7f, smallest
+// subnormal 2^-9 = 0x01. E5M2: 1 = 0x3c, largest 57344 = 0x7b, inf 0x7c, smallest 2^-16 = 0x01.
+struct Fp8Case {
+  braidDataType_t type;
+  braidRedOp_t op;
+  uint8_t a, b;
+  int divisor;
+  uint8_t expected;  // exact bits, or any NaN when expectNan
+  bool expectNan;
+  const char* why;
+};
+
+const Fp8Case kFp8Cases[] = {
+    {braidFloat8e4m3, braidSum, 0x38, 0x18, 1, 0x38, false, "1 + 2^-4: tie rounds down to even"},
+    {braidFloat8e4m3, braidSum, 0x39, 0x18, 1, 0x3a, false, "1.125 + 2^-4: tie rounds up to even"},
+    {braidFloat8e4m3, braidSum, 0x7e, 0x7e, 1, 0x7e, false, "448 + 448 saturates to 448"},
+    {braidFloat8e4m3, braidSum, 0xfe, 0xfe, 1, 0xfe, false, "-448 - 448 saturates to -448"},
+    {braidFloat8e4m3, braidProd, 0x7e, 0x40, 1, 0x7e, false, "448 * 2 saturates"},
+    {braidFloat8e4m3, braidSum, 0x01, 0x01, 1, 0x02, false, "subnormal sum"},
+    {braidFloat8e4m3, braidProd, 0x01, 0x30, 1, 0x00, false, "2^-10: tie to even zero"},
+    {braidFloat8e4m3, braidProd, 0x03, 0x30, 1, 0x02, false, "1.5 * 2^-9: tie to even 2"},
+    {braidFloat8e4m3, braidProd, 0x08, 0x30, 1, 0x04, false, "normal to subnormal"},
+    {braidFloat8e4m3, braidAvg, 0x38, 0x38, 3, 0x33, false, "(1+1)/3 rounded once"},
+    {braidFloat8e4m3, braidSum, 0x7f, 0x38, 1, 0, true, "NaN + 1"},
+    {braidFloat8e4m3, braidMax, 0x38, 0xff, 1, 0, true, "max(1, negative NaN)"},
+    {braidFloat8e4m3, braidMin, 0x7e, 0xfe, 1, 0xfe, false, "min(448, -448)"},
+    {braidFloat8e5m2, braidSum, 0x3c, 0x2c, 1, 0x3c, false, "1 + 2^-3: tie rounds down to even"},
+    {braidFloat8e5m2, braidSum, 0x7b, 0x7b, 1, 0x7b, false, "57344 + 57344 saturates"},
+    {braidFloat8e5m2, braidSum, 0x7c, 0x3c, 1, 0x7b, false, "inf + 1 saturates to 57344"},
+    {braidFloat8e5m2, braidMax, 0xfc, 0x80, 1, 0x80, false, "max(-inf, -0)"},
+    {braidFloat8e5m2, braidMin, 0xfc, 0x3c, 1, 0xfb, false, "min(-inf, 1) saturates to -57344"},
+    {braidFloat8e5m2, braidSum, 0x7c, 0xfc, 1, 0, true, "inf - inf"},
+    {braidFloat8e5m2, braidProd, 0x7c, 0x00, 1, 0, true, "inf * 0"},
+    {braidFloat8e5m2, braidSum, 0x7d, 0x3c, 1, 0, true, "signalling NaN + 1"},
+    {braidFloat8e5m2, braidProd, 0x01, 0x38, 1, 0x00, false, "2^-17: tie to even zero"},
+    {braidFloat8e5m2, braidAvg, 0x3c, 0x3c, 3, 0x39, false, "(1+1)/3 rounded once"},
+};
+
+class Fp8Test : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(Fp8Test, ChosenValuesRoundOnceAndSaturate) {
+  const Isa isa = GetParam();
+  if (!isaSupported(isa)) GTEST_SKIP() << "this CPU does not support " << isaLabel(isa);
+  for (size_t count : {size_t{1}, size_t{77}}) {
+    for (const Fp8Case& c : kFp8Cases) {
+      SCOPED_TRACE(::testing::Message() << typeLabel(c.type) << " " << opLabel(c.op) << ": "
+                                        << c.why << ", count " << count);
+      const std::vector<uint8_t> a(count, c.a), b(count, c.b);
+      std::vector<uint8_t> out(count, 0x5a);
+      reduceFnFor(isa, c.type, c.op)(out.data(), nullptr, a.data(), b.data(), count, c.divisor);
+      const TypeInfo& info = typeInfo(c.type);
+      for (uint8_t got : out) {
+        if (c.expectNan) {
+          EXPECT_TRUE(info.isNan(&got)) << std::hex << "got 0x" << int{got};
+        } else {
+          EXPECT_EQ(got, c.expected)
+              << std::hex << "got 0x" << int{got} << ", expected 0x" << int{c.expected};
+        }
+      }
+    }
+  }
+}
+
+// Every pair of fp8 patterns, for each op.
+TEST_P(Fp8Test, EveryPairOfPatternsMatchesReference) {
+  const Isa isa = GetParam();
+  if (!isaSupported(isa)) GTEST_SKIP() << "this CPU does not support " << isaLabel(isa);
+  std::vector<uint8_t> a(1 << 16), b(1 << 16);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<uint8_t>(i);
+    b[i] = static_cast<uint8_t>(i >> 8);
+  }
+  for (braidDataType_t type : {braidFloat8e4m3, braidFloat8e5m2}) {
+    const TypeInfo& info = typeInfo(type);
+    for (braidRedOp_t op : kOps) {
+      const int divisor = op == braidAvg ? 3 : 1;
+      std::vector<uint8_t> out(a.size());
+      reduceFnFor(isa, type, op)(out.data(), nullptr, a.data(), b.data(), a.size(), divisor);
+      int failures = 0;
+      for (size_t i = 0; i < a.size() && failures < 5; ++i) {
+        uint8_t expected;
+        info.reference(&expected, &a[i], &b[i], op, divisor);
+        if (!sameResult(info, &expected, &out[i], op)) {
+          ++failures;
+          ADD_FAILURE() << std::hex << typeLabel(type) << " " << opLabel(op) << "(0x" << int{a[i]}
+                        << ", 0x" << int{b[i]} << "): expected 0x" << int{expected} << ", got 0x"
+                        << int{out[i]};
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllIsas, Fp8Test, ::testing::ValuesIn(kIsas),
+                         [](const ::testing::TestParamInfo<Isa>& info) {
+                           return std::string(isaLabel(info.param));
+                         });
+
+#ifdef BRAID_TEST_HAVE_CUDA_FP8
+// The reference above agrees with the CUDA toolkit's conversions, which NCCL's kernels use:
+// every pattern widened, and sampled fp32 values (ties, saturation, infinities) narrowed with
+// __NV_SATFINITE.
+TEST(Fp8Reference, AgreesWithTheCudaToolkit) {
+  for (auto [format, interpretation] : {std::pair{kE4m3, __NV_E4M3}, std::pair{kE5m2, __NV_E5M2}}) {
+    for (int bits = 0; bits < 256; ++bits) {
+      const __half_raw raw =
+          __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(bits), interpretation);
+      const float cuda = halfToFloat(raw.x);
+      const float ours = fp8ToFloat(static_cast<uint8_t>(bits), format);
+      if (std::isnan(cuda)) {
+        ASSERT_TRUE(std::isnan(ours)) << std::hex << bits;
+      } else {
+        ASSERT_EQ(bitCast<uint32_t>(cuda), bitCast<uint32_t>(ours)) << std::hex << bits;
+      }
+    }
+    for (uint32_t bits : sampledFloatBits()) {
+      const float value = bitCast<float>(bits);
+      const uint8_t cuda = __nv_cvt_float_to_fp8(value, __NV_SATFINITE, interpretation);
+      const uint8_t ours = floatToFp8(value, format);
+      if (std::isnan(value)) {
+        ASSERT_TRUE(std::isnan(fp8ToFloat(cuda, format)) && std::isnan(fp8ToFloat(ours, format)));
+      } else {
+        ASSERT_EQ(int{cuda}, int{ours}) << std::hex << bits;
+      }
+    }
+  }
+}
+#endif
+
 // ---- Dispatcher, copy2, typeSize ----
 
 TEST(Dispatch, ChoosesTheBestSupportedIsaUnlessBraidSimdAsksForLess) {
@@ -606,6 +759,8 @@ TEST(TypeSize, MatchesTheElementTypes) {
   EXPECT_EQ(typeSize(braidFloat32), 4u);
   EXPECT_EQ(typeSize(braidFloat64), 8u);
   EXPECT_EQ(typeSize(braidBfloat16), 2u);
+  EXPECT_EQ(typeSize(braidFloat8e4m3), 1u);
+  EXPECT_EQ(typeSize(braidFloat8e5m2), 1u);
   EXPECT_EQ(typeSize(braidNumTypes), 0u);
   EXPECT_EQ(typeSize(static_cast<braidDataType_t>(-1)), 0u);
 }
