@@ -1,5 +1,5 @@
 // A program written for NCCL: it includes only the CUDA toolkit's nccl.h and links libnccl.so.2,
-// which is braid's shim. Every collective, every datatype NCCL 2.28 has but fp8, PreMulSum,
+// which is braid's shim. Every collective, every datatype NCCL 2.28 has, PreMulSum,
 // CommSplit and the management calls, on host buffers (braid's CPU communicators), with ranks as
 // threads of one process (ncclCommInitAll) and as forked processes. References are computed here
 // from the inputs' formula; outputs are poisoned first.
@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -19,15 +20,24 @@ namespace {
 constexpr int kRanks = 4;
 constexpr size_t kCount = 1031;
 
-// Small integers, exact in every type: rank r's element i.
-int value(int rank, size_t i) {
+bool isFp8(ncclDataType_t t) {
+  return t == ncclFloat8e4m3 || t == ncclFloat8e5m2;
+}
+
+// Small integers, exact in every type: rank r's element i. fp8 (3 significant bits in E5M2) gets
+// 0 or 1, so the sum of 4 ranks stays exact.
+int value(ncclDataType_t t, int rank, size_t i) {
+  if (isFp8(t)) return static_cast<int>((rank + i) % 2);
   return (rank + 1) * static_cast<int>(i % 5 + 1);
 }
 
-// IEEE half and bfloat16 bit patterns of small positive integers (below 2048), written here.
-uint16_t halfOf(int v) {
+// The bit pattern of a small non-negative integer that the binary float format with this exponent
+// bias and stored mantissa width represents exactly (IEEE half, OCP fp8), written here.
+uint16_t smallFloatBits(int v, int bias, int mantissaBits) {
+  if (v == 0) return 0;
   int e = 31 - __builtin_clz(static_cast<unsigned>(v));
-  return static_cast<uint16_t>(((e + 15) << 10) | ((v - (1 << e)) << (10 - e)));
+  return static_cast<uint16_t>(((e + bias) << mantissaBits) |
+                               ((v - (1 << e)) << (mantissaBits - e)));
 }
 uint16_t bfloat16Of(int v) {
   float f = static_cast<float>(v);
@@ -39,7 +49,9 @@ uint16_t bfloat16Of(int v) {
 size_t sizeOf(ncclDataType_t t) {
   switch (t) {
     case ncclInt8:
-    case ncclUint8: return 1;
+    case ncclUint8:
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2: return 1;
     case ncclFloat16:
     case ncclBfloat16: return 2;
     case ncclInt32:
@@ -60,22 +72,25 @@ void put(std::vector<uint8_t>& buffer, ncclDataType_t t, size_t i, int v) {
     case ncclUint32: store(static_cast<uint32_t>(v)); break;
     case ncclInt64: store(static_cast<int64_t>(v)); break;
     case ncclUint64: store(static_cast<uint64_t>(v)); break;
-    case ncclFloat16: store(halfOf(v)); break;
+    case ncclFloat16: store(smallFloatBits(v, 15, 10)); break;
     case ncclFloat32: store(static_cast<float>(v)); break;
     case ncclFloat64: store(static_cast<double>(v)); break;
     case ncclBfloat16: store(bfloat16Of(v)); break;
+    case ncclFloat8e4m3: store(static_cast<uint8_t>(smallFloatBits(v, 7, 3))); break;
+    case ncclFloat8e5m2: store(static_cast<uint8_t>(smallFloatBits(v, 15, 2))); break;
     default: break;
   }
 }
 
 std::vector<uint8_t> filled(ncclDataType_t t, size_t count, int rank) {
   std::vector<uint8_t> b(count * sizeOf(t));
-  for (size_t i = 0; i < count; ++i) put(b, t, i, value(rank, i));
+  for (size_t i = 0; i < count; ++i) put(b, t, i, value(t, rank, i));
   return b;
 }
 
-const ncclDataType_t kTypes[] = {ncclInt8,   ncclUint8,   ncclInt32,   ncclUint32,  ncclInt64,
-                                 ncclUint64, ncclFloat16, ncclFloat32, ncclFloat64, ncclBfloat16};
+const ncclDataType_t kTypes[] = {ncclInt8,    ncclUint8,    ncclInt32,      ncclUint32,
+                                 ncclInt64,   ncclUint64,   ncclFloat16,    ncclFloat32,
+                                 ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
 
 std::string lastError(ncclComm_t comm) {
   const char* text = ncclGetLastError(comm);
@@ -108,8 +123,12 @@ TEST_F(Threads, AllReduceEveryTypeSumAndMax) {
       std::vector<uint8_t> want(kCount * sizeOf(t));
       for (size_t i = 0; i < kCount; ++i) {
         int total = 0;
-        for (int r = 0; r < kRanks; ++r) total += value(r, i);
-        put(want, t, i, op == ncclSum ? total : value(kRanks - 1, i));
+        int largest = 0;
+        for (int r = 0; r < kRanks; ++r) {
+          total += value(t, r, i);
+          largest = std::max(largest, value(t, r, i));
+        }
+        put(want, t, i, op == ncclSum ? total : largest);
       }
       for (int r = 0; r < kRanks; ++r)
         EXPECT_EQ(recv[r], want) << "type " << t << " op " << op << " rank " << r;
@@ -127,7 +146,8 @@ TEST_F(Threads, EveryCollectiveMatchesItsReference) {
   auto reset = [&](size_t sendCount, size_t recvCount) {
     for (int r = 0; r < kRanks; ++r) {
       send[r].assign(sendCount, 0);
-      for (size_t i = 0; i < sendCount; ++i) send[r][i] = value(r, i) + 100 * static_cast<int>(i);
+      for (size_t i = 0; i < sendCount; ++i)
+        send[r][i] = value(ncclInt32, r, i) + 100 * static_cast<int>(i);
       recv[r].assign(recvCount, -7);
     }
   };
@@ -244,7 +264,7 @@ TEST_F(Threads, CommSplitQueriesAndManagement) {
                                        ncclScalarHostImmediate, comms_[r]),
               ncclSuccess)
         << lastError(comms_[r]);
-    for (int i = 0; i < 8; ++i) in[r][i] = static_cast<float>(value(r, i));
+    for (int i = 0; i < 8; ++i) in[r][i] = static_cast<float>(value(ncclFloat32, r, i));
   }
   ASSERT_EQ(ncclGroupStart(), ncclSuccess);
   for (int r = 0; r < kRanks; ++r)
@@ -252,14 +272,14 @@ TEST_F(Threads, CommSplitQueriesAndManagement) {
   ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << lastError(nullptr);
   for (int i = 0; i < 8; ++i) {
     float want = 0;
-    for (int k = 0; k < kRanks; ++k) want += static_cast<float>((k + 2) * value(k, i));
+    for (int k = 0; k < kRanks; ++k) want += static_cast<float>((k + 2) * value(ncclFloat32, k, i));
     for (int r = 0; r < kRanks; ++r) EXPECT_EQ(out[r][i], want) << "rank " << r << " element " << i;
   }
   for (int r = 0; r < kRanks; ++r) EXPECT_EQ(ncclRedOpDestroy(premul[r], comms_[r]), ncclSuccess);
-  // fp8 is refused by name.
-  EXPECT_EQ(ncclAllReduce(data.data(), data.data(), 8, ncclFloat8e4m3, ncclSum, comms_[0], nullptr),
+  // A datatype beyond nccl.h's is refused by number.
+  EXPECT_EQ(ncclAllReduce(data.data(), data.data(), 8, ncclNumTypes, ncclSum, comms_[0], nullptr),
             ncclInvalidArgument);
-  EXPECT_NE(lastError(comms_[0]).find("datatype 10"), std::string::npos) << lastError(comms_[0]);
+  EXPECT_NE(lastError(comms_[0]).find("datatype 12"), std::string::npos) << lastError(comms_[0]);
   int version = 0;
   ASSERT_EQ(ncclGetVersion(&version), ncclSuccess);
   EXPECT_EQ(version, NCCL_VERSION_CODE);
@@ -279,18 +299,20 @@ TEST(Processes, AllReduceAllGatherAndSplit) {
     ncclComm_t comm = nullptr;
     if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) _exit(10);
     std::vector<float> send(kCount), recv(kCount, -1), gathered(kCount * n, -1);
-    for (size_t i = 0; i < kCount; ++i) send[i] = static_cast<float>(value(rank, i));
+    for (size_t i = 0; i < kCount; ++i) send[i] = static_cast<float>(value(ncclFloat32, rank, i));
     if (ncclAllReduce(send.data(), recv.data(), kCount, ncclFloat32, ncclSum, comm, nullptr) !=
         ncclSuccess)
       _exit(11);
     for (size_t i = 0; i < kCount; ++i)
-      if (recv[i] != static_cast<float>(value(0, i) + value(1, i) + value(2, i))) _exit(12);
+      if (recv[i] != static_cast<float>(value(ncclFloat32, 0, i) + value(ncclFloat32, 1, i) +
+                                        value(ncclFloat32, 2, i)))
+        _exit(12);
     if (ncclAllGather(send.data(), gathered.data(), kCount, ncclFloat32, comm, nullptr) !=
         ncclSuccess)
       _exit(13);
     for (int b = 0; b < n; ++b)
       for (size_t i = 0; i < kCount; ++i)
-        if (gathered[b * kCount + i] != static_cast<float>(value(b, i))) _exit(14);
+        if (gathered[b * kCount + i] != static_cast<float>(value(ncclFloat32, b, i))) _exit(14);
     ncclComm_t child = nullptr;  // ranks 0 and 2 together, rank 1 alone
     if (ncclCommSplit(comm, rank == 1 ? NCCL_SPLIT_NOCOLOR : 0, -rank, &child, nullptr) !=
         ncclSuccess)
