@@ -37,6 +37,8 @@ static_assert(same(ncclInt8, braidInt8) && same(ncclUint8, braidUint8) &&
 static_assert(same(ncclSum, braidSum) && same(ncclProd, braidProd) && same(ncclMax, braidMax) &&
               same(ncclMin, braidMin) && same(ncclAvg, braidAvg));
 static_assert(NCCL_SPLIT_NOCOLOR == BRAID_SPLIT_NOCOLOR);
+static_assert(NCCL_SHRINK_DEFAULT == BRAID_SHRINK_DEFAULT &&
+              NCCL_SHRINK_ABORT == BRAID_SHRINK_ABORT);
 static_assert(same(ncclScalarDevice, braidScalarDevice) &&
               same(ncclScalarHostImmediate, braidScalarHostImmediate));
 
@@ -158,10 +160,12 @@ SHIM_API ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t
   });
 }
 
-SHIM_API ncclResult_t ncclCommShrink(ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int) {
-  return refuse(ncclInvalidUsage,
-                "ncclCommShrink: braid cannot shrink a communicator yet (its survivors would need "
-                "a rendezvous without the excluded ranks); make a new communicator instead");
+SHIM_API ncclResult_t ncclCommShrink(ncclComm_t c, int* excludeRanksList, int excludeRanksCount,
+                                     ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+  return withConfig(config, [&](braidConfig_t* b) {
+    return braidCommShrink(comm(c), excludeRanksList, excludeRanksCount, comms(newcomm), b,
+                           shrinkFlags);
+  });
 }
 
 SHIM_API const char* ncclGetErrorString(ncclResult_t r) {

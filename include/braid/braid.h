@@ -138,6 +138,17 @@ braidResult_t braidCommInitFromEnv(braidComm_t* comm, braidConfig_t* config);
 braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* newcomm,
                              braidConfig_t* config);
 
+/* Makes a communicator of the ranks of `comm` not in excludeRanksList (ranks keep their order):
+ * every rank that is not excluded calls it, the excluded ones do not (they may be dead). With
+ * BRAID_SHRINK_ABORT the operations in flight on `comm` end first and `comm` is marked failed, for
+ * recovery after a peer failed; with BRAID_SHRINK_DEFAULT none may be in flight. config NULL: the
+ * new communicator inherits comm's configuration. One thread that drives several communicators
+ * shrinks them inside braidGroupStart/End. */
+#define BRAID_SHRINK_DEFAULT 0x00
+#define BRAID_SHRINK_ABORT 0x01
+braidResult_t braidCommShrink(braidComm_t comm, int* excludeRanksList, int excludeRanksCount,
+                              braidComm_t* newcomm, braidConfig_t* config, int shrinkFlags);
+
 /* Like braidCommInitRankConfig with nId unique ids, as nccl.h's scalable init: every rank passes
  * the same ids in the same order. braid's root serves any number of ranks, so the first id's root
  * serves them all; the others' roots see no rank and exit at their timeout. */

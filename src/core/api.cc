@@ -231,40 +231,58 @@ struct PendingSplit {
   braidComm* parent;
   int color;
   int key;
-  braidComm_t* newcomm;
   std::optional<braidConfig_t> config;
+};
+
+struct PendingShrink {
+  braidComm* parent;
+  std::vector<int> excluded;
+  std::optional<braidConfig_t> config;
+  int flags;
+};
+
+// A communicator made from a parent (braidCommSplit, braidCommShrink), made at once or at the end
+// of the group.
+struct PendingChild {
+  braidComm* parent;
+  braidComm_t* newcomm;
+  std::function<braidComm*()> make;
 };
 
 struct GroupState {
   int depth = 0;
   std::vector<std::pair<braidComm*, std::pair<CollArgs, braidStream_t>>> ops;
   std::vector<PendingInit> inits;
-  std::vector<PendingSplit> splits;
+  std::vector<PendingChild> children;
 };
 thread_local GroupState tGroup;
-
-braidComm* splitComm(const PendingSplit& split);
 
 void initializeAll(std::vector<PendingInit>& inits) {
   braid::runTogether(inits.size(), [&](size_t i) { inits[i].comm->initialize(inits[i].id); });
   for (auto& init : inits) init.comm->waitReady();  // throws the first failure
 }
 
-// The splits of a group run together: each parent's ranks exchange colors over the bootstrap,
-// so one thread's splits of several ranks must progress at once.
-void splitAll(std::vector<PendingSplit>& splits) {
+// The children of a group are made together: each parent's ranks meet over the bootstrap, so one
+// thread's splits or shrinks of several ranks must progress at once.
+void makeChildren(std::vector<PendingChild>& children) {
   runTogetherPerComm(
-      splits.size(), [&](size_t i) { return splits[i].parent; },
-      [&](size_t i) { *splits[i].newcomm = splitComm(splits[i]); });
+      children.size(), [&](size_t i) { return children[i].parent; },
+      [&](size_t i) { *children[i].newcomm = children[i].make(); });
+}
+
+// Outside a group the child is made now; inside, at the group's end.
+void addChild(PendingChild child) {
+  if (tGroup.depth > 0) return tGroup.children.push_back(std::move(child));
+  *child.newcomm = child.make();
 }
 
 void endGroup() {
   std::vector<PendingInit> inits = std::move(tGroup.inits);
-  std::vector<PendingSplit> splits = std::move(tGroup.splits);
+  std::vector<PendingChild> children = std::move(tGroup.children);
   auto ops = std::move(tGroup.ops);
   tGroup = GroupState{};
   initializeAll(inits);
-  splitAll(splits);
+  makeChildren(children);
 
   std::vector<Batch> now, queued;
   for (auto& [comm, op] : ops) {
@@ -372,6 +390,21 @@ braidResult_t initRank(braidComm_t* out, int nranks, const braidUniqueId& commId
   return result == braidSuccess && started ? braidInProgress : result;
 }
 
+// A communicator of `members` (ranks of `parent` in their new order, the caller's among them),
+// configured by `config` or else like the parent.
+braidComm* initChild(const braidComm& parent, const std::vector<int>& members,
+                     const std::optional<braidConfig_t>& config, const braid::BootstrapId& id) {
+  const int newRank =
+      static_cast<int>(std::find(members.begin(), members.end(), parent.rank()) - members.begin());
+  bool blocking = true;
+  CommOptions options = parent.options();
+  if (config) options = optionsFrom(&*config, newRank, &blocking);
+  auto child = std::make_unique<braidComm>(newRank, static_cast<int>(members.size()), options);
+  child->initialize(id);
+  child->waitReady();
+  return child.release();
+}
+
 // braidCommSplit on one rank: gathers every rank's color and key over the parent's bootstrap; the
 // first rank of each color (by key, then parent rank) makes the new communicator's id and a
 // second exchange hands it to the others; then the new communicator initializes.
@@ -396,15 +429,20 @@ braidComm* splitComm(const PendingSplit& split) {
   parent->allGatherOutOfBand(ids.data(), sizeof(braidUniqueId));
   if (split.color == BRAID_SPLIT_NOCOLOR) return nullptr;
 
-  const int newRank =
-      static_cast<int>(std::find(members.begin(), members.end(), parent->rank()) - members.begin());
-  bool blocking = true;
-  CommOptions options = parent->options();
-  if (split.config) options = optionsFrom(&*split.config, newRank, &blocking);
-  auto child = std::make_unique<braidComm>(newRank, static_cast<int>(members.size()), options);
-  child->initialize(braid::BootstrapId::decode(ids[members.front()]));
-  child->waitReady();
-  return child.release();
+  return initChild(*parent, members, split.config,
+                   braid::BootstrapId::decode(ids[members.front()]));
+}
+
+// braidCommShrink on one rank: the survivors derive the new communicator's id each on its own
+// (Bootstrap::shrunkId), so the excluded ranks take no part.
+braidComm* shrinkComm(const PendingShrink& shrink) {
+  braidComm* parent = shrink.parent;
+  if ((shrink.flags & BRAID_SHRINK_ABORT) != 0) parent->abort("braidCommShrink");
+  std::vector<int> survivors;
+  for (int r = 0; r < parent->nranks(); ++r)
+    if (std::find(shrink.excluded.begin(), shrink.excluded.end(), r) == shrink.excluded.end())
+      survivors.push_back(r);
+  return initChild(*parent, survivors, shrink.config, parent->shrunkId(survivors));
 }
 
 // ---- AlltoAll, Gather, Scatter: groups of sends and receives, as NCCL builds them --------------
@@ -589,10 +627,52 @@ braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* 
            comm->rank(), color);
     bool blocking = true;
     if (config != nullptr) optionsFrom(config, comm->rank(), &blocking);  // refuse a bad one now
-    PendingSplit split{comm, color, key, newcomm,
+    PendingSplit split{comm, color, key,
                        config ? std::optional<braidConfig_t>(*config) : std::nullopt};
-    if (tGroup.depth > 0) return tGroup.splits.push_back(split);
-    *newcomm = splitComm(split);
+    addChild({comm, newcomm, [split] { return splitComm(split); }});
+  });
+}
+
+braidResult_t braidCommShrink(braidComm_t comm, int* excludeRanksList, int excludeRanksCount,
+                              braidComm_t* newcomm, braidConfig_t* config, int shrinkFlags) {
+  return guarded(comm, [&] {
+    checkComm(comm, "braidCommShrink");
+    const int rank = comm->rank(), n = comm->nranks();
+    if (newcomm == nullptr)
+      fail(braidInvalidArgument, "braidCommShrink on rank {}: newcomm is NULL", rank);
+    *newcomm = nullptr;
+    if (excludeRanksCount < 0 || (excludeRanksCount > 0 && excludeRanksList == nullptr))
+      fail(braidInvalidArgument,
+           "braidCommShrink on rank {}: excludeRanksCount {} with excludeRanksList {} (expected a "
+           "count >= 0, and a list when it is not 0)",
+           rank, excludeRanksCount, static_cast<void*>(excludeRanksList));
+    if (shrinkFlags != BRAID_SHRINK_DEFAULT && shrinkFlags != BRAID_SHRINK_ABORT)
+      fail(braidInvalidArgument,
+           "braidCommShrink on rank {}: shrinkFlags {} (expected BRAID_SHRINK_DEFAULT or "
+           "BRAID_SHRINK_ABORT)",
+           rank, shrinkFlags);
+    PendingShrink shrink{
+        comm, {}, config ? std::optional<braidConfig_t>(*config) : std::nullopt, shrinkFlags};
+    for (int i = 0; i < excludeRanksCount; ++i) {
+      const int excluded = excludeRanksList[i];
+      if (excluded < 0 || excluded >= n)
+        fail(braidInvalidArgument,
+             "braidCommShrink on rank {}: excludeRanksList[{}] is {} (expected a rank in 0..{})",
+             rank, i, excluded, n - 1);
+      if (excluded == rank)
+        fail(braidInvalidArgument,
+             "braidCommShrink on rank {}: excludeRanksList[{}] is this rank (excluded ranks do "
+             "not call braidCommShrink)",
+             rank, i);
+      if (std::find(shrink.excluded.begin(), shrink.excluded.end(), excluded) !=
+          shrink.excluded.end())
+        fail(braidInvalidArgument,
+             "braidCommShrink on rank {}: excludeRanksList[{}] repeats rank {}", rank, i, excluded);
+      shrink.excluded.push_back(excluded);
+    }
+    bool blocking = true;
+    if (config != nullptr) optionsFrom(config, rank, &blocking);  // refuse a bad one now
+    addChild({comm, newcomm, [shrink] { return shrinkComm(shrink); }});
   });
 }
 
@@ -915,7 +995,7 @@ braidResult_t braidGroupSimulateEnd(braidSimInfo_t* simInfo) {
     if (--tGroup.depth > 0) return;
     GroupState group = std::move(tGroup);
     tGroup = GroupState{};
-    if (!group.inits.empty() || !group.splits.empty())
+    if (!group.inits.empty() || !group.children.empty())
       fail(braidInvalidUsage,
            "braidGroupSimulateEnd: the group creates communicators (expected a group of "
            "operations only)");

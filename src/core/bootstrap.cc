@@ -1,5 +1,6 @@
 #include "core/bootstrap.h"
 
+#include <fmt/ranges.h>
 #include <poll.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -695,7 +696,7 @@ class RingBootstrap final : public Bootstrap {
  public:
   RingBootstrap(const BootstrapId& id, int rank, int nranks, const std::string& localInfo,
                 Clock::time_point deadline)
-      : self_(fmt::format("bootstrap rank {} of {}", rank, nranks)) {
+      : self_(fmt::format("bootstrap rank {} of {}", rank, nranks)), id_(id) {
     rank_ = rank;
     nranks_ = nranks;
     if (nranks == 1 && id.rootHostedByRank0) {  // nobody to meet and no root to serve
@@ -703,8 +704,8 @@ class RingBootstrap final : public Bootstrap {
       return;
     }
     if (id.rootHostedByRank0 && rank == 0) ensureRootService(id, self_);
-    Socket listener = rendezvous(id, localInfo, deadline);
-    if (nranks > 1) formRing(std::move(listener), id, deadline);
+    listener_ = rendezvous(id, localInfo, deadline);
+    if (nranks > 1) formRing(id, deadline);
     BRAID_INFO(log::kBootstrap, "{}: joined at {}", self_,
                nranks > 1 ? listenAddresses_[rank].toString() : std::string("-"));
   }
@@ -743,6 +744,25 @@ class RingBootstrap final : public Bootstrap {
   void barrier(Clock::time_point deadline) override {
     std::vector<char> tokens(nranks_);
     allGather(tokens.data(), 1, deadline);
+  }
+
+  BootstrapId shrunkId(const std::vector<int>& survivors, uint64_t ordinal) override {
+    if (survivors.size() == 1) return startRootInThisProcess();  // nobody to meet
+    BootstrapId id = id_;
+    const SocketAddress& first = listenAddresses_[survivors.front()];
+    id.host = first.host();
+    id.port = first.port();
+    id.rootHostedByRank0 = false;
+    deriveBytes(
+        fmt::format("{}|shrink {}|{}", keyName(id_.key), ordinal, fmt::join(survivors, ",")),
+        id.key.data(), id.key.size());
+    if (survivors.front() == rank_) {
+      startRootThread(listener_.duplicate(), id.secret,
+                      Clock::now() + milliseconds(param::TimeoutMs()), id.key);
+    }
+    BRAID_INFO(log::kBootstrap, "{}: shrink {} to ranks {}: communicator {}, root at {}", self_,
+               ordinal, fmt::join(survivors, ","), keyName(id.key), first.toString());
+    return id;
   }
 
  private:
@@ -791,14 +811,14 @@ class RingBootstrap final : public Bootstrap {
   }
 
   // Connects to the next rank's listener and accepts the previous rank on this one.
-  void formRing(Socket listener, const BootstrapId& id, Clock::time_point deadline) {
+  void formRing(const BootstrapId& id, Clock::time_point deadline) {
     const int next = (rank_ + 1) % nranks_;
     const int prev = (rank_ + nranks_ - 1) % nranks_;
     const std::string activity = self_ + ": forming the bootstrap ring";
     next_ = Socket::connect(listenAddresses_[next], rankName(next), deadline, activity);
     std::string hello = encodeHello(kRingHello, rank_, nranks_, id, "");
     next_.sendAll(hello.data(), hello.size(), deadline, activity);
-    Gatekeeper gate(std::move(listener), id.secret,
+    Gatekeeper gate(listener_.duplicate(), id.secret,
                     fmt::format("{} listener at {}", self_, listenAddresses_[rank_].toString()));
     for (;;) {
       std::optional<Admitted> a = gate.admit(deadline);
@@ -821,6 +841,8 @@ class RingBootstrap final : public Bootstrap {
   }
 
   std::string self_;  // how errors name this rank
+  const BootstrapId id_;
+  Socket listener_;  // kept after the ring formed: the root of a shrink (shrunkId)
   std::vector<SocketAddress> listenAddresses_;
   Socket next_;
   Socket prev_;

@@ -87,6 +87,14 @@ class Bootstrap {
   virtual void allGather(void* data, size_t bytes, Clock::time_point deadline) = 0;
   virtual void barrier(Clock::time_point deadline) = 0;
 
+  // braidCommShrink: the id of a communicator of `survivors` (ranks of this one, ascending, this
+  // rank among them). Every survivor derives the same id with no exchange, so the excluded ranks
+  // (dead ones too) take no part: the root is the first survivor's bootstrap listener, kept open
+  // for this since the ring formed, and the key is derived from this communicator's key, the
+  // survivors and `ordinal` (which shrink of this communicator it is). The first survivor starts
+  // that root; a survivor that derived another key is refused by it, naming both.
+  virtual BootstrapId shrunkId(const std::vector<int>& survivors, uint64_t ordinal) = 0;
+
  protected:
   int rank_ = 0;
   int nranks_ = 0;

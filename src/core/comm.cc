@@ -497,6 +497,12 @@ void braidComm::allGatherOutOfBand(void* data, size_t bytes) {
   bootstrap_->allGather(data, bytes, deadlineFromNow());
 }
 
+braid::BootstrapId braidComm::shrunkId(const std::vector<int>& survivors) {
+  waitReady();
+  std::lock_guard<std::mutex> lock(opMutex_);
+  return bootstrap_->shrunkId(survivors, ++shrinks_);
+}
+
 void* braidComm::registerBuffer(void* buff, size_t size, bool window) {
   std::lock_guard<std::mutex> lock(registrationsMutex_);
   registrations_.push_back(std::make_unique<Registration>(Registration{buff, size, window}));

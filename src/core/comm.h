@@ -47,6 +47,8 @@ struct braidComm : public braid::Watchdog {
   // management such as braidCommSplit); every rank calls it. data holds nranks slices, this
   // rank's filled.
   void allGatherOutOfBand(void* data, size_t bytes);
+  // The id of the communicator of `survivors` (braidCommShrink; see Bootstrap::shrunkId).
+  braid::BootstrapId shrunkId(const std::vector<int>& survivors);
 
   // Runs one collective or one batch of send/recv to completion on the calling thread.
   void run(const braid::CollArgs& args);
@@ -117,6 +119,7 @@ struct braidComm : public braid::Watchdog {
 
   std::mutex opMutex_;  // operations of one communicator run one at a time
   uint64_t opSeq_ = 0;
+  uint64_t shrinks_ = 0;  // under opMutex_
   uint64_t collectives_ =
       0;  // collectives run (not send/recv): the number every slot is tagged with
   const char* opName_ = "";

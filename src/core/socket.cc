@@ -442,6 +442,12 @@ Socket Socket::acceptPending() {
   return Socket(fd, SocketAddress(reinterpret_cast<sockaddr*>(&peer), len).toString());
 }
 
+Socket Socket::duplicate() const {
+  int fd = ::fcntl(fd_, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) failErrno(braidSystemError, "duplicating the socket to " + peerName_, errno);
+  return Socket(fd, peerName_);
+}
+
 SocketAddress Socket::localAddress() const {
   sockaddr_storage a{};
   socklen_t len = sizeof a;

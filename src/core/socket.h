@@ -98,6 +98,8 @@ class Socket {
                         Clock::time_point deadline, const std::string& activity);
   // One connection waiting on this listener, or an invalid Socket if none is; never waits.
   Socket acceptPending();
+  // Another descriptor of this socket: a listener that several servers use in turn.
+  Socket duplicate() const;
 
   SocketAddress localAddress() const;
 

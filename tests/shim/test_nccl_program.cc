@@ -222,6 +222,35 @@ TEST_F(Threads, EveryCollectiveMatchesItsReference) {
   for (int r = 0; r < kRanks; ++r) ASSERT_EQ(recv[r], send[(r + kRanks - 1) % kRanks]);
 }
 
+// ncclCommShrink: ranks 0, 1 and 3 go on without rank 2, in their order.
+TEST_F(Threads, CommShrinkLeavesTheExcludedRankOut) {
+  ncclComm_t children[kRanks] = {};
+  int excluded[] = {2};
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.commName = "shrunk";
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r : {0, 1, 3})
+    ncclCommShrink(comms_[r], excluded, 1, &children[r], &config, NCCL_SHRINK_DEFAULT);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << lastError(nullptr);
+  std::vector<float> data[kRanks];
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r : {0, 1, 3}) {
+    int count = 0, rank = -1;
+    ASSERT_EQ(ncclCommCount(children[r], &count), ncclSuccess);
+    ASSERT_EQ(ncclCommUserRank(children[r], &rank), ncclSuccess);
+    EXPECT_EQ(count, 3);
+    EXPECT_EQ(rank, r == 3 ? 2 : r);
+    data[r].assign(kCount, static_cast<float>(r + 1));
+    ncclAllReduce(data[r].data(), data[r].data(), kCount, ncclFloat32, ncclSum, children[r],
+                  nullptr);
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << lastError(nullptr);
+  for (int r : {0, 1, 3}) {
+    EXPECT_EQ(data[r], std::vector<float>(kCount, 1 + 2 + 4)) << "rank " << r;
+    EXPECT_EQ(ncclCommDestroy(children[r]), ncclSuccess);
+  }
+}
+
 TEST_F(Threads, CommSplitQueriesAndManagement) {
   ncclComm_t children[kRanks] = {};
   ASSERT_EQ(ncclGroupStart(), ncclSuccess);
