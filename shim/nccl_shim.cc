@@ -81,9 +81,10 @@ braidUniqueId id(const ncclUniqueId& u) {
   ((config)->size >= offsetof(ncclConfig_t, field) + sizeof((config)->field))
 
 // ncclConfig_t to braid's. Layouts of older nccl.h versions are shorter: only the fields inside the
-// caller's `size` are read. Honoured: blocking, commName. The others tune NCCL's GPU kernels and
-// network plug-ins (CTAs, CGA clusters, NVLS, CollNet, traffic class, resource sharing of split
-// communicators) and mean nothing for braid's CPU communicators yet (docs/shim.md).
+// caller's `size` are read. Honoured: blocking, commName, minCTAs and maxCTAs (a CTA runs a
+// channel: the planner's channel bounds), netName. The others tune NCCL's GPU kernels and network
+// plug-ins (CGA clusters, NVLS, CollNet, traffic class, resource sharing of split communicators)
+// and mean nothing for braid's CPU communicators yet (docs/shim.md).
 ncclResult_t translate(const ncclConfig_t* in, braidConfig_t* out, bool* given) {
   *out = BRAID_CONFIG_INITIALIZER;
   *given = in != nullptr;
@@ -93,6 +94,9 @@ ncclResult_t translate(const ncclConfig_t* in, braidConfig_t* out, bool* given) 
                   "config was not initialized with NCCL_CONFIG_INITIALIZER (bad magic or size)");
   if (HAS_FIELD(in, blocking)) out->blocking = in->blocking;
   if (HAS_FIELD(in, commName)) out->commName = in->commName;
+  if (HAS_FIELD(in, minCTAs)) out->minChannels = in->minCTAs;
+  if (HAS_FIELD(in, maxCTAs)) out->maxChannels = in->maxCTAs;
+  if (HAS_FIELD(in, netName)) out->netName = in->netName;
   return ncclSuccess;
 }
 

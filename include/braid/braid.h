@@ -93,13 +93,17 @@ typedef struct braidConfig_v1 {
   const char* commName; /* shown in logs and errors */
   int timeoutMs;        /* braid: per-operation timeout; default BRAID_TIMEOUT (ms) */
   const char* device;   /* braid: "cpu" or "cuda"; default BRAID_DEVICE */
+  int minChannels;      /* fewest channels (rings) the planner makes; default BRAID_MIN_NCHANNELS */
+  int maxChannels;      /* most channels the planner makes; default BRAID_MAX_NCHANNELS */
+  const char* netName;  /* the network between hosts: "Socket" (TCP, the default) */
 } braidConfig_t;
 
 #define BRAID_CONFIG_MAGIC 0xb4a1dc0fu
 #define BRAID_CONFIG_INITIALIZER                                                           \
   {                                                                                        \
     sizeof(braidConfig_t), BRAID_CONFIG_MAGIC, BRAID_VERSION_CODE, BRAID_CONFIG_UNDEF_INT, \
-        BRAID_CONFIG_UNDEF_PTR, BRAID_CONFIG_UNDEF_INT, BRAID_CONFIG_UNDEF_PTR             \
+        BRAID_CONFIG_UNDEF_PTR, BRAID_CONFIG_UNDEF_INT, BRAID_CONFIG_UNDEF_PTR,            \
+        BRAID_CONFIG_UNDEF_INT, BRAID_CONFIG_UNDEF_INT, BRAID_CONFIG_UNDEF_PTR             \
   }
 
 /* nccl.h's PreMulSum: an operator of one communicator and datatype that multiplies each rank's

@@ -1,5 +1,6 @@
 // The C API: argument checks, group calls, streams, and the one place where braid::Error turns
 // into a result code and a last-error sentence.
+#include <strings.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -329,7 +330,10 @@ braidResult_t enqueue(const CollArgs& args, braidComm* comm, braidStream_t strea
 CommOptions optionsFrom(const braidConfig_t* config, int rank, bool* blocking) {
   CommOptions options;
   options.timeoutMs = static_cast<int>(braid::param::TimeoutMs());
+  options.minChannels = static_cast<int>(braid::param::MinNChannels());
+  options.maxChannels = static_cast<int>(braid::param::MaxNChannels());
   std::string device = braid::param::Device();
+  std::string channelsFrom = "BRAID_MIN_NCHANNELS and BRAID_MAX_NCHANNELS";
   *blocking = true;
   if (config != nullptr) {
     if (config->magic != BRAID_CONFIG_MAGIC || config->size < sizeof(braidConfig_t))
@@ -341,9 +345,22 @@ CommOptions optionsFrom(const braidConfig_t* config, int rank, bool* blocking) {
     if (config->commName != nullptr) options.name = config->commName;
     if (config->timeoutMs != BRAID_CONFIG_UNDEF_INT) options.timeoutMs = config->timeoutMs;
     if (config->device != nullptr) device = config->device;
+    if (config->minChannels != BRAID_CONFIG_UNDEF_INT) options.minChannels = config->minChannels;
+    if (config->maxChannels != BRAID_CONFIG_UNDEF_INT) options.maxChannels = config->maxChannels;
+    if (config->minChannels != BRAID_CONFIG_UNDEF_INT ||
+        config->maxChannels != BRAID_CONFIG_UNDEF_INT)
+      channelsFrom = "config minChannels and maxChannels";
+    // braid's one network between hosts is TCP, which NCCL names "Socket".
+    if (config->netName != nullptr && strcasecmp(config->netName, "Socket") != 0)
+      fail(braidInvalidArgument,
+           "rank {}: config netName '{}' is not a network braid has (expected \"Socket\": TCP)",
+           rank, config->netName);
   }
   if (options.timeoutMs <= 0)
     fail(braidInvalidArgument, "rank {}: timeout {} ms is not positive", rank, options.timeoutMs);
+  if (options.minChannels < 1 || options.maxChannels < options.minChannels)
+    fail(braidInvalidArgument, "rank {}: {} are {} and {}: expected 1 <= min <= max", rank,
+         channelsFrom, options.minChannels, options.maxChannels);
   if (device == "cuda")
     fail(braidInvalidUsage,
          "rank {}: device 'cuda' was requested but CUDA communicators are not available in this "

@@ -216,12 +216,8 @@ void braidComm::planRings(const braid::FifoGeometry& geometry) {
     plan_ = plan::fromJson(readPlanFile(planFile), planGraph_, planFile);
   } else {
     plan::SearchOptions options;
-    options.minChannels = static_cast<int>(braid::param::MinNChannels());
-    options.maxChannels = static_cast<int>(braid::param::MaxNChannels());
-    if (options.minChannels < 1 || options.maxChannels < options.minChannels)
-      fail(braidInvalidArgument,
-           "rank {}: BRAID_MIN_NCHANNELS={} and BRAID_MAX_NCHANNELS={}: expected 1 <= min <= max",
-           rank_, options.minChannels, options.maxChannels);
+    options.minChannels = options_.minChannels;
+    options.maxChannels = options_.maxChannels;
     plan_ = plan::search(planGraph_, options);
   }
   plan::validate(planGraph_, plan_);

@@ -26,6 +26,8 @@
 struct CommOptions {
   int timeoutMs = 0;
   std::string name;
+  int minChannels = 1;  // bounds of the planner's channel count
+  int maxChannels = 1;
 };
 
 struct braidComm : public braid::Watchdog {

@@ -228,6 +228,15 @@ TEST_F(Threads, CommShrinkLeavesTheExcludedRankOut) {
   int excluded[] = {2};
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.commName = "shrunk";
+  config.minCTAs = 2;  // channel bounds of braid's planner
+  config.maxCTAs = 2;
+  // A network braid does not have is refused at once, by name.
+  config.netName = "IB";
+  ncclComm_t refused = nullptr;
+  EXPECT_EQ(ncclCommShrink(comms_[0], excluded, 1, &refused, &config, NCCL_SHRINK_DEFAULT),
+            ncclInvalidArgument);
+  EXPECT_NE(lastError(comms_[0]).find("netName 'IB'"), std::string::npos) << lastError(comms_[0]);
+  config.netName = "Socket";
   ASSERT_EQ(ncclGroupStart(), ncclSuccess);
   for (int r : {0, 1, 3})
     ncclCommShrink(comms_[r], excluded, 1, &children[r], &config, NCCL_SHRINK_DEFAULT);

@@ -1,0 +1,112 @@
+// Communicator configuration beyond blocking and commName: the planner's channel bounds
+// (minChannels/maxChannels, nccl.h's minCTAs/maxCTAs), netName, and their inheritance by split
+// and shrunk communicators. Ranks as threads; the plan is read back with braidCommDescribePlan.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "braid/braid.h"
+
+namespace {
+
+constexpr int kRanks = 3;
+
+// Initializes kRanks communicators on threads, each with `config`; returns each rank's result.
+std::vector<braidResult_t> initAll(braidComm_t (&comms)[kRanks], const braidConfig_t& config) {
+  braidUniqueId id;
+  EXPECT_EQ(braidGetUniqueId(&id), braidSuccess);
+  std::vector<braidResult_t> results(kRanks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r)
+    threads.emplace_back([&, r] {
+      braidConfig_t mine = config;
+      results[r] = braidCommInitRankConfig(&comms[r], kRanks, id, r, &mine);
+    });
+  for (auto& t : threads) t.join();
+  return results;
+}
+
+// "over N channel(s)" from the plan's description.
+int plannedChannels(braidComm_t comm) {
+  const char* text = nullptr;
+  if (braidCommDescribePlan(comm, &text) != braidSuccess) return -1;
+  const std::string plan = text;
+  const size_t at = plan.find(" over ");
+  return at == std::string::npos ? -1 : std::stoi(plan.substr(at + 6));
+}
+
+braidConfig_t channels(int min, int max) {
+  braidConfig_t config = BRAID_CONFIG_INITIALIZER;
+  config.device = "cpu";
+  config.minChannels = min;
+  config.maxChannels = max;
+  return config;
+}
+
+TEST(Config, ChannelBoundsShapeThePlan) {
+  for (int n : {1, 2, 4}) {
+    braidComm_t comms[kRanks] = {};
+    const auto results = initAll(comms, channels(n, n));
+    for (int r = 0; r < kRanks; ++r) {
+      ASSERT_EQ(results[r], braidSuccess) << braidGetLastError(nullptr);
+      EXPECT_EQ(plannedChannels(comms[r]), n) << "rank " << r;
+    }
+    for (braidComm_t c : comms) EXPECT_EQ(braidCommDestroy(c), braidSuccess);
+  }
+}
+
+TEST(Config, SplitAndShrunkCommunicatorsInheritTheBounds) {
+  braidComm_t comms[kRanks] = {};
+  const auto results = initAll(comms, channels(2, 2));
+  for (braidResult_t r : results) ASSERT_EQ(r, braidSuccess);
+  braidComm_t split[kRanks] = {}, shrunk[kRanks] = {};
+  int excluded[] = {1};
+  ASSERT_EQ(braidGroupStart(), braidSuccess);
+  for (int r = 0; r < kRanks; ++r) braidCommSplit(comms[r], 0, r, &split[r], nullptr);
+  ASSERT_EQ(braidGroupEnd(), braidSuccess) << braidGetLastError(nullptr);
+  ASSERT_EQ(braidGroupStart(), braidSuccess);
+  for (int r : {0, 2}) braidCommShrink(comms[r], excluded, 1, &shrunk[r], nullptr, 0);
+  ASSERT_EQ(braidGroupEnd(), braidSuccess) << braidGetLastError(nullptr);
+  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(plannedChannels(split[r]), 2) << "rank " << r;
+  for (int r : {0, 2}) EXPECT_EQ(plannedChannels(shrunk[r]), 2) << "rank " << r;
+  for (braidComm_t c : shrunk) EXPECT_EQ(braidCommDestroy(c), braidSuccess);
+  for (braidComm_t c : split) EXPECT_EQ(braidCommDestroy(c), braidSuccess);
+  for (braidComm_t c : comms) EXPECT_EQ(braidCommDestroy(c), braidSuccess);
+}
+
+TEST(Config, BadBoundsAndUnknownNetworksAreRefusedByName) {
+  struct Bad {
+    braidConfig_t config;
+    std::string expected;
+  };
+  braidConfig_t ib = BRAID_CONFIG_INITIALIZER;
+  ib.netName = "IB";
+  std::vector<Bad> cases = {
+      {channels(3, 2), "config minChannels and maxChannels are 3 and 2: expected 1 <= min <= max"},
+      {channels(0, BRAID_CONFIG_UNDEF_INT), "config minChannels and maxChannels are 0 and"},
+      {ib, "config netName 'IB' is not a network braid has"},
+  };
+  braidUniqueId id;
+  ASSERT_EQ(braidGetUniqueId(&id), braidSuccess);
+  for (Bad& bad : cases) {
+    braidComm_t comm = nullptr;
+    EXPECT_EQ(braidCommInitRankConfig(&comm, 2, id, 0, &bad.config), braidInvalidArgument);
+    EXPECT_NE(std::string(braidGetLastError(nullptr)).find(bad.expected), std::string::npos)
+        << braidGetLastError(nullptr);
+    EXPECT_EQ(comm, nullptr);
+  }
+}
+
+TEST(Config, SocketIsTheNetworkBraidHas) {
+  braidConfig_t config = BRAID_CONFIG_INITIALIZER;
+  config.device = "cpu";
+  config.netName = "socket";  // NCCL's name for TCP, in any case
+  braidComm_t comms[kRanks] = {};
+  for (braidResult_t r : initAll(comms, config)) EXPECT_EQ(r, braidSuccess);
+  for (braidComm_t c : comms) EXPECT_EQ(braidCommDestroy(c), braidSuccess);
+}
+
+}  // namespace
