@@ -1,6 +1,7 @@
 // Shared by the multirank tests: the C type behind each braid dtype, fp16/bf16 conversions written
-// here and fp8 ones in reference/fp8.h (independent of braid), input generators whose reductions are exact in every type, and the
-// reference result of every reduction computed from those generators alone.
+// here and fp8 ones in reference/fp8.h (independent of braid), input generators whose reductions
+// are exact in every type, and the reference result of every reduction computed from those
+// generators alone.
 #pragma once
 
 #include <cmath>
@@ -106,7 +107,11 @@ decltype(auto) visitDtype(braidDataType_t type, F&& f) {
 inline constexpr braidDataType_t kAllDtypes[] = {
     braidInt8,    braidUint8,   braidInt32,   braidUint32,   braidInt64,      braidUint64,
     braidFloat16, braidFloat32, braidFloat64, braidBfloat16, braidFloat8e4m3, braidFloat8e5m2};
-inline constexpr braidRedOp_t kAllOps[] = {braidSum, braidProd, braidMax, braidMin, braidAvg};
+// PreMulSum stands for the operator braidRedOpCreatePreMulSum makes (a different id on every
+// communicator): every rank's input times its premulScalar, summed.
+inline constexpr braidRedOp_t kPreMulSum = static_cast<braidRedOp_t>(braidNumOps);
+inline constexpr braidRedOp_t kAllOps[] = {braidSum, braidProd, braidMax,
+                                           braidMin, braidAvg,  kPreMulSum};
 
 inline const char* dtypeName(braidDataType_t type) {
   static const char* const kNames[] = {"int8",    "uint8",    "int32",   "uint32",
@@ -115,8 +120,8 @@ inline const char* dtypeName(braidDataType_t type) {
   return type >= 0 && type < braidNumTypes ? kNames[type] : "bad-dtype";
 }
 inline const char* opName(braidRedOp_t op) {
-  static const char* const kNames[] = {"sum", "prod", "max", "min", "avg"};
-  return op >= 0 && op < braidNumOps ? kNames[op] : "bad-op";
+  static const char* const kNames[] = {"sum", "prod", "max", "min", "avg", "premulsum"};
+  return op >= 0 && op <= kPreMulSum ? kNames[op] : "bad-op";
 }
 inline size_t dtypeSize(braidDataType_t type) {
   return visitDtype(type, [](auto element) { return sizeof element; });
@@ -192,11 +197,14 @@ std::string formatElement(const T& v) {
 //  MaxMin integers: random full-width values (signedness matters);
 //         floats: random bit patterns, NaN and -0 replaced so max/min are unambiguous (fp8:
 //         also infinity, which the saturating conversion turns into the largest finite value).
+//  PreMulSum  as Sum, each rank's input times premulScalar (1, or -1 for floats and 3 for
+//         integers on odd ranks), which keeps every sum as exact as Sum's.
 //  Avg    floats: as Sum; integers: [-15, 15] signed, [0, 31] unsigned, so the sum of 8 ranks
 //         never wraps and only the division rounds (C truncation toward zero).
 enum class InputKind { Data, Sum, Prod, MaxMin, Avg };
 
 constexpr InputKind inputKindFor(braidRedOp_t op) {
+  if (op == kPreMulSum) return InputKind::Sum;
   switch (op) {
     case braidSum: return InputKind::Sum;
     case braidProd: return InputKind::Prod;
@@ -230,6 +238,7 @@ decltype(auto) visitOp(braidRedOp_t op, F&& f) {
     case braidAvg: return f(std::integral_constant<braidRedOp_t, braidAvg>{});
     default: break;
   }
+  if (op == kPreMulSum) return f(std::integral_constant<braidRedOp_t, kPreMulSum>{});
   std::fprintf(stderr, "visitOp: unknown braidRedOp_t %d\n", static_cast<int>(op));
   std::abort();
 }
@@ -347,6 +356,16 @@ T inputValue(uint64_t salt, int rank, size_t index) {
   }
 }
 
+// PreMulSum's scalar of each rank: 1 on even ranks; on odd ones -1 for floats (exact, so the Sum
+// inputs' sums stay exact) and 3 for integers (which wrap, exactly).
+inline int premulFactor(bool isFloat, int rank) {
+  return rank % 2 == 0 ? 1 : isFloat ? -1 : 3;
+}
+template <typename T>
+T premulScalar(int rank) {
+  return fromDouble<T>(premulFactor(kIsFloat<T>, rank));
+}
+
 // The reduction with kOp over ranks 0..nranks-1 of their inputs at `index`. Floats are reduced in
 // integers (steps of the Sum unit, exponents and signs of the Prod factors, order keys) and
 // converted once, so the reference is exact and cheap.
@@ -375,9 +394,12 @@ T referenceReduce(uint64_t salt, int nranks, size_t index) {
     }
     return zero ? fromDouble<T>(negative ? -0.0 : 0.0)
                 : fromDouble<T>(signedPowerOfTwo(negative, exponent));
-  } else if constexpr (kIsFloat<T>) {  // Sum, Avg
+  } else if constexpr (kIsFloat<T>) {  // Sum, Avg, PreMulSum
     int steps = 0;
-    for (int rank = 0; rank < nranks; ++rank) steps += sumSteps<T>(mixBits(salt, rank, index));
+    for (int rank = 0; rank < nranks; ++rank) {
+      const int factor = kOp == kPreMulSum ? premulFactor(true, rank) : 1;
+      steps += factor * sumSteps<T>(mixBits(salt, rank, index));
+    }
     const double exact = steps * kSumUnit<T>;
     if constexpr (kOp != braidAvg) return fromDouble<T>(exact);
     // Avg: the exact sum divided once in the element type (16- and 8-bit floats: in fp32, then
@@ -395,7 +417,8 @@ T referenceReduce(uint64_t salt, int nranks, size_t index) {
   } else {
     uint64_t wrapped = kOp == braidProd ? 1 : 0;  // modulo 2^64, truncated to T's width below
     for (int rank = 0; rank < nranks; ++rank) {
-      const auto v = static_cast<uint64_t>(static_cast<int64_t>(input(rank)));
+      auto v = static_cast<uint64_t>(static_cast<int64_t>(input(rank)));
+      if (kOp == kPreMulSum) v *= static_cast<uint64_t>(premulFactor(false, rank));
       wrapped = kOp == braidProd ? wrapped * v : wrapped + v;
     }
     return static_cast<T>(static_cast<std::make_unsigned_t<T>>(wrapped));

@@ -1,23 +1,30 @@
-// The multirank correctness grid: every collective x dtype x op x in-place/out-of-place x count x
-// nranks, with ranks as threads, as processes, and as communicators of one thread driven through
-// group calls. Before each run every buffer is filled with inputs or poison; after it every element
-// of every buffer (send buffers too) is compared with a reference computed from the input
-// generators of grid_common.h, never by braid.
+// The multirank correctness grid: every collective of nccl.h (braidBroadcast and braidBcast,
+// AlltoAll, Gather and Scatter included) x dtype (fp8 included) x op (PreMulSum included) x
+// in-place/out-of-place x count x nranks, with ranks as threads, as processes, as communicators of
+// one thread driven through group calls, and as communicators made by braidCommSplit. Before each
+// run every buffer is filled with inputs or poison; after it every element of every buffer (send
+// buffers too) is compared with a reference computed from the input generators of grid_common.h,
+// never by braid.
 //
 // One ctest entry per (launch mode, nranks, collective), e.g. .../threads_4ranks_allreduce. What
 // each runs, in this order ("reducing" = allreduce, reducescatter, reduce; count = recvcount for
-// reducescatter, sendcount for allgather):
+// reducescatter, sendcount for allgather, per-peer count for alltoall, gather and scatter):
 //  counts 0, 1, 7, 1031: the full product: every dtype x every op (reducing) x in-place and
-//    out-of-place (sendrecv: out of place) x roots (broadcast: every root; reduce: 0 and
-//    nranks-1) x exchanges (sendrecv: ring to rank+1 and to itself, each inside one group).
+//    out-of-place (sendrecv and alltoall: out of place; bcast: in place) x roots (broadcast and
+//    bcast: every root; reduce, gather, scatter: 0 and nranks-1) x exchanges (sendrecv: ring to
+//    rank+1 and to itself, each inside one group).
 //  count 1 Mi + 3 (beyond the 1 MiB FIFO in every dtype, beyond 4 MiB in 4- and 8-byte ones):
-//    every dtype, in and out of place, roots 0 and nranks-1, ring and self; reducing with sum, and
-//    with prod, max, min and avg for int8, float16 and float32 out of place.
-//  count 4 MiB / element size + 7 (beyond 4 MiB) for int8, uint8, float16 and bfloat16: as
-//    1 Mi + 3, reducing with sum only.
-//  onethread entries (braidCommInitAll; every rank's call inside one group from one thread):
-//    counts 0, 7, 1031 as above with roots 0 and nranks-1, and 1 Mi + 3 for float32 (reducing:
-//    sum) in and out of place.
+//    every dtype (bcast, alltoall, gather, scatter: int8, float16, float32, uint64), in and out
+//    of place, roots 0 and nranks-1, ring and self; reducing with sum, and with prod, max, min,
+//    avg and premulsum for int8, float16 and float32 out of place.
+//  count 4 MiB / element size + 7 (beyond 4 MiB) for int8, uint8, float16 and bfloat16, the
+//    ring collectives and sendrecv: as 1 Mi + 3, reducing with sum only.
+//  onethread entries (braidCommInitAll; every rank's call inside one group from one thread) and
+//    split entries (each rank's communicator split from a world of nranks + 1, whose last rank
+//    takes no color, keys reversing the order): counts 0, 7, 1031 as above with roots 0 and
+//    nranks-1, and 1 Mi + 3 for float32 (reducing: sum) in and out of place.
+// PreMulSum makes its operator on every rank before the call (scalar read at creation on even
+// cases, at the call on odd ones) and destroys it after.
 // Every buffer starts 0 to 7 elements past a 64-byte boundary and lies between 64-byte guards
 // that must stay poisoned.
 #include <gtest/gtest.h>
@@ -26,6 +33,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -36,10 +44,22 @@
 namespace braid_test {
 namespace {
 
-enum class Collective { AllReduce, ReduceScatter, AllGather, Broadcast, Reduce, SendRecv };
-constexpr Collective kAllCollectives[] = {Collective::AllReduce, Collective::ReduceScatter,
-                                          Collective::AllGather, Collective::Broadcast,
-                                          Collective::Reduce,    Collective::SendRecv};
+enum class Collective {
+  AllReduce,
+  ReduceScatter,
+  AllGather,
+  Broadcast,
+  Reduce,
+  SendRecv,
+  Bcast,
+  AlltoAll,
+  Gather,
+  Scatter
+};
+constexpr Collective kAllCollectives[] = {
+    Collective::AllReduce, Collective::ReduceScatter, Collective::AllGather, Collective::Broadcast,
+    Collective::Reduce,    Collective::SendRecv,      Collective::Bcast,     Collective::AlltoAll,
+    Collective::Gather,    Collective::Scatter};
 
 const char* collectiveName(Collective collective) {
   switch (collective) {
@@ -49,6 +69,10 @@ const char* collectiveName(Collective collective) {
     case Collective::Broadcast: return "broadcast";
     case Collective::Reduce: return "reduce";
     case Collective::SendRecv: return "sendrecv";
+    case Collective::Bcast: return "bcast";
+    case Collective::AlltoAll: return "alltoall";
+    case Collective::Gather: return "gather";
+    case Collective::Scatter: return "scatter";
   }
   return "?";
 }
@@ -59,7 +83,15 @@ bool reduces(Collective collective) {
 }
 
 bool hasRoot(Collective collective) {
-  return collective == Collective::Broadcast || collective == Collective::Reduce;
+  return collective == Collective::Broadcast || collective == Collective::Reduce ||
+         collective == Collective::Bcast || collective == Collective::Gather ||
+         collective == Collective::Scatter;
+}
+
+// nccl.h's collectives built from sends and receives, beside the ring ones.
+bool personalized(Collective collective) {
+  return collective == Collective::Bcast || collective == Collective::AlltoAll ||
+         collective == Collective::Gather || collective == Collective::Scatter;
 }
 
 struct GridCase {
@@ -83,7 +115,7 @@ std::string describe(const GridCase& c, int nranks) {
   return text + " nranks=" + std::to_string(nranks);
 }
 
-enum class Coverage { Full, OneThread };
+enum class Coverage { Full, Light };  // Light: the onethread and split entries
 
 constexpr size_t kSmallCounts[] = {0, 1, 7, 1031};
 constexpr size_t kOneThreadSmallCounts[] = {0, 7, 1031};
@@ -94,10 +126,14 @@ constexpr size_t kBeyondFifoBytes = size_t{4} << 20;
 enum class CountClass { Small, Large, BeyondFifo };
 
 // Which ops and placements run at each count (see the top of the file).
-bool covered(Coverage coverage, CountClass countClass, braidDataType_t type, braidRedOp_t op,
-             bool inPlace) {
+bool covered(Coverage coverage, Collective collective, CountClass countClass, braidDataType_t type,
+             braidRedOp_t op, bool inPlace) {
   if (countClass == CountClass::Small) return true;
-  if (coverage == Coverage::OneThread) return type == braidFloat32 && op == braidSum;
+  if (coverage == Coverage::Light) return type == braidFloat32 && op == braidSum;
+  if (personalized(collective)) {
+    return countClass == CountClass::Large && (type == braidInt8 || type == braidFloat16 ||
+                                               type == braidFloat32 || type == braidUint64);
+  }
   if (op == braidSum) return true;
   return countClass == CountClass::Large && !inPlace &&
          (type == braidInt8 || type == braidFloat16 || type == braidFloat32);
@@ -108,20 +144,23 @@ std::vector<GridCase> gridCases(Collective collective, int nranks, Coverage cove
   std::vector<braidRedOp_t> ops = {braidSum};
   if (reduces(collective)) ops.assign(std::begin(kAllOps), std::end(kAllOps));
   std::vector<bool> placements = {false};
-  if (collective != Collective::SendRecv) placements.push_back(true);
+  if (collective == Collective::Bcast) placements = {true};
+  if (collective != Collective::SendRecv && collective != Collective::AlltoAll &&
+      collective != Collective::Bcast)
+    placements.push_back(true);
   std::vector<int> peerShifts = {0};
   if (collective == Collective::SendRecv && nranks > 1) peerShifts = {1, 0};
 
   auto addVariants = [&](CountClass countClass, size_t count, braidDataType_t type) {
     std::vector<int> roots = {0};
     if (hasRoot(collective) && nranks > 1) roots.push_back(nranks - 1);
-    if (collective == Collective::Broadcast && countClass == CountClass::Small &&
-        coverage == Coverage::Full) {
+    if ((collective == Collective::Broadcast || collective == Collective::Bcast) &&
+        countClass == CountClass::Small && coverage == Coverage::Full) {
       for (int root = 1; root < nranks - 1; ++root) roots.push_back(root);
     }
     for (braidRedOp_t op : ops) {
       for (bool inPlace : placements) {
-        if (!covered(coverage, countClass, type, op, inPlace)) continue;
+        if (!covered(coverage, collective, countClass, type, op, inPlace)) continue;
         for (int root : roots) {
           for (int shift : peerShifts) {
             const uint64_t salt = mixBits(0x62726169640aULL, 0, cases.size());
@@ -132,15 +171,14 @@ std::vector<GridCase> gridCases(Collective collective, int nranks, Coverage cove
     }
   };
 
-  const bool oneThread = coverage == Coverage::OneThread;
-  const std::span<const size_t> smallCounts = oneThread
-                                                  ? std::span<const size_t>(kOneThreadSmallCounts)
-                                                  : std::span<const size_t>(kSmallCounts);
+  const bool light = coverage == Coverage::Light;
+  const std::span<const size_t> smallCounts = light ? std::span<const size_t>(kOneThreadSmallCounts)
+                                                    : std::span<const size_t>(kSmallCounts);
   for (size_t count : smallCounts) {
     for (braidDataType_t type : kAllDtypes) addVariants(CountClass::Small, count, type);
   }
   for (braidDataType_t type : kAllDtypes) addVariants(CountClass::Large, kLargeCount, type);
-  if (oneThread) return cases;
+  if (light || personalized(collective)) return cases;
   for (braidDataType_t type : {braidInt8, braidUint8, braidFloat16, braidBfloat16})
     addVariants(CountClass::BeyondFifo, kBeyondFifoBytes / dtypeSize(type) + 7, type);
   return cases;
@@ -184,7 +222,9 @@ RankPlan planFor(const GridCase& c, int rank, int nranks) {
   const size_t count = c.count;
   const size_t all = count * nranks;
   const size_t mine = count * rank;
-  const size_t sendElements = c.collective == Collective::ReduceScatter ? all : count;
+  const bool sendsAll = c.collective == Collective::ReduceScatter ||
+                        c.collective == Collective::AlltoAll || c.collective == Collective::Scatter;
+  const size_t sendElements = sendsAll ? all : count;
   const Segment ownInput = input(rank, 0, sendElements, 0);
   RankPlan plan;
   if (!c.inPlace) {
@@ -244,6 +284,42 @@ RankPlan planFor(const GridCase& c, int rank, int nranks) {
                    count,
                    {poison(0, count)},
                    {input((rank - c.peerShift + nranks) % nranks, 0, count, 0)}};
+      break;
+    case Collective::Bcast:  // one buffer
+      plan.recv = {"buffer",
+                   count,
+                   {rank == c.root ? ownInput : poison(0, count)},
+                   {input(c.root, 0, count, 0)}};
+      break;
+    case Collective::AlltoAll: {  // block p of the result is block `rank` of rank p's input
+      std::vector<Segment> blocks;
+      for (int from = 0; from < nranks; ++from)
+        blocks.push_back(input(from, count * from, count, mine));
+      plan.recv = {"recvbuff", all, {poison(0, all)}, blocks};
+      break;
+    }
+    case Collective::Gather: {
+      std::vector<Segment> gathered;
+      for (int from = 0; from < nranks; ++from)
+        gathered.push_back(input(from, count * from, count, 0));
+      // In place, every rank's input sits at its block of the (root's) receive buffer.
+      std::vector<Segment> before = {poison(0, all)};
+      if (c.inPlace) {
+        before = {poison(0, mine), input(rank, mine, count, 0),
+                  poison(mine + count, all - mine - count)};
+        plan.sendOffset = mine;
+      }
+      plan.recv = {c.inPlace ? "buffer" : "recvbuff", all, before,
+                   rank == c.root ? gathered : before};
+      break;
+    }
+    case Collective::Scatter:
+      if (c.inPlace && rank == c.root) {  // the root's block stays where it is
+        plan.recv = {"buffer", all, {ownInput}, {ownInput}};
+        plan.recvOffset = mine;
+      } else {
+        plan.recv = {"recvbuff", count, {poison(0, count)}, {input(c.root, 0, count, mine)}};
+      }
       break;
   }
   return plan;
@@ -406,19 +482,40 @@ class RankRun {
     std::memcpy(sendSnapshot_, send_.data, sendBytes);
   }
 
-  braidResult_t issue(braidComm_t comm) const {
+  // Makes the case's PreMulSum operator on `comm` (a no-op for other ops), then calls.
+  braidResult_t issue(braidComm_t comm) {
     const GridCase& c = *case_;
+    braidRedOp_t op = c.op;
+    if (c.op == kPreMulSum) {
+      visitDtype(c.type, [&](auto element) {
+        const auto scalar = premulScalar<decltype(element)>(rank_);
+        std::memcpy(scalar_, &scalar, sizeof scalar);
+      });
+      const braidScalarResidence_t residence =
+          c.salt % 2 == 0 ? braidScalarHostImmediate : braidScalarDevice;
+      if (braidResult_t r = braidRedOpCreatePreMulSum(&op, scalar_, c.type, residence, comm);
+          r != braidSuccess)
+        return r;
+      premulOp_ = op;
+    }
     switch (c.collective) {
       case Collective::AllReduce:
-        return braidAllReduce(sendbuff(), recvbuff(), c.count, c.type, c.op, comm, nullptr);
+        return braidAllReduce(sendbuff(), recvbuff(), c.count, c.type, op, comm, nullptr);
       case Collective::ReduceScatter:
-        return braidReduceScatter(sendbuff(), recvbuff(), c.count, c.type, c.op, comm, nullptr);
+        return braidReduceScatter(sendbuff(), recvbuff(), c.count, c.type, op, comm, nullptr);
       case Collective::AllGather:
         return braidAllGather(sendbuff(), recvbuff(), c.count, c.type, comm, nullptr);
       case Collective::Broadcast:
         return braidBroadcast(sendbuff(), recvbuff(), c.count, c.type, c.root, comm, nullptr);
       case Collective::Reduce:
-        return braidReduce(sendbuff(), recvbuff(), c.count, c.type, c.op, c.root, comm, nullptr);
+        return braidReduce(sendbuff(), recvbuff(), c.count, c.type, op, c.root, comm, nullptr);
+      case Collective::Bcast: return braidBcast(recvbuff(), c.count, c.type, c.root, comm, nullptr);
+      case Collective::AlltoAll:
+        return braidAlltoAll(sendbuff(), recvbuff(), c.count, c.type, comm, nullptr);
+      case Collective::Gather:
+        return braidGather(sendbuff(), recvbuff(), c.count, c.type, c.root, comm, nullptr);
+      case Collective::Scatter:
+        return braidScatter(sendbuff(), recvbuff(), c.count, c.type, c.root, comm, nullptr);
       case Collective::SendRecv: {
         const braidResult_t started = braidGroupStart();
         if (started != braidSuccess) return started;
@@ -431,6 +528,14 @@ class RankRun {
       }
     }
     return braidInternalError;
+  }
+
+  // Destroys the PreMulSum operator issue() made, once the call has run.
+  braidResult_t release(braidComm_t comm) {
+    if (!premulOp_) return braidSuccess;
+    const braidRedOp_t op = *premulOp_;
+    premulOp_.reset();
+    return braidRedOpDestroy(op, comm);
   }
 
   // Appends one line for every buffer that differs anywhere from its plan or whose guards changed.
@@ -478,6 +583,8 @@ class RankRun {
   Arena::Buffer send_;  // empty in place
   Arena::Buffer recv_;  // in place: the one buffer
   unsigned char* sendSnapshot_;
+  alignas(8) unsigned char scalar_[8] = {};  // PreMulSum's, read at the call for braidScalarDevice
+  std::optional<braidRedOp_t> premulOp_;
 };
 
 constexpr size_t kMaxFailureLines = 40;
@@ -491,23 +598,44 @@ Failures capped(Failures failures) {
   return failures;
 }
 
-// One rank of a threads or processes grid: its own communicator, every case in order. A failed call
-// ends the run and aborts the communicator, so the peers fail fast instead of timing out one case
-// after another.
-Failures runRankGrid(const RankEnv& env, const std::vector<GridCase>& cases) {
-  braidComm_t comm = nullptr;
-  if (braidResult_t result = initRank(&comm, env); result != braidSuccess) {
+// One rank of a threads or processes grid: its own communicator, every case in order. With `split`
+// that communicator is split from a world of every launched rank, the last of which takes no color
+// and leaves, keys reversing the order. A failed call ends the run and aborts the communicator, so
+// the peers fail fast instead of timing out one case after another.
+Failures runRankGrid(const RankEnv& env, const std::vector<GridCase>& cases, bool split) {
+  braidComm_t world = nullptr;
+  if (braidResult_t result = initRank(&world, env); result != braidSuccess) {
     return {"braidCommInitRankConfig returned " + describeResult(result, nullptr)};
+  }
+  braidComm_t comm = world;
+  int rank = env.rank, nranks = env.nranks;
+  if (split) {
+    const bool leaves = env.rank == env.nranks - 1;
+    if (braidResult_t result =
+            braidCommSplit(world, leaves ? BRAID_SPLIT_NOCOLOR : 0, -env.rank, &comm, nullptr);
+        result != braidSuccess || leaves) {
+      Failures failures;
+      if (result != braidSuccess)
+        failures.push_back("braidCommSplit returned " + describeResult(result, world));
+      else if (comm != nullptr)
+        failures.push_back("a rank without a color got a communicator");
+      braidCommDestroy(world);
+      return failures;
+    }
+    nranks = env.nranks - 1;
+    rank = nranks - 1 - env.rank;
   }
   Failures failures;
   Arena arena;
   for (size_t i = 0; i < cases.size(); ++i) {
     env.at(static_cast<int64_t>(i));
-    const RankRun run(cases[i], env.rank, env.nranks, arena);
-    if (braidResult_t result = run.issue(comm); result != braidSuccess) {
-      failures.push_back(describe(cases[i], env.nranks) + ": returned " +
-                         describeResult(result, comm));
+    RankRun run(cases[i], rank, nranks, arena);
+    braidResult_t result = run.issue(comm);
+    if (result == braidSuccess) result = run.release(comm);
+    if (result != braidSuccess) {
+      failures.push_back(describe(cases[i], nranks) + ": returned " + describeResult(result, comm));
       braidCommAbort(comm);
+      if (split) braidCommDestroy(world);
       return capped(failures);
     }
     run.check(failures);
@@ -519,6 +647,7 @@ Failures runRankGrid(const RankEnv& env, const std::vector<GridCase>& cases) {
   if (braidResult_t result = braidCommDestroy(comm); result != braidSuccess) {
     failures.push_back("braidCommDestroy returned " + describeResult(result, nullptr));
   }
+  if (split) braidCommDestroy(world);
   return capped(failures);
 }
 
@@ -553,6 +682,11 @@ Failures runOneThreadGrid(const RankEnv& env, int nranks, const std::vector<Grid
       if (ended != braidSuccess && failure.empty()) {
         failure = "braidGroupEnd returned " + describeResult(ended, nullptr);
       }
+      for (int rank = 0; rank < nranks; ++rank) {
+        const braidResult_t released = runs[rank].release(comms[rank]);
+        if (released != braidSuccess && failure.empty())
+          failure = "braidRedOpDestroy returned " + describeResult(released, comms[rank]);
+      }
     }
     if (!failure.empty()) {
       failures.push_back(describe(cases[i], nranks) + " (one thread): " + failure);
@@ -570,7 +704,7 @@ Failures runOneThreadGrid(const RankEnv& env, int nranks, const std::vector<Grid
   return capped(failures);
 }
 
-enum class Mode { Threads, Processes, OneThread };
+enum class Mode { Threads, Processes, OneThread, SplitThreads, SplitProcesses };
 
 struct GridParam {
   Mode mode;
@@ -580,9 +714,11 @@ struct GridParam {
 
 std::vector<GridParam> gridParams() {
   std::vector<GridParam> params;
-  for (Mode mode : {Mode::Threads, Mode::Processes, Mode::OneThread}) {
-    const std::vector<int> rankCounts =
-        mode == Mode::OneThread ? std::vector<int>{2, 3, 8} : std::vector<int>{1, 2, 3, 4, 8};
+  for (Mode mode : {Mode::Threads, Mode::Processes, Mode::OneThread, Mode::SplitThreads,
+                    Mode::SplitProcesses}) {
+    std::vector<int> rankCounts = {1, 2, 3, 4, 8};
+    if (mode == Mode::OneThread) rankCounts = {2, 3, 8};
+    if (mode == Mode::SplitThreads || mode == Mode::SplitProcesses) rankCounts = {3};
     for (int nranks : rankCounts) {
       for (Collective collective : kAllCollectives) params.push_back({mode, nranks, collective});
     }
@@ -591,7 +727,8 @@ std::vector<GridParam> gridParams() {
 }
 
 std::string paramName(const GridParam& param) {
-  static const char* const kModeNames[] = {"threads", "processes", "onethread"};
+  static const char* const kModeNames[] = {"threads", "processes", "onethread", "splitthreads",
+                                           "splitprocesses"};
   return std::string(kModeNames[static_cast<int>(param.mode)]) + "_" +
          std::to_string(param.nranks) + "ranks_" + collectiveName(param.collective);
 }
@@ -608,20 +745,23 @@ class Collectives : public testing::TestWithParam<GridParam> {};
 TEST_P(Collectives, MatchReference) {
   const GridParam& param = GetParam();
   const bool oneThread = param.mode == Mode::OneThread;
-  const std::vector<GridCase> cases =
-      gridCases(param.collective, param.nranks, oneThread ? Coverage::OneThread : Coverage::Full);
+  const bool split = param.mode == Mode::SplitThreads || param.mode == Mode::SplitProcesses;
+  const std::vector<GridCase> cases = gridCases(
+      param.collective, param.nranks, oneThread || split ? Coverage::Light : Coverage::Full);
   RecordProperty("cases", static_cast<int>(cases.size()));
   RankProgram program;
   program.describeStep = [&](int64_t step) { return describe(cases[step], param.nranks); };
   if (oneThread) {
     program.run = [&](const RankEnv& env) { return runOneThreadGrid(env, param.nranks, cases); };
   } else {
-    program.run = [&](const RankEnv& env) { return runRankGrid(env, cases); };
+    program.run = [&](const RankEnv& env) { return runRankGrid(env, cases, split); };
   }
-  const Launch launch = oneThread                       ? Launch::OneWorker
-                        : param.mode == Mode::Processes ? Launch::Processes
-                                                        : Launch::Threads;
-  const Failures failures = launchRanks(launch, param.nranks, program, kStallLimit);
+  const bool processes = param.mode == Mode::Processes || param.mode == Mode::SplitProcesses;
+  const Launch launch = oneThread   ? Launch::OneWorker
+                        : processes ? Launch::Processes
+                                    : Launch::Threads;
+  const Failures failures =
+      launchRanks(launch, split ? param.nranks + 1 : param.nranks, program, kStallLimit);
   for (const std::string& failure : failures) ADD_FAILURE() << failure;
 }
 
