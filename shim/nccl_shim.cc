@@ -184,7 +184,9 @@ SHIM_API const char* ncclGetLastError(ncclComm_t c) {
 // environment (BRAID_DEBUG, BRAID_DEBUG_SUBSYS, BRAID_DEBUG_FILE) once, at first use.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-SHIM_API void ncclResetDebugInit() {}
+SHIM_API void ncclResetDebugInit() {
+  braidResetDebugInit();
+}
 #pragma GCC diagnostic pop
 
 SHIM_API ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t* asyncError) {

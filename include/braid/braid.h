@@ -223,6 +223,11 @@ typedef struct {
 } braidParam_t;
 braidResult_t braidGetParams(const braidParam_t** params, int* count);
 
+/* Reads the logging environment again (BRAID_DEBUG, BRAID_DEBUG_SUBSYS, BRAID_DEBUG_FILE), as
+ * nccl.h's ncclResetDebugInit: a program may change it between phases. The other parameters keep
+ * the values read at their first use. */
+void braidResetDebugInit(void);
+
 const char* braidGetErrorString(braidResult_t result);
 /* The last error's sentence (rank, peer, operation, what was expected). comm may be NULL: then
  * the calling thread's last error. */

@@ -912,6 +912,10 @@ const char* braidGetErrorString(braidResult_t result) {
   }
 }
 
+void braidResetDebugInit(void) {
+  braid::log::rereadSettings();
+}
+
 const char* braidGetLastError(braidComm_t comm) {
   static thread_local std::string copy;
   copy = comm != nullptr ? comm->lastError() : tLastError;

@@ -46,13 +46,21 @@ std::string hostName() {
   return host;
 }
 
-FILE* sink() {
-  static FILE* file = [] {
-    const std::string& path = param::DebugFile();
-    if (path.empty()) return stderr;
-    FILE* f = std::fopen(expandPath(path).c_str(), "a");
-    return f != nullptr ? f : stderr;
-  }();
+FILE* openSink(const std::string& path) {
+  if (path.empty()) return stderr;
+  FILE* f = std::fopen(expandPath(path).c_str(), "a");
+  return f != nullptr ? f : stderr;
+}
+
+// Never destroyed: threads such as the bootstrap root may log while the process exits.
+std::mutex& sinkMutex() {
+  static std::mutex& mutex = *new std::mutex;
+  return mutex;
+}
+
+// Where lines go; under sinkMutex().
+FILE*& sink() {
+  static FILE* file = openSink(param::DebugFile());
   return file;
 }
 
@@ -87,9 +95,19 @@ std::string expandPath(const std::string& pattern) {
   return out;
 }
 
-const Settings& settings() {
-  static const Settings s{parseLevel(param::Debug()), parseSubsys(param::DebugSubsys())};
+Settings& settings() {
+  static Settings s{parseLevel(param::Debug()), parseSubsys(param::DebugSubsys())};
   return s;
+}
+
+void rereadSettings() {
+  Settings& s = settings();
+  s.level.store(parseLevel(param::DebugNow()));
+  s.subsys.store(parseSubsys(param::DebugSubsysNow()));
+  std::lock_guard<std::mutex> lock(sinkMutex());
+  FILE*& file = sink();
+  if (file != stderr) std::fclose(file);
+  file = openSink(param::DebugFileNow());
 }
 
 void setThreadRank(int rank) {
@@ -99,12 +117,11 @@ void setThreadRank(int rank) {
 void write(Level level, unsigned, const std::string& message) {
   // Never destroyed: threads such as the bootstrap root may log while the process exits.
   static const std::string& host = *new std::string(hostName());
-  static std::mutex& mutex = *new std::mutex;
   std::string rank = tRank >= 0 ? fmt::format(" [{}]", tRank) : std::string();
   std::string line =
       fmt::format("{}:{}:{}{} BRAID {} {}\n", host, getpid(),
                   static_cast<long>(syscall(SYS_gettid)), rank, levelName(level), message);
-  std::lock_guard<std::mutex> lock(mutex);
+  std::lock_guard<std::mutex> lock(sinkMutex());
   std::fputs(line.c_str(), sink());
   std::fflush(sink());
 }

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <string>
 
 namespace braid::log {
@@ -22,18 +23,22 @@ enum Subsys : unsigned {
 };
 
 struct Settings {
-  Level level;
-  unsigned subsys;
+  std::atomic<Level> level;
+  std::atomic<unsigned> subsys;
 };
-const Settings& settings();
+// Read from the environment at first use; rereadSettings() reads it again.
+Settings& settings();
+// Reads BRAID_DEBUG, BRAID_DEBUG_SUBSYS and BRAID_DEBUG_FILE again (braidResetDebugInit).
+void rereadSettings();
 
 // A file name pattern with %h replaced by the host name and %p by the pid (BRAID_DEBUG_FILE,
 // BRAID_PLAN_DUMP_FILE).
 std::string expandPath(const std::string& pattern);
 
 inline bool enabled(Level level, unsigned subsys) {
-  const Settings& s = settings();
-  return level <= s.level && (level == Level::Warn || (subsys & s.subsys) != 0);
+  Settings& s = settings();
+  return level <= s.level.load(std::memory_order_relaxed) &&
+         (level == Level::Warn || (subsys & s.subsys.load(std::memory_order_relaxed)) != 0);
 }
 
 void write(Level level, unsigned subsys, const std::string& message);

@@ -54,6 +54,9 @@ std::string show(double v) {
   const type& name() {                                 \
     static const type value = readEnv<type>(env, def); \
     return value;                                      \
+  }                                                    \
+  type name##Now() {                                   \
+    return readEnv<type>(env, def);                    \
   }
 BRAID_PARAMS(BRAID_DEFINE_PARAM)
 #undef BRAID_DEFINE_PARAM

@@ -71,7 +71,11 @@
 
 namespace braid::param {
 
-#define BRAID_DECLARE_PARAM(name, env, type, def, help) const type& name();
+// name(): the value read at first use, for the life of the process. name##Now(): the environment
+// read again (braidResetDebugInit).
+#define BRAID_DECLARE_PARAM(name, env, type, def, help) \
+  const type& name();                                   \
+  type name##Now();
 BRAID_PARAMS(BRAID_DECLARE_PARAM)
 #undef BRAID_DECLARE_PARAM
 

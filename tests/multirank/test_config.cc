@@ -1,9 +1,14 @@
 // Communicator configuration beyond blocking and commName: the planner's channel bounds
 // (minChannels/maxChannels, nccl.h's minCTAs/maxCTAs), netName, and their inheritance by split
-// and shrunk communicators. Ranks as threads; the plan is read back with braidCommDescribePlan.
+// and shrunk communicators; and the logging environment read again by braidResetDebugInit. Ranks
+// as threads; the plan is read back with braidCommDescribePlan.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <fstream>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -107,6 +112,48 @@ TEST(Config, SocketIsTheNetworkBraidHas) {
   braidComm_t comms[kRanks] = {};
   for (braidResult_t r : initAll(comms, config)) EXPECT_EQ(r, braidSuccess);
   for (braidComm_t c : comms) EXPECT_EQ(braidCommDestroy(c), braidSuccess);
+}
+
+std::string contents(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Initializes and destroys a one-rank communicator, which logs its plan at INFO (INIT).
+void initOneRank() {
+  braidComm_t comm = nullptr;
+  ASSERT_EQ(braidCommInitAll(&comm, 1, nullptr), braidSuccess);
+  ASSERT_EQ(braidCommDestroy(comm), braidSuccess);
+}
+
+TEST(Logging, ResetDebugInitReadsTheEnvironmentAgain) {
+  const std::string base = testing::TempDir() + "braid_log_" + std::to_string(getpid());
+  const std::string first = base + "_first.txt", second = base + "_second.txt";
+  std::remove(first.c_str());
+  std::remove(second.c_str());
+  setenv("BRAID_DEBUG", "INFO", 1);
+  setenv("BRAID_DEBUG_SUBSYS", "INIT", 1);
+  setenv("BRAID_DEBUG_FILE", first.c_str(), 1);
+  braidResetDebugInit();
+  initOneRank();
+  const std::string logged = contents(first);
+  EXPECT_NE(logged.find("BRAID INFO"), std::string::npos) << logged;
+
+  setenv("BRAID_DEBUG", "NONE", 1);
+  setenv("BRAID_DEBUG_FILE", second.c_str(), 1);
+  braidResetDebugInit();
+  initOneRank();
+  EXPECT_EQ(contents(first), logged) << "the first file is closed";
+  EXPECT_EQ(contents(second), "") << "nothing is logged at NONE";
+
+  unsetenv("BRAID_DEBUG");
+  unsetenv("BRAID_DEBUG_SUBSYS");
+  unsetenv("BRAID_DEBUG_FILE");
+  braidResetDebugInit();
+  std::remove(first.c_str());
+  std::remove(second.c_str());
 }
 
 }  // namespace
