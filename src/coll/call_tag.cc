@@ -36,9 +36,12 @@ const char* datatypeName(uint8_t type) {
   return type < sizeof kNames / sizeof kNames[0] ? kNames[type] : "an unknown datatype";
 }
 
-const char* opName(uint8_t op) {
+// Operators from braidNumOps up are a communicator's PreMulSum operators (made in the same order
+// on every rank, so equal ids name the same operator).
+std::string opName(uint8_t op) {
   static const char* const kNames[] = {"braidSum", "braidProd", "braidMax", "braidMin", "braidAvg"};
-  return op < sizeof kNames / sizeof kNames[0] ? kNames[op] : "an unknown op";
+  if (op < sizeof kNames / sizeof kNames[0]) return kNames[op];
+  return fmt::format("PreMulSum operator {}", op);
 }
 
 constexpr const char* kRule =
@@ -67,7 +70,7 @@ CallTag callTag(const CollArgs& a, uint64_t sequence) {
   tag.root = p2p ? 0 : a.root;
   tag.collective = static_cast<uint8_t>(tagged(a.coll));
   tag.datatype = static_cast<uint8_t>(a.type);
-  tag.op = reduces(tag.collective) ? static_cast<uint8_t>(a.op) : 0;
+  tag.op = reduces(tag.collective) ? static_cast<uint8_t>(a.namedOp >= 0 ? a.namedOp : a.op) : 0;
   return tag;
 }
 

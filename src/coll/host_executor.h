@@ -23,6 +23,9 @@ struct CollArgs {
   braidDataType_t type = braidFloat32;
   braidRedOp_t op = braidSum;
   int root = 0;  // root of broadcast/reduce, peer of send/recv
+  // The op the caller named where it differs from `op` (a PreMulSum operator runs as a sum of
+  // scaled inputs): what the call's tag carries, so a rank using it against one using Sum fails.
+  int namedOp = -1;
 };
 
 // What the executor needs of a communicator.

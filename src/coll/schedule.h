@@ -6,10 +6,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#ifndef BRAID_HD
 #if defined(__CUDACC__)
 #define BRAID_HD __host__ __device__
 #else
 #define BRAID_HD
+#endif
 #endif
 
 namespace braid {

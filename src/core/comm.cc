@@ -376,6 +376,7 @@ void braidComm::run(const braid::CollArgs& args) {
     braid::CollArgs sum = args;
     sum.sendbuff = scaledInput(args, scaled);
     sum.op = braidSum;
+    sum.namedOp = args.op;
     braid::runCollective(ctx, sum);
   });
 }

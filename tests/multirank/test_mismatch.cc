@@ -23,6 +23,7 @@ struct Call {
   braidDataType_t type = braidInt32;
   braidRedOp_t op = braidSum;
   int root = 0;
+  bool preMulSum = false;  // op: a PreMulSum operator scaling by 2, made for the call
 };
 
 struct Case {
@@ -64,9 +65,17 @@ std::vector<int32_t> reference(const Call& c, int rank, int nranks) {
 
 braidResult_t issue(const Call& c, const std::vector<int32_t>& send, std::vector<int32_t>& recv,
                     int rank, braidComm_t comm) {
+  braidRedOp_t op = c.op;
+  if (c.preMulSum) {
+    int32_t two = 2;
+    if (braidResult_t r =
+            braidRedOpCreatePreMulSum(&op, &two, c.type, braidScalarHostImmediate, comm);
+        r != braidSuccess)
+      return r;
+  }
   switch (c.coll) {
     case Coll::AllReduce:
-      return braidAllReduce(send.data(), recv.data(), c.count, c.type, c.op, comm, nullptr);
+      return braidAllReduce(send.data(), recv.data(), c.count, c.type, op, comm, nullptr);
     case Coll::Broadcast:
       return braidBroadcast(send.data(), recv.data(), c.count, c.type, c.root, comm, nullptr);
     case Coll::Reduce:
@@ -123,6 +132,13 @@ std::vector<Case> cases() {
            return Call{Coll::AllReduce, count, braidInt32, rank == 1 ? braidMax : braidSum};
          },
          "with op braid"});
+    all.push_back({"PreMulSumAgainstSum" + size,
+                   [count](int rank) {
+                     Call c{Coll::AllReduce, count};
+                     c.preMulSum = rank == 1;
+                     return c;
+                   },
+                   "PreMulSum operator"});
     all.push_back({"Datatype" + size,
                    [count](int rank) {
                      return Call{Coll::AllReduce, count, rank == 1 ? braidFloat32 : braidInt32};

@@ -1,0 +1,106 @@
+// A FIFO as plain data, for code that runs on a host thread or a GPU thread alike: the control
+// words are read and written through cuda::atomic_ref (libcu++ from the CUDA toolkit's CCCL,
+// which g++ compiles too) or std::atomic_ref where no toolkit is installed. The operations never
+// block and never throw: they say whether they could go ahead, and callers (a thread group's wait
+// loop on a device, the host's watchdog waits) decide how long to try.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#ifndef BRAID_HD
+#if defined(__CUDACC__)
+#define BRAID_HD __host__ __device__
+#else
+#define BRAID_HD
+#endif
+#endif
+
+#if __has_include(<cuda/atomic>)
+#include <cuda/atomic>
+#define BRAID_FIFO_LIBCUXX 1
+#else
+#include <atomic>
+#endif
+
+namespace braid {
+
+// System scope for every control word: the other side of a FIFO may be a thread of another
+// process (shm), the host's network proxy thread reading a GPU's slots, or another GPU (p2p), so
+// a device-scope release would not order the slot's bytes for it. (CPU tests cannot tell a scope
+// that is too narrow: this choice is made here, once, on purpose.)
+template <class T>
+BRAID_HD inline T loadAcquire(T& word) {
+#ifdef BRAID_FIFO_LIBCUXX
+  return cuda::atomic_ref<T, cuda::thread_scope_system>(word).load(cuda::memory_order_acquire);
+#else
+  return std::atomic_ref<T>(word).load(std::memory_order_acquire);
+#endif
+}
+template <class T>
+BRAID_HD inline void storeRelease(T& word, T value) {
+#ifdef BRAID_FIFO_LIBCUXX
+  cuda::atomic_ref<T, cuda::thread_scope_system>(word).store(value, cuda::memory_order_release);
+#else
+  std::atomic_ref<T>(word).store(value, std::memory_order_release);
+#endif
+}
+
+// The control words of one FIFO, each on its own cache line: the sender writes tail, the
+// receiver head; either side, or the host, sets abort to stop every wait on it.
+struct FifoWords {
+  alignas(64) uint32_t tail = 0;  // slots published
+  alignas(64) uint32_t head = 0;  // slots released
+  alignas(64) uint32_t abort = 0;
+};
+
+// One side's view. Every thread of a group keeps its own copy and advances its counters through
+// the same calls; only the group's leader stores a counter (after the group's barrier, so the
+// slot's bytes written by every thread are ordered before it).
+struct FifoSendView {
+  FifoWords* words = nullptr;
+  uint8_t* slots = nullptr;  // nSlots * slotBytes, 64-byte aligned each
+  size_t slotBytes = 0;
+  uint32_t nSlots = 0;
+  uint32_t tail = 0;      // slots this side posted
+  uint32_t headSeen = 0;  // the receiver's head, as last read
+
+  // Whether a slot is free to fill (reads head only when the last value shows none).
+  BRAID_HD bool tryAcquire() {
+    if (tail - headSeen < nSlots) return true;
+    headSeen = loadAcquire(words->head);
+    return tail - headSeen < nSlots;
+  }
+  BRAID_HD uint8_t* slot() const { return slots + (tail % nSlots) * slotBytes; }
+  // Publishes the acquired slot: the leader stores tail, the others count along.
+  BRAID_HD void post(bool leader) {
+    ++tail;
+    if (leader) storeRelease(words->tail, tail);
+  }
+  BRAID_HD bool aborted() const { return loadAcquire(words->abort) != 0; }
+};
+
+struct FifoRecvView {
+  FifoWords* words = nullptr;
+  const uint8_t* slots = nullptr;
+  size_t slotBytes = 0;
+  uint32_t nSlots = 0;
+  uint32_t head = 0;      // slots this side released
+  uint32_t tailSeen = 0;  // the sender's tail, as last read
+
+  // Whether a published slot waits (reads tail only when the last value shows none).
+  BRAID_HD bool tryWait() {
+    if (tailSeen != head) return true;
+    tailSeen = loadAcquire(words->tail);
+    return tailSeen != head;
+  }
+  BRAID_HD const uint8_t* slot() const { return slots + (head % nSlots) * slotBytes; }
+  // Returns the slot to the sender: the leader stores head, the others count along.
+  BRAID_HD void release(bool leader) {
+    ++head;
+    if (leader) storeRelease(words->head, head);
+  }
+  BRAID_HD bool aborted() const { return loadAcquire(words->abort) != 0; }
+};
+
+}  // namespace braid
