@@ -8,13 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#ifndef BRAID_HD
-#if defined(__CUDACC__)
-#define BRAID_HD __host__ __device__
-#else
-#define BRAID_HD
-#endif
-#endif
+#include "base/host_device.h"
 
 #if __has_include(<cuda/atomic>)
 #include <cuda/atomic>

@@ -6,13 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#ifndef BRAID_HD
-#if defined(__CUDACC__)
-#define BRAID_HD __host__ __device__
-#else
-#define BRAID_HD
-#endif
-#endif
+#include "base/host_device.h"
 
 namespace braid {
 

@@ -44,22 +44,16 @@ __global__ void ringKernel(RingCall<typename kernels::ElementOf<kType>::Storage>
     failed[channel] = 1;
 }
 
-#define BRAID_RING_KERNELS(type)                                                              \
-  template __global__ void ringKernel<type, braidSum>(                                        \
-      RingCall<kernels::ElementOf<type>::Storage>, const FifoRecvView*, const FifoSendView*, \
-      uint64_t, int*);                                                                        \
-  template __global__ void ringKernel<type, braidProd>(                                       \
-      RingCall<kernels::ElementOf<type>::Storage>, const FifoRecvView*, const FifoSendView*, \
-      uint64_t, int*);                                                                        \
-  template __global__ void ringKernel<type, braidMax>(                                        \
-      RingCall<kernels::ElementOf<type>::Storage>, const FifoRecvView*, const FifoSendView*, \
-      uint64_t, int*);                                                                        \
-  template __global__ void ringKernel<type, braidMin>(                                        \
-      RingCall<kernels::ElementOf<type>::Storage>, const FifoRecvView*, const FifoSendView*, \
-      uint64_t, int*);                                                                        \
-  template __global__ void ringKernel<type, braidAvg>(                                        \
-      RingCall<kernels::ElementOf<type>::Storage>, const FifoRecvView*, const FifoSendView*, \
-      uint64_t, int*);
+#define BRAID_RING_KERNEL(type, op)                                                          \
+  template __global__ void ringKernel<type, op>(RingCall<kernels::ElementOf<type>::Storage>, \
+                                                const FifoRecvView*, const FifoSendView*,    \
+                                                uint64_t, int*);
+#define BRAID_RING_KERNELS(type)     \
+  BRAID_RING_KERNEL(type, braidSum)  \
+  BRAID_RING_KERNEL(type, braidProd) \
+  BRAID_RING_KERNEL(type, braidMax)  \
+  BRAID_RING_KERNEL(type, braidMin)  \
+  BRAID_RING_KERNEL(type, braidAvg)
 
 BRAID_RING_KERNELS(braidInt8)
 BRAID_RING_KERNELS(braidUint8)
