@@ -37,7 +37,7 @@ const char* datatypeName(uint8_t type) {
 }
 
 // Operators from braidNumOps up are a communicator's PreMulSum operators (made in the same order
-// on every rank, so equal ids name the same operator).
+// on every rank; ids beyond the byte wrap, see opTag).
 std::string opName(uint8_t op) {
   static const char* const kNames[] = {"braidSum", "braidProd", "braidMax", "braidMin", "braidAvg"};
   if (op < sizeof kNames / sizeof kNames[0]) return kNames[op];
@@ -48,6 +48,13 @@ constexpr const char* kRule =
     "every rank must make the same collective calls, with the same arguments, in the same order";
 
 }  // namespace
+
+// PreMulSum ids grow without bound; in the tag's byte they wrap within the ids above the
+// built-in ops, so they can never read as one of those.
+static uint8_t opTag(int op) {
+  if (op < braidNumOps) return static_cast<uint8_t>(op);
+  return static_cast<uint8_t>(braidNumOps + (op - braidNumOps) % (256 - braidNumOps));
+}
 
 const char* apiName(Collective c) {
   switch (c) {
@@ -70,7 +77,7 @@ CallTag callTag(const CollArgs& a, uint64_t sequence) {
   tag.root = p2p ? 0 : a.root;
   tag.collective = static_cast<uint8_t>(tagged(a.coll));
   tag.datatype = static_cast<uint8_t>(a.type);
-  tag.op = reduces(tag.collective) ? static_cast<uint8_t>(a.namedOp >= 0 ? a.namedOp : a.op) : 0;
+  tag.op = reduces(tag.collective) ? opTag(a.namedOp >= 0 ? a.namedOp : a.op) : 0;
   return tag;
 }
 

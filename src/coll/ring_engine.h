@@ -1,7 +1,8 @@
 // The ring collectives once, for whatever runs them: a CUDA thread block (one per channel) or,
 // in tests, CPU threads standing in for one. Header-only and __host__ __device__, templated on
 //  - a thread group G: int index() const, int size() const, void sync() (every thread of the
-//    group reaches it before any leaves: __syncthreads, or a std::barrier), and
+//    group reaches it before any leaves: __syncthreads, or a std::barrier), bool any(bool) (a
+//    sync that also tells every thread whether any passed true: __syncthreads_or), and
 //    bool keepWaiting() (pauses once; false when the wait must give up: abort flag or timeout);
 //  - an element reduction R (kernels/element_reduce.h): Storage and
 //    Storage apply(Storage, Storage, int divisor).
@@ -103,9 +104,11 @@ BRAID_HD bool runPrim(G& group, const RingOp& op, FifoRecvView& in, FifoSendView
                       const typename R::Storage* input, typename R::Storage* output, int divisor) {
   using T = typename R::Storage;
   const bool receives = primReceives(op.prim), sends = primSends(op.prim);
-  if (receives && !waitFor(group, [&] { return in.tryWait() || in.aborted(); })) return false;
-  if (sends && !waitFor(group, [&] { return out.tryAcquire() || out.aborted(); })) return false;
-  if ((receives && in.aborted()) || (sends && out.aborted())) return false;
+  bool ready = (!receives || waitFor(group, [&] { return in.tryWait() || in.aborted(); })) &&
+               (!sends || waitFor(group, [&] { return out.tryAcquire() || out.aborted(); }));
+  ready = ready && !(receives && in.aborted()) && !(sends && out.aborted());
+  // The group gives up together: a thread left alone at the next barrier would wait forever.
+  if (group.any(!ready)) return false;
   const T* recvSlot = receives ? reinterpret_cast<const T*>(in.slot()) : nullptr;
   T* sendSlot = sends ? reinterpret_cast<T*>(out.slot()) : nullptr;
   const T* src = input + op.inOffset;

@@ -668,6 +668,8 @@ braidResult_t braidCommShrink(braidComm_t comm, int* excludeRanksList, int exclu
            "braidCommShrink on rank {}: shrinkFlags {} (expected BRAID_SHRINK_DEFAULT or "
            "BRAID_SHRINK_ABORT)",
            rank, shrinkFlags);
+    bool blocking = true;
+    if (config != nullptr) optionsFrom(config, rank, &blocking);  // refuse a bad one before copying
     PendingShrink shrink{
         comm, {}, config ? std::optional<braidConfig_t>(*config) : std::nullopt, shrinkFlags};
     for (int i = 0; i < excludeRanksCount; ++i) {
@@ -687,8 +689,6 @@ braidResult_t braidCommShrink(braidComm_t comm, int* excludeRanksList, int exclu
              "braidCommShrink on rank {}: excludeRanksList[{}] repeats rank {}", rank, i, excluded);
       shrink.excluded.push_back(excluded);
     }
-    bool blocking = true;
-    if (config != nullptr) optionsFrom(config, rank, &blocking);  // refuse a bad one now
     addChild({comm, newcomm, [shrink] { return shrinkComm(shrink); }});
   });
 }
@@ -913,7 +913,10 @@ const char* braidGetErrorString(braidResult_t result) {
 }
 
 void braidResetDebugInit(void) {
-  braid::log::rereadSettings();
+  try {
+    braid::log::rereadSettings();
+  } catch (...) {  // void in nccl.h: nothing to report to, and nothing may leave a C call
+  }
 }
 
 const char* braidGetLastError(braidComm_t comm) {

@@ -489,6 +489,7 @@ class RendezvousRoot {
           }
           it->second.reportMissing();
           it = rendezvous_.erase(it);
+          served_ = true;  // a one-communicator root is done once it told its ranks why
         }
         if (onlyKey_ && now >= deadline_) {
           BRAID_INFO(log::kBootstrap, "{}: deadline passed; exiting", where_);

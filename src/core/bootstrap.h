@@ -91,7 +91,7 @@ class Bootstrap {
   // rank among them). Every survivor derives the same id with no exchange, so the excluded ranks
   // (dead ones too) take no part: the root is the first survivor's bootstrap listener, kept open
   // for this since the ring formed, and the key is derived from this communicator's key, the
-  // survivors and `ordinal` (which shrink of this communicator it is). The first survivor starts
+  // survivors and `ordinal` (which shrink to these survivors it is). The first survivor starts
   // that root; a survivor that derived another key is refused by it, naming both.
   virtual BootstrapId shrunkId(const std::vector<int>& survivors, uint64_t ordinal) = 0;
 

@@ -497,7 +497,8 @@ void braidComm::allGatherOutOfBand(void* data, size_t bytes) {
 braid::BootstrapId braidComm::shrunkId(const std::vector<int>& survivors) {
   waitReady();
   std::lock_guard<std::mutex> lock(opMutex_);
-  return bootstrap_->shrunkId(survivors, ++shrinks_);
+  // Counted per survivor set: only its members call, so every one of them counts alike.
+  return bootstrap_->shrunkId(survivors, ++shrinks_[survivors]);
 }
 
 void* braidComm::registerBuffer(void* buff, size_t size, bool window) {

@@ -121,7 +121,7 @@ struct braidComm : public braid::Watchdog {
 
   std::mutex opMutex_;  // operations of one communicator run one at a time
   uint64_t opSeq_ = 0;
-  uint64_t shrinks_ = 0;  // under opMutex_
+  std::map<std::vector<int>, uint64_t> shrinks_;  // per survivor set, under opMutex_
   uint64_t collectives_ =
       0;  // collectives run (not send/recv): the number every slot is tagged with
   const char* opName_ = "";

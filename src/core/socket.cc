@@ -444,7 +444,7 @@ Socket Socket::acceptPending() {
 
 Socket Socket::duplicate() const {
   int fd = ::fcntl(fd_, F_DUPFD_CLOEXEC, 0);
-  if (fd < 0) failErrno(braidSystemError, "duplicating the socket to " + peerName_, errno);
+  if (fd < 0) failErrno(braidSystemError, "duplicating a socket descriptor", errno);
   return Socket(fd, peerName_);
 }
 

@@ -19,6 +19,7 @@ class BlockGroup {
   __device__ int index() const { return static_cast<int>(threadIdx.x); }
   __device__ int size() const { return static_cast<int>(blockDim.x); }
   __device__ void sync() { __syncthreads(); }
+  __device__ bool any(bool mine) { return __syncthreads_or(mine) != 0; }
   __device__ bool keepWaiting() {
     __nanosleep(64);
     uint64_t now;

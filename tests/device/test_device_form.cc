@@ -8,8 +8,11 @@
 // ThreadSanitizer (label tsan).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -29,13 +32,30 @@ using Clock = std::chrono::steady_clock;
 
 // A thread block's stand-in: its threads meet at one barrier; waits yield (two cores run every
 // thread of the grid) and give up at the deadline.
+// A block's vote for CpuGroup::any: two flags used in turn, so one can be cleared while the
+// other is in use.
+struct Vote {
+  std::atomic<bool> flag[2] = {false, false};
+};
+
 class CpuGroup {
  public:
-  CpuGroup(int index, int size, std::barrier<>* barrier, Clock::time_point deadline)
-      : index_(index), size_(size), barrier_(barrier), deadline_(deadline) {}
+  CpuGroup(int index, int size, std::barrier<>* barrier, Vote* vote, Clock::time_point deadline)
+      : index_(index), size_(size), barrier_(barrier), vote_(vote), deadline_(deadline) {}
   int index() const { return index_; }
   int size() const { return size_; }
   void sync() { barrier_->arrive_and_wait(); }
+  // Every thread has left the previous vote once all reach this barrier, so the leader may clear
+  // that vote's flag for the next one.
+  bool any(bool mine) {
+    std::atomic<bool>& flag = vote_->flag[phase_ % 2];
+    if (mine) flag.store(true);
+    barrier_->arrive_and_wait();
+    const bool result = flag.load();
+    if (index_ == 0) vote_->flag[(phase_ + 1) % 2].store(false);
+    ++phase_;
+    return result;
+  }
   bool keepWaiting() {
     std::this_thread::yield();
     return Clock::now() < deadline_;
@@ -44,7 +64,9 @@ class CpuGroup {
  private:
   int index_, size_;
   std::barrier<>* barrier_;
+  Vote* vote_;
   Clock::time_point deadline_;
+  unsigned phase_ = 0;
 };
 
 struct Shape {
@@ -146,8 +168,10 @@ class Grid {
         buffers_(static_cast<size_t>(shape.ranks)),
         gridBarrier_(shape.ranks * shape.channels * shape.threads) {
     for (auto& s : slots_) s.assign(kSlotBytes * shape.slots + 64, 0);
-    for (int b = 0; b < shape.ranks * shape.channels; ++b)
+    for (int b = 0; b < shape.ranks * shape.channels; ++b) {
       blockBarriers_.push_back(std::make_unique<std::barrier<>>(shape.threads));
+      votes_.push_back(std::make_unique<Vote>());
+    }
   }
 
   std::vector<std::string> run() {
@@ -233,7 +257,8 @@ class Grid {
     out.slots = slotsOf(theirs);
     out.slotBytes = kSlotBytes;
     out.nSlots = static_cast<uint32_t>(shape_.slots);
-    CpuGroup group(t, shape_.threads, blockBarriers_[mine].get(), Clock::now() + kDeadline);
+    CpuGroup group(t, shape_.threads, blockBarriers_[mine].get(), votes_[mine].get(),
+                   Clock::now() + kDeadline);
     const RankBuffers& b = buffers_[rank];
     bool ok = true;
     withReduction(c.type, c.op, [&](auto reduction) {
@@ -288,6 +313,15 @@ class Grid {
           first = "element " + std::to_string(i) + " is " + formatElement(got) + ", expected " +
                   formatElement(want);
       }
+      const InputKind kind = reduces(c.collective) ? inputKindFor(c.op) : InputKind::Data;
+      visitKind(kind, [&](auto k) {
+        for (size_t i = 0; i < b.inputElems; ++i) {
+          T got;
+          std::memcpy(&got, b.input + i * sizeof(T), sizeof(T));
+          if (!sameBits(got, inputValue<T, k()>(c.salt, rank, i)) && wrong++ == 0)
+            first = "input element " + std::to_string(i) + " was changed";
+        }
+      });
     });
     if (wrong > 0)
       fail(c, "rank " + std::to_string(rank) + ": " + std::to_string(wrong) + " of " +
@@ -301,6 +335,7 @@ class Grid {
   std::vector<RankBuffers> buffers_;
   std::barrier<> gridBarrier_;
   std::vector<std::unique_ptr<std::barrier<>>> blockBarriers_;
+  std::vector<std::unique_ptr<Vote>> votes_;
   std::mutex failuresMutex_;
   std::vector<std::string> failures_;
 };
@@ -327,6 +362,42 @@ std::vector<Case> casesFor(const Shape& shape) {
         }
       }
   return cases;
+}
+
+// The device form's element reductions of the 8-bit floats, every pair of patterns x op, against
+// the reference of reference/fp8.h (fp32 arithmetic, one saturating rounding).
+TEST(DeviceElementReduce, EveryFp8PairMatchesTheReference) {
+  auto check = [](auto typeConstant, auto widen, auto narrow) {
+    constexpr braidDataType_t kType = decltype(typeConstant)::value;
+    for (braidRedOp_t op : {braidSum, braidProd, braidMax, braidMin, braidAvg}) {
+      visitOp(op, [&](auto opConstant) {
+        constexpr braidRedOp_t kOp = decltype(opConstant)::value;
+        if constexpr (kOp != kPreMulSum) {
+          using R = braid::kernels::ElementReduce<kType, kOp>;
+          const int divisor = kOp == braidAvg ? 3 : 1;
+          for (int a = 0; a < 256; ++a)
+            for (int b = 0; b < 256; ++b) {
+              const float x = widen(static_cast<uint8_t>(a)), y = widen(static_cast<uint8_t>(b));
+              float wide = kOp == braidProd ? x * y : x + y;
+              if (kOp == braidMax) wide = std::isnan(x) || std::isnan(y) ? NAN : std::max(x, y);
+              if (kOp == braidMin) wide = std::isnan(x) || std::isnan(y) ? NAN : std::min(x, y);
+              if (kOp == braidAvg) wide /= static_cast<float>(divisor);
+              const uint8_t want = narrow(wide);
+              const uint8_t got =
+                  R::apply(static_cast<uint8_t>(a), static_cast<uint8_t>(b), divisor);
+              const bool same = std::isnan(widen(want)) ? std::isnan(widen(got))
+                                : (kOp == braidMax || kOp == braidMin) && widen(want) == 0
+                                    ? widen(got) == 0
+                                    : got == want;
+              ASSERT_TRUE(same) << dtypeName(kType) << " " << opName(kOp) << "(" << a << ", " << b
+                                << "): got " << int{got} << ", expected " << int{want};
+            }
+        }
+      });
+    }
+  };
+  check(std::integral_constant<braidDataType_t, braidFloat8e4m3>{}, e4m3ToFloat, floatToE4m3);
+  check(std::integral_constant<braidDataType_t, braidFloat8e5m2>{}, e5m2ToFloat, floatToE5m2);
 }
 
 class DeviceForm : public testing::TestWithParam<Shape> {};

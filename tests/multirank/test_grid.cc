@@ -489,15 +489,21 @@ class RankRun {
     const GridCase& c = *case_;
     braidRedOp_t op = c.op;
     if (c.op == kPreMulSum) {
-      visitDtype(c.type, [&](auto element) {
-        const auto scalar = premulScalar<decltype(element)>(rank_);
-        std::memcpy(scalar_, &scalar, sizeof scalar);
-      });
       const braidScalarResidence_t residence =
           c.salt % 2 == 0 ? braidScalarHostImmediate : braidScalarDevice;
+      // A Device scalar is read at the call: it holds a wrong value at creation.
+      auto setScalar = [&](bool right) {
+        visitDtype(c.type, [&](auto element) {
+          using T = decltype(element);
+          const T scalar = right ? premulScalar<T>(rank_) : fromDouble<T>(2);
+          std::memcpy(scalar_, &scalar, sizeof scalar);
+        });
+      };
+      setScalar(residence == braidScalarHostImmediate);
       if (braidResult_t r = braidRedOpCreatePreMulSum(&op, scalar_, c.type, residence, comm);
           r != braidSuccess)
         return r;
+      setScalar(true);
       premulOp_ = op;
     }
     switch (c.collective) {
