@@ -107,33 +107,36 @@ BRAID_HD bool runPrim(G& group, const RingOp& op, FifoRecvView& in, FifoSendView
   bool ready = (!receives || waitFor(group, [&] { return in.tryWait() || in.aborted(); })) &&
                (!sends || waitFor(group, [&] { return out.tryAcquire() || out.aborted(); }));
   ready = ready && !(receives && in.aborted()) && !(sends && out.aborted());
-  // The group gives up together: a thread left alone at the next barrier would wait forever.
-  if (group.any(!ready)) return false;
-  const T* recvSlot = receives ? reinterpret_cast<const T*>(in.slot()) : nullptr;
-  T* sendSlot = sends ? reinterpret_cast<T*>(out.slot()) : nullptr;
-  const T* src = input + op.inOffset;
-  T* dst = output + op.outOffset;
-  const int finish = primFinishesReduction(op.prim) ? divisor : 1;
-  switch (op.prim) {
-    case Prim::Send: combine<R>(group, src, nullptr, sendSlot, nullptr, op.count, 1); break;
-    case Prim::CopySend:
-      combine<R>(group, src, nullptr, sendSlot, src == dst ? nullptr : dst, op.count, 1);
-      break;
-    case Prim::RecvReduceSend:
-      combine<R>(group, recvSlot, src, sendSlot, nullptr, op.count, 1);
-      break;
-    case Prim::RecvReduceCopySend:
-      combine<R>(group, recvSlot, src, dst, sendSlot, op.count, finish);
-      break;
-    case Prim::RecvCopySend:
-      combine<R>(group, recvSlot, nullptr, dst, sendSlot, op.count, 1);
-      break;
-    case Prim::Recv: combine<R>(group, recvSlot, nullptr, dst, nullptr, op.count, 1); break;
-    case Prim::RecvReduceCopy:
-      combine<R>(group, recvSlot, src, dst, nullptr, op.count, finish);
-      break;
+  if (ready) {
+    const T* recvSlot = receives ? reinterpret_cast<const T*>(in.slot()) : nullptr;
+    T* sendSlot = sends ? reinterpret_cast<T*>(out.slot()) : nullptr;
+    const T* src = input + op.inOffset;
+    T* dst = output + op.outOffset;
+    const int finish = primFinishesReduction(op.prim) ? divisor : 1;
+    switch (op.prim) {
+      case Prim::Send: combine<R>(group, src, nullptr, sendSlot, nullptr, op.count, 1); break;
+      case Prim::CopySend:
+        combine<R>(group, src, nullptr, sendSlot, src == dst ? nullptr : dst, op.count, 1);
+        break;
+      case Prim::RecvReduceSend:
+        combine<R>(group, recvSlot, src, sendSlot, nullptr, op.count, 1);
+        break;
+      case Prim::RecvReduceCopySend:
+        combine<R>(group, recvSlot, src, dst, sendSlot, op.count, finish);
+        break;
+      case Prim::RecvCopySend:
+        combine<R>(group, recvSlot, nullptr, dst, sendSlot, op.count, 1);
+        break;
+      case Prim::Recv: combine<R>(group, recvSlot, nullptr, dst, nullptr, op.count, 1); break;
+      case Prim::RecvReduceCopy:
+        combine<R>(group, recvSlot, src, dst, nullptr, op.count, finish);
+        break;
+    }
   }
-  group.sync();  // every thread's bytes are in place before the leader publishes
+  // One barrier: every thread's bytes are in place before the leader publishes, and the group
+  // gives up together (a thread left alone at a later barrier would wait forever); a slot some
+  // threads filled is then never published.
+  if (group.any(!ready)) return false;
   const bool leader = group.index() == 0;
   if (sends) out.post(leader);
   if (receives) in.release(leader);
