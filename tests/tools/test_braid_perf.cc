@@ -441,17 +441,25 @@ TEST(BraidPerf, UncheckedAndUndefinedInPlaceSayNA) {
 }
 
 // A free TCP port on the loopback interface, for a rendezvous address.
+// A port P below the ephemeral range (32768 and up on Linux) with P and P + 1 free: torchrun's
+// MASTER_PORT, and braid's rendezvous at MASTER_PORT + 1, which no connection or listener that
+// another test opens meanwhile can take as its ephemeral port.
 int freeLoopbackPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof addr;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) != 0)
-    return -1;
-  close(fd);
-  return ntohs(addr.sin_port);
+  auto freePort = [](int port) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    const bool free = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    close(fd);
+    return free;
+  };
+  for (int tries = 0, port = 20000 + getpid() % 12000; tries < 12000; ++tries) {
+    port = port >= 31998 ? 20000 : port + 2;
+    if (freePort(port) && freePort(port + 1)) return port;
+  }
+  return -1;
 }
 
 TEST(BraidPerf, UnderTorchrunEnvironmentEachProcessIsARank) {
