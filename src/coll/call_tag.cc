@@ -25,7 +25,8 @@ bool reduces(uint8_t collective) {
 
 bool rooted(uint8_t collective) {
   const auto c = static_cast<Collective>(collective);
-  return c == Collective::Broadcast || c == Collective::Reduce;
+  return c == Collective::Broadcast || c == Collective::Reduce || c == Collective::Gather ||
+         c == Collective::Scatter;
 }
 
 const char* datatypeName(uint8_t type) {
@@ -65,6 +66,8 @@ const char* apiName(Collective c) {
     case Collective::Reduce: return "braidReduce";
     case Collective::Send: return "braidSend";
     case Collective::Recv: return "braidRecv";
+    case Collective::Gather: return "braidGather";
+    case Collective::Scatter: return "braidScatter";
   }
   return "an unknown call";
 }

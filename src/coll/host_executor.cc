@@ -156,7 +156,9 @@ void runDirectAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag)
 
 void runSingleRank(const CollArgs& a) {
   const size_t bytes = a.count * kernels::typeSize(a.type);
-  if (a.coll == Collective::Send || a.coll == Collective::Recv || bytes == 0) return;
+  const bool movesData = a.coll != Collective::Send && a.coll != Collective::Recv &&
+                         a.coll != Collective::Gather && a.coll != Collective::Scatter;
+  if (!movesData || bytes == 0) return;
   if (a.sendbuff != a.recvbuff) std::memmove(a.recvbuff, a.sendbuff, bytes);
 }
 
@@ -168,14 +170,17 @@ void runCollective(CollContext& ctx, const CollArgs& a) {
   // Each rank checks its ring predecessor's call from the first slot it receives. Where that slot
   // may never come, the ranks first pass their tags round the ring: with nothing to move, and in
   // a chain (Broadcast, Reduce), whose first rank receives nothing and whose ranks could each
-  // believe themselves its first (a root mismatch), every one then waiting for credit.
+  // believe themselves its first (a root mismatch), every one then waiting for credit. Gather
+  // and Scatter are nothing but that pass here (their data moves as sends and receives after it):
+  // ranks that disagree on the root would otherwise wait for messages that never come.
   const bool chain = a.coll == Collective::Broadcast || a.coll == Collective::Reduce;
-  if (a.count == 0 || chain) {
+  const bool agreementOnly = a.coll == Collective::Gather || a.coll == Collective::Scatter;
+  if (a.count == 0 || chain || agreementOnly) {
     const int pos = ringPosition(ctx, ctx.rank);
     sendTagOnly(ctx.sendTo[ctx.ringOrder[modRanks(pos + 1, ctx.nranks)]], tag, *ctx.dog);
     receiveTagOnly(ctx.recvFrom[ctx.ringOrder[modRanks(pos - 1, ctx.nranks)]], tag, *ctx.dog);
   }
-  if (a.count == 0) return;
+  if (a.count == 0 || agreementOnly) return;
   const size_t bytes = a.count * kernels::typeSize(a.type);
   if (a.coll == Collective::AllReduce && bytes <= ctx.directMaxBytes)
     return runDirectAllReduce(ctx, a, tag);

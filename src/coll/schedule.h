@@ -17,7 +17,11 @@ enum class Collective : uint8_t {
   Broadcast,
   Reduce,
   Send,
-  Recv
+  Recv,
+  // Gather and Scatter run as sends and receives; these name the call in the tag the ranks pass
+  // round the ring first, so that ranks that disagree on the root fail instead of waiting.
+  Gather,
+  Scatter
 };
 
 // NCCL's vocabulary. "Copy" writes the user's output, "Send" fills the next rank's FIFO slot,

@@ -508,6 +508,9 @@ braidResult_t personalized(Personalized kind, const char* fn, const void* sendbu
       return CollArgs{c, send, recv, count, type, braidSum, peer};
     };
     std::vector<CollArgs> ops;
+    if (kind == Personalized::Gather) ops.push_back(op(Collective::Gather, nullptr, nullptr, root));
+    if (kind == Personalized::Scatter)
+      ops.push_back(op(Collective::Scatter, nullptr, nullptr, root));
     for (int p = 0; p < n; ++p) {
       const size_t at = static_cast<size_t>(p) * bytes;
       if (kind == Personalized::AlltoAll) {
@@ -526,7 +529,7 @@ braidResult_t personalized(Personalized kind, const char* fn, const void* sendbu
       return;
     }
     if (stream != nullptr) return submitToStream(Batch{comm, stream, std::move(ops)});
-    comm->runSendRecv(ops);
+    runBatch(comm, ops);
   });
 }
 
@@ -1036,6 +1039,8 @@ braidResult_t braidGroupSimulateEnd(braidSimInfo_t* simInfo) {
           case Collective::AllGather: return {Operation::AllGather, bytes * n};
           case Collective::Broadcast: return {Operation::Broadcast, bytes};
           case Collective::Reduce: return {Operation::Reduce, bytes};
+          case Collective::Gather:
+          case Collective::Scatter: return {Operation::SendRecv, 0};  // the root agreement
           default: return {Operation::SendRecv, bytes};
         }
       }();

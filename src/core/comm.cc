@@ -345,6 +345,8 @@ const char* collectiveName(braid::Collective c) {
     case braid::Collective::Reduce: return "reduce";
     case braid::Collective::Send: return "send";
     case braid::Collective::Recv: return "recv";
+    case braid::Collective::Gather: return "gather";
+    case braid::Collective::Scatter: return "scatter";
   }
   return "?";
 }

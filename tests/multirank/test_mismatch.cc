@@ -15,7 +15,7 @@
 namespace braid_test {
 namespace {
 
-enum class Coll { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, Send };
+enum class Coll { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, Send, Gather, Scatter };
 
 struct Call {
   Coll coll = Coll::AllReduce;
@@ -58,6 +58,14 @@ std::vector<int32_t> reference(const Call& c, int rank, int nranks) {
     case Coll::Reduce:
       for (size_t i = 0; i < c.count; ++i) out.push_back(rank == c.root ? reduce(i) : -7);
       break;
+    case Coll::Gather:  // the root holds every rank's input in rank order
+      for (int k = 0; k < nranks; ++k)
+        for (size_t i = 0; i < c.count; ++i) out.push_back(rank == c.root ? input(k, i) : -7);
+      break;
+    case Coll::Scatter:  // each rank holds its block of the root's input
+      for (size_t i = 0; i < c.count; ++i)
+        out.push_back(input(c.root, static_cast<size_t>(rank) * c.count + i));
+      break;
     default: break;
   }
   return out;
@@ -80,6 +88,10 @@ braidResult_t issue(const Call& c, const std::vector<int32_t>& send, std::vector
       return braidBroadcast(send.data(), recv.data(), c.count, c.type, c.root, comm, nullptr);
     case Coll::Reduce:
       return braidReduce(send.data(), recv.data(), c.count, c.type, c.op, c.root, comm, nullptr);
+    case Coll::Gather:
+      return braidGather(send.data(), recv.data(), c.count, c.type, c.root, comm, nullptr);
+    case Coll::Scatter:
+      return braidScatter(send.data(), recv.data(), c.count, c.type, c.root, comm, nullptr);
     case Coll::Send:
       return rank == 0 ? braidSend(send.data(), c.count, c.type, 1, comm, nullptr)
                        : braidRecv(recv.data(), c.count, c.type, 0, comm, nullptr);
@@ -92,7 +104,9 @@ Failures runCase(const RankEnv& env, const Case& test) {
   braidResult_t r = initRank(&comm, env);
   if (r != braidSuccess) return {"init: " + describeResult(r, nullptr)};
   const Call call = test.call(env.rank);
-  std::vector<int32_t> send(call.count + 64), recv(call.count + 64, -7);
+  // Room for the calls whose buffers hold a block per rank (Gather's output, Scatter's input).
+  const size_t room = call.count * static_cast<size_t>(env.nranks) + 64;
+  std::vector<int32_t> send(room), recv(room, -7);
   for (size_t i = 0; i < send.size(); ++i) send[i] = input(env.rank, i);
   r = issue(call, send, recv, env.rank, comm);
   Failures failures;
@@ -157,6 +171,17 @@ std::vector<Case> cases() {
     all.push_back({"ReduceRoot" + size,
                    [count](int rank) {
                      return Call{Coll::Reduce, count, braidInt32, braidSum, rank == 1 ? 1 : 0};
+                   },
+                   "with root", false});
+    // Ranks that agree with their ring predecessor pass the check and may wait on a failed rank.
+    all.push_back({"GatherRoot" + size,
+                   [count](int rank) {
+                     return Call{Coll::Gather, count, braidInt32, braidSum, rank == 1 ? 1 : 0};
+                   },
+                   "with root", false});
+    all.push_back({"ScatterRoot" + size,
+                   [count](int rank) {
+                     return Call{Coll::Scatter, count, braidInt32, braidSum, rank == 1 ? 1 : 0};
                    },
                    "with root", false});
     all.push_back({"Collective" + size,
