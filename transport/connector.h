@@ -10,18 +10,23 @@
 
 #include "core/error.h"
 #include "core/wait.h"
+#include "transport/fifo_view.h"
 
 namespace braid {
 
 constexpr int kMaxFifoSlots = 32;
 
-// The FIFO's control block. It lives next to the slots; both sides map it.
+// The FIFO's control block. It lives next to the slots; both sides map it. Its words are the
+// ones the engine's FIFO views use (transport/fifo_view.h), so host and device code read one
+// layout.
 struct FifoControl {
-  WakeableCounter tail;  // slots published by the sender; the receiver sleeps on it
-  WakeableCounter head;  // slots released by the receiver; the sender sleeps on it
+  FifoWords words;
   // Bytes in use of each slot (header and payload), set before tail moves: how much a network
   // proxy sends, and what it received.
   alignas(64) uint64_t bytes[kMaxFifoSlots];
+
+  WakeableWord tail() { return {&words.tail, &words.tailSleepers}; }  // the receiver sleeps on it
+  WakeableWord head() { return {&words.head, &words.headSleepers}; }  // the sender sleeps on it
 };
 
 // What the sender says of the call a slot belongs to. Transports move it with the payload and
@@ -69,94 +74,87 @@ inline bool counterReached(uint32_t value, uint32_t target) {
   return static_cast<int32_t>(value - target) >= 0;
 }
 
+// The host's ends of a FIFO: the engine's views (their non-blocking steps), and around them what
+// only a host does: slot headers with the call's tag, blocking waits under the watchdog, futex
+// wake-ups, error sentences.
 class SendConnector {
  public:
   SendConnector() = default;
-  SendConnector(FifoDesc fifo, int self, int peer) : fifo_(fifo), self_(self), peer_(peer) {}
+  SendConnector(FifoDesc fifo, int self, int peer)
+      : control_(fifo.control),
+        view_{&fifo.control->words, fifo.slots, fifo.slotBytes, static_cast<uint32_t>(fifo.nSlots)},
+        self_(self),
+        peer_(peer) {}
 
   int peer() const { return peer_; }
   // Payload bytes one slot carries.
-  size_t slotBytes() const { return fifo_.slotBytes - sizeof(SlotHeader); }
+  size_t slotBytes() const { return view_.slotBytes - sizeof(SlotHeader); }
 
   // A slot's payload to fill, once the receiver has freed one.
   void* acquire(Watchdog& dog) {
-    if (!hasCredit()) {
-      const uint32_t need = tail_ - static_cast<uint32_t>(fifo_.nSlots) + 1;
-      headSeen_ = waitUntil(
-          fifo_.control->head, [need](uint32_t h) { return counterReached(h, need); }, dog, peer_,
+    if (!view_.tryAcquire()) {
+      const uint32_t need = view_.tail - view_.nSlots + 1;
+      view_.headSeen = waitUntil(
+          control_->head(), [need](uint32_t h) { return counterReached(h, need); }, dog, peer_,
           "FIFO credit");
     }
-    return slot();
+    return payload();
   }
   // Non-blocking acquire: nullptr when the FIFO is full.
-  void* tryAcquire() {
-    if (!hasCredit()) {
-      headSeen_ = fifo_.control->head.value.load(std::memory_order_acquire);
-      if (!hasCredit()) return nullptr;
-    }
-    return slot();
-  }
+  void* tryAcquire() { return view_.tryAcquire() ? payload() : nullptr; }
   // Publishes the slot returned by acquire() with `bytes` of payload, tagged with the call.
   void post(size_t bytes, const CallTag& tag) {
-    const uint32_t index = tail_ % fifo_.nSlots;
-    *reinterpret_cast<SlotHeader*>(fifo_.slots + index * fifo_.slotBytes) = {tag, bytes};
-    fifo_.control->bytes[index] = sizeof(SlotHeader) + bytes;
-    fifo_.control->tail.publish(++tail_);
+    *reinterpret_cast<SlotHeader*>(view_.slot()) = {tag, bytes};
+    control_->bytes[view_.tail % view_.nSlots] = sizeof(SlotHeader) + bytes;
+    control_->tail().publish(++view_.tail);  // the view's post, with a wake for a sleeper
   }
 
  private:
-  bool hasCredit() const { return tail_ - headSeen_ < static_cast<uint32_t>(fifo_.nSlots); }
-  void* slot() const {
-    return fifo_.slots + (tail_ % fifo_.nSlots) * fifo_.slotBytes + sizeof(SlotHeader);
-  }
+  void* payload() const { return view_.slot() + sizeof(SlotHeader); }
 
-  FifoDesc fifo_;
+  FifoControl* control_ = nullptr;
+  FifoSendView view_;
   int self_ = -1;
   int peer_ = -1;
-  uint32_t tail_ = 0;      // only this side writes tail, so it keeps the value
-  uint32_t headSeen_ = 0;  // last head read from the receiver
 };
 
 class RecvConnector {
  public:
   RecvConnector() = default;
-  RecvConnector(FifoDesc fifo, int self, int peer) : fifo_(fifo), self_(self), peer_(peer) {}
+  RecvConnector(FifoDesc fifo, int self, int peer)
+      : control_(fifo.control),
+        view_{&fifo.control->words, fifo.slots, fifo.slotBytes, static_cast<uint32_t>(fifo.nSlots)},
+        self_(self),
+        peer_(peer) {}
 
   int self() const { return self_; }
   int peer() const { return peer_; }
   // Payload bytes one slot carries.
-  size_t slotBytes() const { return fifo_.slotBytes - sizeof(SlotHeader); }
+  size_t slotBytes() const { return view_.slotBytes - sizeof(SlotHeader); }
 
   // The header of the next published slot, once there is one; its payload follows it.
   const SlotHeader& wait(Watchdog& dog) {
-    if (!hasData()) {
-      const uint32_t need = head_ + 1;
-      tailSeen_ = waitUntil(
-          fifo_.control->tail, [need](uint32_t t) { return counterReached(t, need); }, dog, peer_,
+    if (!view_.tryWait()) {
+      const uint32_t need = view_.head + 1;
+      view_.tailSeen = waitUntil(
+          control_->tail(), [need](uint32_t t) { return counterReached(t, need); }, dog, peer_,
           "data");
     }
     return checkedHeader();
   }
   // Non-blocking wait: nullptr when nothing has arrived.
-  const SlotHeader* tryWait() {
-    if (!hasData()) {
-      tailSeen_ = fifo_.control->tail.value.load(std::memory_order_acquire);
-      if (!hasData()) return nullptr;
-    }
-    return &checkedHeader();
-  }
+  const SlotHeader* tryWait() { return view_.tryWait() ? &checkedHeader() : nullptr; }
   // Returns the slot from wait() to the sender.
-  void release() { fifo_.control->head.publish(++head_); }
+  void release() {
+    control_->head().publish(++view_.head);  // the view's release, with a wake for a sleeper
+  }
 
  private:
-  bool hasData() const { return tailSeen_ != head_; }
   // A slot whose size disagrees with its header was not written by a braid peer's post.
   const SlotHeader& checkedHeader() const {
-    const uint32_t index = head_ % fifo_.nSlots;
-    const auto& header =
-        *reinterpret_cast<const SlotHeader*>(fifo_.slots + index * fifo_.slotBytes);
-    const uint64_t used = fifo_.control->bytes[index];
-    if (used < sizeof(SlotHeader) || used > fifo_.slotBytes ||
+    const auto& header = *reinterpret_cast<const SlotHeader*>(view_.slot());
+    const uint64_t used = control_->bytes[view_.head % view_.nSlots];
+    if (used < sizeof(SlotHeader) || used > view_.slotBytes ||
         header.payloadBytes != used - sizeof(SlotHeader))
       fail(braidRemoteError,
            "rank {} received a malformed message from rank {}: {} bytes, of which the header "
@@ -165,11 +163,10 @@ class RecvConnector {
     return header;
   }
 
-  FifoDesc fifo_;
+  FifoControl* control_ = nullptr;
+  FifoRecvView view_;
   int self_ = -1;
   int peer_ = -1;
-  uint32_t head_ = 0;
-  uint32_t tailSeen_ = 0;
 };
 
 }  // namespace braid

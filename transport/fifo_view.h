@@ -41,10 +41,14 @@ BRAID_HD inline void storeRelease(T& word, T value) {
 }
 
 // The control words of one FIFO, each on its own cache line: the sender writes tail, the
-// receiver head; either side, or the host, sets abort to stop every wait on it.
+// receiver head; either side, or the host, sets abort to stop every wait on it. Beside tail and
+// head, the count of host threads asleep on them (a futex; core/wait.h's WakeableWord): a host
+// side that advances a word wakes them; device code never sleeps and never reads them.
 struct FifoWords {
   alignas(64) uint32_t tail = 0;  // slots published
+  uint32_t tailSleepers = 0;
   alignas(64) uint32_t head = 0;  // slots released
+  uint32_t headSleepers = 0;
   alignas(64) uint32_t abort = 0;
 };
 

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "coll/call_tag.h"
+#include "coll/ring_engine.h"
 #include "core/error.h"
 #include "kernels/host_reduce.h"
 
@@ -14,56 +15,66 @@ namespace {
 
 constexpr size_t kInPlaceStreamingFactor = 4;
 
-struct Buffers {
-  const uint8_t* in;
-  uint8_t* out;
-  size_t elemBytes;
-  bool streamOut;    // the output is written with streaming stores
-  bool streamSlots;  // FIFO slots are written with streaming stores (coll/slot_stores.h)
-  const uint8_t* inAt(size_t elems) const { return in + elems * elemBytes; }
-  uint8_t* outAt(size_t elems) const { return out + elems * elemBytes; }
+// The host executor's thread as the engine's thread group: one thread, so nothing to meet.
+struct OneThread {
+  int index() const { return 0; }
+  int size() const { return 1; }
+  void sync() {}
+  bool any(bool mine) { return mine; }
+  bool keepWaiting() { return true; }  // the connectors' own waits never hand back
 };
 
-// One primitive of the ring on one chunk. `toSlot` writes FIFO slots, `toOut` the output, each
-// with the stores Buffers asks for. A prim that writes both streams at most one of them (the
-// kernels stream their first destination only): the slot when slots stream.
-void runPrim(const RingOp& op, const Buffers& buf, SendConnector& next, RecvConnector& prev,
-             kernels::ReduceFn toSlot, kernels::ReduceFn toOut, int divisor, const CallTag& tag,
-             Watchdog& dog) {
-  const size_t bytes = op.count * buf.elemBytes;
-  const void* received = primReceives(op.prim) ? receive(prev, tag, bytes, dog) : nullptr;
-  void* slot = primSends(op.prim) ? next.acquire(dog) : nullptr;
-  const int div = primFinishesReduction(op.prim) ? divisor : 1;
-  uint8_t* out = buf.outAt(op.outOffset);
-  const uint8_t* in = buf.inAt(op.inOffset);
-  switch (op.prim) {
-    case Prim::Send: kernels::copy2(slot, nullptr, in, bytes, buf.streamSlots); break;
-    case Prim::CopySend:
-      if (out != in) kernels::copy2(out, nullptr, in, bytes, buf.streamOut);
-      kernels::copy2(slot, nullptr, in, bytes, buf.streamSlots);
-      break;
-    case Prim::RecvReduceSend: toSlot(slot, nullptr, received, in, op.count, 1); break;
-    case Prim::RecvReduceCopySend:
-      if (buf.streamSlots)
-        toSlot(slot, out, received, in, op.count, div);
-      else
-        toOut(out, slot, received, in, op.count, div);
-      break;
-    case Prim::RecvCopySend:
-      if (buf.streamSlots)
-        kernels::copy2(slot, out, received, bytes, true);
-      else
-        kernels::copy2(out, slot, received, bytes, buf.streamOut);
-      break;
-    case Prim::Recv: kernels::copy2(out, nullptr, received, bytes, buf.streamOut); break;
-    case Prim::RecvReduceCopy: toOut(out, nullptr, received, in, op.count, div); break;
+// The engine's data mover on the host: the SIMD kernels, on the element's bits T (their size is
+// all the engine needs). A move that writes both the output and a FIFO slot streams at most one
+// of them (the kernels stream their first destination only): the slot when slots stream.
+template <class T>
+struct SimdMover {
+  using Storage = T;
+  kernels::ReduceFn reduceToSlot;    // streams its first destination when slots stream
+  kernels::ReduceFn reduceToOutput;  // streams its first destination when the output streams
+  bool streamSlots;
+  bool streamOutput;
+
+  void operator()(OneThread&, const T* a, const T* b, T* toOutput, T* toSlot, size_t count,
+                  int divisor) const {
+    const bool slotFirst = toSlot != nullptr && (streamSlots || toOutput == nullptr);
+    T* first = slotFirst ? toSlot : toOutput;
+    T* second = slotFirst ? toOutput : toSlot;
+    if (b == nullptr)
+      kernels::copy2(first, second, a, count * sizeof(T), slotFirst ? streamSlots : streamOutput);
+    else
+      (slotFirst ? reduceToSlot : reduceToOutput)(first, second, a, b, count, divisor);
   }
-  if (slot != nullptr) {
-    if (buf.streamSlots) kernels::streamFence();  // the data before the post that publishes it
+};
+
+// The engine's ports on the host: the connectors' blocking waits under the watchdog, every slot
+// tagged with the call and checked against it.
+struct ConnectorPorts {
+  RecvConnector& prev;
+  SendConnector& next;
+  const CallTag& tag;
+  Watchdog& dog;
+  bool fenceBeforePost;  // slots are written with streaming stores: order them before the post
+  const void* received = nullptr;
+  void* slot = nullptr;
+
+  size_t slotBytes() const { return next.slotBytes(); }
+  bool waitRecv(OneThread&, size_t bytes) {
+    received = receive(prev, tag, bytes, dog);
+    return true;
+  }
+  bool waitSend(OneThread&) {
+    slot = next.acquire(dog);
+    return true;
+  }
+  const void* recvSlot() const { return received; }
+  void* sendSlot() const { return slot; }
+  void post(OneThread&, size_t bytes) {
+    if (fenceBeforePost) kernels::streamFence();
     next.post(bytes, tag);
   }
-  if (received != nullptr) prev.release();
-}
+  void release(OneThread&) { prev.release(); }
+};
 
 void sendTagOnly(SendConnector& to, const CallTag& tag, Watchdog& dog) {
   to.acquire(dog);
@@ -75,25 +86,13 @@ void receiveTagOnly(RecvConnector& from, const CallTag& tag, Watchdog& dog) {
   from.release();
 }
 
-int ringPosition(const CollContext& ctx, int rank) {
-  return static_cast<int>(std::find(ctx.ringOrder.begin(), ctx.ringOrder.end(), rank) -
-                          ctx.ringOrder.begin());
-}
-
-void runRing(CollContext& ctx, const CollArgs& a, const CallTag& tag) {
+template <class T>
+void runRingAs(CollContext& ctx, const CollArgs& a, const CallTag& tag) {
   const int n = ctx.nranks;
-  const size_t elemBytes = kernels::typeSize(a.type);
-  const int myPos = ringPosition(ctx, ctx.rank);
-  int pos = myPos;
-  // Broadcast and Reduce run along the chain that starts at (Bcast) or after (Reduce) the root.
-  if (a.coll == Collective::Broadcast) pos = modRanks(myPos - ringPosition(ctx, a.root), n);
-  if (a.coll == Collective::Reduce) pos = modRanks(myPos - ringPosition(ctx, a.root) - 1, n);
+  const int myPos = ringPosition(ctx.ringOrder.data(), ctx.nranks, ctx.rank);
   SendConnector& next = ctx.sendTo[ctx.ringOrder[modRanks(myPos + 1, n)]];
   RecvConnector& prev = ctx.recvFrom[ctx.ringOrder[modRanks(myPos - 1, n)]];
-
-  const size_t chunk = next.slotBytes() / elemBytes;
-  const size_t alignElems = std::max<size_t>(1, 64 / elemBytes);
-  const size_t outBytes = a.count * elemBytes * (a.coll == Collective::AllGather ? n : 1);
+  const size_t outBytes = a.count * sizeof(T) * (a.coll == Collective::AllGather ? n : 1);
   // In place, the output is the input: streaming stores would evict the buffer its next reader
   // (the caller's next step, an optimizer) finds cached while it is small enough. Measured with 2
   // ranks here: in place streaming loses up to 16 MiB (8 vs 16 GB/s at 8 MiB), out of place it
@@ -106,23 +105,40 @@ void runRing(CollContext& ctx, const CollArgs& a, const CallTag& tag) {
   const SlotStores slotStores =
       ctx.slotStores != nullptr ? ctx.slotStores->choose(outBytes) : SlotStores::kCached;
   const bool streamSlots = slotStores == SlotStores::kStreaming;
-  const Buffers buf{static_cast<const uint8_t*>(a.sendbuff), static_cast<uint8_t*>(a.recvbuff),
-                    elemBytes, streamOut, streamSlots};
-  const kernels::ReduceFn toSlot = kernels::reduceFn(a.type, a.op, streamSlots);
-  const kernels::ReduceFn toOut = kernels::reduceFn(a.type, a.op, streamOut);
-  const int divisor = a.op == braidAvg ? n : 1;
-  const size_t loops = ringLoops(a.coll, n, a.count, chunk);
-  const int steps = ringSteps(a.coll, n);
+  const SimdMover<T> move{kernels::reduceFn(a.type, a.op, streamSlots),
+                          kernels::reduceFn(a.type, a.op, streamOut), streamSlots, streamOut};
+  ConnectorPorts ports{prev, next, tag, *ctx.dog, streamSlots};
+  const RingCall<T> call{a.coll,
+                         n,
+                         ctx.rank,
+                         a.root,
+                         static_cast<const T*>(a.sendbuff),
+                         static_cast<T*>(a.recvbuff),
+                         a.count,
+                         a.count,
+                         a.op == braidAvg ? n : 1,
+                         ctx.ringOrder.data()};
+  OneThread thread;
   const auto start = std::chrono::steady_clock::now();
-  for (size_t loop = 0; loop < loops; ++loop)
-    for (int step = 0; step < steps; ++step)
-      runPrim(ringOp(a.coll, n, pos, a.count, chunk, alignElems, loop, step, ctx.ringOrder.data()),
-              buf, next, prev, toSlot, toOut, divisor, tag, *ctx.dog);
+  runRing(thread, move, call, ports);
   if (streamOut) kernels::streamFence();
   if (ctx.slotStores != nullptr)
     ctx.slotStores->record(
         outBytes, slotStores,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+// The ring engine (coll/ring_engine.h) on this thread, instantiated per element size.
+void runRing(CollContext& ctx, const CollArgs& a, const CallTag& tag) {
+  switch (kernels::typeSize(a.type)) {
+    case 1: return runRingAs<uint8_t>(ctx, a, tag);
+    case 2: return runRingAs<uint16_t>(ctx, a, tag);
+    case 4: return runRingAs<uint32_t>(ctx, a, tag);
+    case 8: return runRingAs<uint64_t>(ctx, a, tag);
+    default:
+      fail(braidInternalError, "rank {}: no ring for elements of {} bytes", ctx.rank,
+           kernels::typeSize(a.type));
+  }
 }
 
 // Small all-reduce in one exchange: every rank sends its input to every peer, then reduces all
@@ -176,7 +192,7 @@ void runCollective(CollContext& ctx, const CollArgs& a) {
   const bool chain = a.coll == Collective::Broadcast || a.coll == Collective::Reduce;
   const bool agreementOnly = a.coll == Collective::Gather || a.coll == Collective::Scatter;
   if (a.count == 0 || chain || agreementOnly) {
-    const int pos = ringPosition(ctx, ctx.rank);
+    const int pos = ringPosition(ctx.ringOrder.data(), ctx.nranks, ctx.rank);
     sendTagOnly(ctx.sendTo[ctx.ringOrder[modRanks(pos + 1, ctx.nranks)]], tag, *ctx.dog);
     receiveTagOnly(ctx.recvFrom[ctx.ringOrder[modRanks(pos - 1, ctx.nranks)]], tag, *ctx.dog);
   }

@@ -1,14 +1,23 @@
-// The ring collectives once, for whatever runs them: a CUDA thread block (one per channel) or,
-// in tests, CPU threads standing in for one. Header-only and __host__ __device__, templated on
+// The ring collectives once, for whatever runs them: a CUDA thread block (one per channel), CPU
+// threads standing in for one (tests), or one host thread (the host executor). Header-only and
+// __host__ __device__, templated on three policies:
 //  - a thread group G: int index() const, int size() const, void sync() (every thread of the
 //    group reaches it before any leaves: __syncthreads, or a std::barrier), bool any(bool) (a
 //    sync that also tells every thread whether any passed true: __syncthreads_or), and
 //    bool keepWaiting() (pauses once; false when the wait must give up: abort flag or timeout);
-//  - an element reduction R (kernels/element_reduce.h): Storage and
-//    Storage apply(Storage, Storage, int divisor).
+//  - a data mover M: `Storage` (the element's bits) and
+//    operator()(G&, a, b, toOutput, toSlot, count, divisor): a OP b, or a copy of a when b is
+//    null, into toOutput and toSlot (either may be null), this thread's share of `count`
+//    elements; divisor > 1 divides (Avg's finishing step). ElementMover below is the generic one a
+//    device uses; the host executor's moves bytes with its SIMD kernels;
+//  - ports P, the rank's two FIFO ends on the ring: slotBytes() (payload bytes of a slot),
+//    waitRecv(G&, bytes) and waitSend(G&) (false: the wait gave up), recvSlot() and sendSlot(),
+//    post(G&, bytes) and release(G&) (called by every thread after the group's barrier).
+//    FifoViewPorts below waits on the FIFO views as a device does; the host executor's ports
+//    block under the watchdog and tag each slot with the call.
 // Every thread of the group runs the same sequence of primitives over the same schedule
-// (coll/schedule.h); the threads split each chunk's bytes among them, 16 bytes at a time where
-// every pointer involved allows it.
+// (coll/schedule.h); an ElementMover's threads split each chunk's bytes among them, 16 bytes at a
+// time where every pointer involved allows it.
 #pragma once
 
 #include <cstddef>
@@ -88,6 +97,18 @@ BRAID_HD void combine(const G& group, const typename R::Storage* a, const typena
   }
 }
 
+// The generic data mover: R's element reduction (kernels/element_reduce.h) over `combine`.
+template <class R>
+struct ElementMover {
+  using Storage = typename R::Storage;
+  template <class G>
+  BRAID_HD void operator()(G& group, const Storage* a, const Storage* b, Storage* toOutput,
+                           Storage* toSlot, size_t count, int divisor) const {
+    Storage* first = toOutput != nullptr ? toOutput : toSlot;
+    combine<R>(group, a, b, first, first == toOutput ? toSlot : nullptr, count, divisor);
+  }
+};
+
 // Waits, as the group decides, until `ready` holds or the FIFO is aborted; every thread waits on
 // its own copy of the view.
 template <class G, class Ready>
@@ -98,48 +119,68 @@ BRAID_HD bool waitFor(G& group, Ready ready) {
   return true;
 }
 
+// Ports over the FIFO views, as a device waits: every thread polls its own copy of the views
+// until the slot is there, the FIFO is aborted or the group gives up; the leader alone publishes.
+struct FifoViewPorts {
+  FifoRecvView in;
+  FifoSendView out;
+
+  BRAID_HD size_t slotBytes() const { return out.slotBytes; }
+  template <class G>
+  BRAID_HD bool waitRecv(G& group, size_t) {
+    return waitFor(group, [&] { return in.tryWait() || in.aborted(); }) && !in.aborted();
+  }
+  template <class G>
+  BRAID_HD bool waitSend(G& group) {
+    return waitFor(group, [&] { return out.tryAcquire() || out.aborted(); }) && !out.aborted();
+  }
+  BRAID_HD const void* recvSlot() const { return in.slot(); }
+  BRAID_HD void* sendSlot() const { return out.slot(); }
+  template <class G>
+  BRAID_HD void post(G& group, size_t) {
+    out.post(group.index() == 0);
+  }
+  template <class G>
+  BRAID_HD void release(G& group) {
+    in.release(group.index() == 0);
+  }
+};
+
 // One primitive of the schedule over `op.count` elements. false: a wait gave up.
-template <class R, class G>
-BRAID_HD bool runPrim(G& group, const RingOp& op, FifoRecvView& in, FifoSendView& out,
-                      const typename R::Storage* input, typename R::Storage* output, int divisor) {
-  using T = typename R::Storage;
+template <class M, class G, class P>
+BRAID_HD bool runPrim(G& group, const M& move, P& ports, const RingOp& op,
+                      const typename M::Storage* input, typename M::Storage* output, int divisor) {
+  using T = typename M::Storage;
   const bool receives = primReceives(op.prim), sends = primSends(op.prim);
-  bool ready = (!receives || waitFor(group, [&] { return in.tryWait() || in.aborted(); })) &&
-               (!sends || waitFor(group, [&] { return out.tryAcquire() || out.aborted(); }));
-  ready = ready && !(receives && in.aborted()) && !(sends && out.aborted());
+  const size_t bytes = op.count * sizeof(T);
+  const bool ready =
+      (!receives || ports.waitRecv(group, bytes)) && (!sends || ports.waitSend(group));
   if (ready) {
-    const T* recvSlot = receives ? reinterpret_cast<const T*>(in.slot()) : nullptr;
-    T* sendSlot = sends ? reinterpret_cast<T*>(out.slot()) : nullptr;
+    const T* recvSlot = receives ? static_cast<const T*>(ports.recvSlot()) : nullptr;
+    T* sendSlot = sends ? static_cast<T*>(ports.sendSlot()) : nullptr;
     const T* src = input + op.inOffset;
     T* dst = output + op.outOffset;
     const int finish = primFinishesReduction(op.prim) ? divisor : 1;
     switch (op.prim) {
-      case Prim::Send: combine<R>(group, src, nullptr, sendSlot, nullptr, op.count, 1); break;
+      case Prim::Send: move(group, src, nullptr, nullptr, sendSlot, op.count, 1); break;
       case Prim::CopySend:
-        combine<R>(group, src, nullptr, sendSlot, src == dst ? nullptr : dst, op.count, 1);
+        move(group, src, nullptr, src == dst ? nullptr : dst, sendSlot, op.count, 1);
         break;
-      case Prim::RecvReduceSend:
-        combine<R>(group, recvSlot, src, sendSlot, nullptr, op.count, 1);
-        break;
+      case Prim::RecvReduceSend: move(group, recvSlot, src, nullptr, sendSlot, op.count, 1); break;
       case Prim::RecvReduceCopySend:
-        combine<R>(group, recvSlot, src, dst, sendSlot, op.count, finish);
+        move(group, recvSlot, src, dst, sendSlot, op.count, finish);
         break;
-      case Prim::RecvCopySend:
-        combine<R>(group, recvSlot, nullptr, dst, sendSlot, op.count, 1);
-        break;
-      case Prim::Recv: combine<R>(group, recvSlot, nullptr, dst, nullptr, op.count, 1); break;
-      case Prim::RecvReduceCopy:
-        combine<R>(group, recvSlot, src, dst, nullptr, op.count, finish);
-        break;
+      case Prim::RecvCopySend: move(group, recvSlot, nullptr, dst, sendSlot, op.count, 1); break;
+      case Prim::Recv: move(group, recvSlot, nullptr, dst, nullptr, op.count, 1); break;
+      case Prim::RecvReduceCopy: move(group, recvSlot, src, dst, nullptr, op.count, finish); break;
     }
   }
   // One barrier: every thread's bytes are in place before the leader publishes, and the group
   // gives up together (a thread left alone at a later barrier would wait forever); a slot some
   // threads filled is then never published.
   if (group.any(!ready)) return false;
-  const bool leader = group.index() == 0;
-  if (sends) out.post(leader);
-  if (receives) in.release(leader);
+  if (sends) ports.post(group, bytes);
+  if (receives) ports.release(group);
   return true;
 }
 
@@ -156,42 +197,58 @@ struct RingCall {
   size_t stride;   // elements between ranks' blocks of a reduce-scatter's input or an
                    // all-gather's output (the whole call's count when a channel runs a part)
   int divisor;     // Avg: nranks; else 1
+  const int* ringOrder = nullptr;  // the ranks in ring order; null: rank r sends to r + 1
 };
+
+// Where `rank` stands on the ring.
+BRAID_HD inline int ringPosition(const int* ringOrder, int nranks, int rank) {
+  if (ringOrder == nullptr) return rank;
+  for (int pos = 0; pos < nranks; ++pos)
+    if (ringOrder[pos] == rank) return pos;
+  return -1;
+}
 
 // Maps a ring position's block offset of a reduce-scatter input or all-gather output onto the
 // call's layout, whose blocks are `stride` apart.
 BRAID_HD inline size_t restride(size_t offset, size_t count, size_t stride) {
-  return count == 0 ? offset : offset / count * stride + offset % count;
+  return count == 0 || count == stride ? offset : offset / count * stride + offset % count;
 }
 
-// Runs the whole collective on one channel. The ring is rank order (rank r sends to r + 1).
-template <class R, class G>
-BRAID_HD bool runRing(G& group, const RingCall<typename R::Storage>& call, FifoRecvView in,
-                      FifoSendView out) {
-  using T = typename R::Storage;
+// All-reduce blocks start on cache-line boundaries.
+constexpr size_t kBlockAlignBytes = 64;
+
+// Runs the whole collective on one channel.
+template <class M, class G, class P>
+BRAID_HD bool runRing(G& group, const M& move, const RingCall<typename M::Storage>& call,
+                      P& ports) {
+  using T = typename M::Storage;
   const int n = call.nranks;
   if (n == 1) {  // no peer: the result is this rank's input
     if (call.collective != Collective::Broadcast || call.rank == call.root)
-      combine<R>(group, call.input, nullptr, call.output, nullptr, call.count, 1);
+      move(group, call.input, nullptr, call.output, nullptr, call.count, 1);
     group.sync();
     return true;
   }
-  int pos = call.rank;
-  if (call.collective == Collective::Broadcast) pos = modRanks(call.rank - call.root, n);
-  if (call.collective == Collective::Reduce) pos = modRanks(call.rank - call.root - 1, n);
+  const int me = ringPosition(call.ringOrder, n, call.rank);
+  int pos = me;
+  if (call.collective == Collective::Broadcast)
+    pos = modRanks(me - ringPosition(call.ringOrder, n, call.root), n);
+  if (call.collective == Collective::Reduce)
+    pos = modRanks(me - ringPosition(call.ringOrder, n, call.root) - 1, n);
   // Chunks are whole 16-byte packs, so every block of a slot stays 16-byte aligned.
   const size_t packElems = sizeof(Pack16) / sizeof(T);
-  const size_t chunk = out.slotBytes / sizeof(Pack16) * packElems;
+  const size_t chunk = ports.slotBytes() / sizeof(Pack16) * packElems;
   const size_t loops = ringLoops(call.collective, n, call.count, chunk);
   const int steps = ringSteps(call.collective, n);
   for (size_t loop = 0; loop < loops; ++loop) {
     for (int step = 0; step < steps; ++step) {
-      RingOp op = ringOp(call.collective, n, pos, call.count, chunk, packElems, loop, step);
+      RingOp op = ringOp(call.collective, n, pos, call.count, chunk, kBlockAlignBytes / sizeof(T),
+                         loop, step, call.ringOrder);
       if (call.collective == Collective::ReduceScatter)
         op.inOffset = restride(op.inOffset, call.count, call.stride);
       if (call.collective == Collective::AllGather)
         op.outOffset = restride(op.outOffset, call.count, call.stride);
-      if (!runPrim<R>(group, op, in, out, call.input, call.output, call.divisor)) return false;
+      if (!runPrim(group, move, ports, op, call.input, call.output, call.divisor)) return false;
     }
   }
   return true;
@@ -199,10 +256,10 @@ BRAID_HD bool runRing(G& group, const RingCall<typename R::Storage>& call, FifoR
 
 // Channel `channel` of `nChannels` runs its share of the call: a contiguous part of every block,
 // starting on a 16-byte boundary.
-template <class R, class G>
-BRAID_HD bool runChannel(G& group, const RingCall<typename R::Storage>& call, int channel,
-                         int nChannels, FifoRecvView in, FifoSendView out) {
-  using T = typename R::Storage;
+template <class M, class G, class P>
+BRAID_HD bool runChannel(G& group, const M& move, const RingCall<typename M::Storage>& call,
+                         int channel, int nChannels, P& ports) {
+  using T = typename M::Storage;
   const size_t packElems = sizeof(Pack16) / sizeof(T);
   auto boundary = [&](int c) {
     const size_t at = call.count * static_cast<size_t>(c) / static_cast<size_t>(nChannels);
@@ -213,7 +270,15 @@ BRAID_HD bool runChannel(G& group, const RingCall<typename R::Storage>& call, in
   part.count = end - start;
   part.input = call.input + start;
   part.output = call.output + start;
-  return runRing<R>(group, part, in, out);
+  return runRing(group, move, part, ports);
+}
+
+// The device form: element reduction R over the FIFO views.
+template <class R, class G>
+BRAID_HD bool runChannelOnViews(G& group, const RingCall<typename R::Storage>& call, int channel,
+                                int nChannels, FifoRecvView in, FifoSendView out) {
+  FifoViewPorts ports{in, out};
+  return runChannel(group, ElementMover<R>{}, call, channel, nChannels, ports);
 }
 
 }  // namespace braid

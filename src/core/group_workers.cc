@@ -28,18 +28,18 @@ GroupWorker::GroupWorker() : thread_([this] { work(); }) {
 
 GroupWorker::~GroupWorker() {
   stopping_ = true;
-  posted_.publish(posted_.value.load(std::memory_order_relaxed) + 1);
+  posted_.publish(posted_.load() + 1);
   thread_.join();
 }
 
 void GroupWorker::start(const std::function<void()>& task) {
   task_ = &task;
-  posted_.publish(posted_.value.load(std::memory_order_relaxed) + 1);
+  posted_.publish(posted_.load() + 1);
 }
 
 void GroupWorker::finish() {
   Unbounded dog;
-  const uint32_t target = posted_.value.load(std::memory_order_relaxed);
+  const uint32_t target = posted_.load();
   waitUntil(
       finished_, [target](uint32_t v) { return v == target; }, dog, -1, "a group worker");
   if (thrown_) std::rethrow_exception(std::exchange(thrown_, nullptr));

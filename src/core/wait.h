@@ -42,52 +42,77 @@ inline void cpuRelax() {
 }
 
 // Futex on a 32-bit word that may live in memory shared between processes.
-inline void futexWait(std::atomic<uint32_t>* word, uint32_t seen, long timeoutNs) {
+inline void futexWait(uint32_t* word, uint32_t seen, long timeoutNs) {
   timespec ts{timeoutNs / 1000000000L, timeoutNs % 1000000000L};
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, seen, &ts, nullptr, 0);
+  syscall(SYS_futex, word, FUTEX_WAIT, seen, &ts, nullptr, 0);
 }
-inline void futexWakeAll(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+inline void futexWakeAll(uint32_t* word) {
+  syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 
-// A word another party advances, plus a flag that says someone sleeps on it. The advancing side
-// calls publish(); the waiting side calls waitUntil().
-struct alignas(64) WakeableCounter {
-  std::atomic<uint32_t> value{0};
-  std::atomic<uint32_t> sleepers{0};
+// A word another party advances, and beside it a count of threads asleep on it. Both are plain
+// data used through atomic_ref: they may live in shared memory, or in a FIFO's control block that
+// device code reads through the same words (transport/fifo_view.h). The advancing side stores the
+// value, then wakes the sleepers; the waiting side calls waitUntil().
+struct WakeableWord {
+  uint32_t* value;
+  uint32_t* sleepers;
 
-  void publish(uint32_t v) {
-    value.store(v, std::memory_order_seq_cst);
-    if (sleepers.load(std::memory_order_seq_cst) != 0) futexWakeAll(&value);
+  uint32_t load() const {
+    return std::atomic_ref<uint32_t>(*value).load(std::memory_order_acquire);
+  }
+  // Stores the value, then wakes whoever sleeps on it. Both sequentially consistent: a sleeper
+  // counts itself before it reads the value (Dekker's pattern), so either it sees the new value or
+  // this side sees it counted; the futex rechecks the value, so a wake is never lost.
+  void publish(uint32_t v) const {
+    std::atomic_ref<uint32_t>(*value).store(v, std::memory_order_seq_cst);
+    if (std::atomic_ref<uint32_t>(*sleepers).load(std::memory_order_seq_cst) != 0)
+      futexWakeAll(value);
   }
 };
 
-// Waits until `ready(counter value)` is true. Fast path: one load.
+// A wakeable word and its sleepers' count on one cache line of their own.
+struct alignas(64) WakeableCounter {
+  uint32_t value = 0;
+  uint32_t sleepers = 0;
+  WakeableWord word() { return {&value, &sleepers}; }
+  uint32_t load() { return word().load(); }
+  void publish(uint32_t v) { word().publish(v); }
+};
+
+// Waits until `ready(the word's value)` is true. Fast path: one load.
 template <typename Ready>
-inline uint32_t waitUntil(WakeableCounter& c, Ready ready, Watchdog& dog, int peer,
+inline uint32_t waitUntil(WakeableWord w, Ready ready, Watchdog& dog, int peer,
                           const char* waitingFor) {
-  uint32_t v = c.value.load(std::memory_order_acquire);
+  uint32_t v = w.load();
   if (ready(v)) return v;
   for (int64_t i = 0; i < dog.spins; ++i) {
     cpuRelax();
-    v = c.value.load(std::memory_order_acquire);
+    v = w.load();
     if (ready(v)) return v;
   }
   for (int64_t i = 0; i < dog.yields; ++i) {
     sched_yield();
-    v = c.value.load(std::memory_order_acquire);
+    v = w.load();
     if (ready(v)) return v;
   }
   constexpr long kSliceNs = 20 * 1000 * 1000;  // how often the watchdog is asked
+  std::atomic_ref<uint32_t> sleepers(*w.sleepers), value(*w.value);
   for (;;) {
-    c.sleepers.fetch_add(1, std::memory_order_seq_cst);
-    v = c.value.load(std::memory_order_seq_cst);
-    if (!ready(v)) futexWait(&c.value, v, kSliceNs);
-    c.sleepers.fetch_sub(1, std::memory_order_seq_cst);
-    v = c.value.load(std::memory_order_acquire);
+    sleepers.fetch_add(1, std::memory_order_seq_cst);
+    v = value.load(std::memory_order_seq_cst);
+    if (!ready(v)) futexWait(w.value, v, kSliceNs);
+    sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    v = w.load();
     if (ready(v)) return v;
     dog.poll(peer, waitingFor);
   }
+}
+
+template <typename Ready>
+inline uint32_t waitUntil(WakeableCounter& c, Ready ready, Watchdog& dog, int peer,
+                          const char* waitingFor) {
+  return waitUntil(c.word(), ready, dog, peer, waitingFor);
 }
 
 }  // namespace braid

@@ -39,7 +39,7 @@ __global__ void ringKernel(RingCall<typename kernels::ElementOf<kType>::Storage>
   using R = kernels::ElementReduce<kType, kOp>;
   BlockGroup group(deadlineNs);
   const int channel = static_cast<int>(blockIdx.x);
-  if (!runChannel<R>(group, call, channel, static_cast<int>(gridDim.x), ins[channel],
+  if (!runChannelOnViews<R>(group, call, channel, static_cast<int>(gridDim.x), ins[channel],
                      outs[channel]) &&
       threadIdx.x == 0)
     failed[channel] = 1;

@@ -273,7 +273,7 @@ class Grid {
                               c.count,
                               c.count,
                               c.op == braidAvg ? shape_.ranks : 1};
-      ok = braid::runChannel<R>(group, call, channel, shape_.channels, in, out);
+      ok = braid::runChannelOnViews<R>(group, call, channel, shape_.channels, in, out);
     });
     return ok;
   }

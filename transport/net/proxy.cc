@@ -98,8 +98,8 @@ void Proxy::finish(Clock::time_point deadline) {
   auto unsent = [&] {
     std::vector<int> peers;
     for (const auto& link : links_) {
-      const FifoControl& c = *link->sendFifo.control;
-      if (!link->failed.load() && c.head.value.load() != c.tail.value.load())
+      FifoControl& c = *link->sendFifo.control;
+      if (!link->failed.load() && loadAcquire(c.words.head) != loadAcquire(c.words.tail))
         peers.push_back(link->peer);
     }
     return peers;
@@ -145,7 +145,7 @@ bool Proxy::progressSend(Link& link) {
   FifoControl& control = *link.sendFifo.control;
   const uint32_t slots = static_cast<uint32_t>(geometry_.nSlots);
   bool moved = false;
-  const uint32_t tail = control.tail.value.load(std::memory_order_acquire);
+  const uint32_t tail = control.tail().load();
   while (link.sendPosted != tail) {
     const uint32_t slot = link.sendPosted % slots;
     Request* request = link.send->isend(link.sendFifo.slots + slot * geometry_.slotBytes,
@@ -158,7 +158,7 @@ bool Proxy::progressSend(Link& link) {
   while (link.sendDone != link.sendPosted) {
     size_t bytes = 0;
     if (!link.send->test(link.sendRequests[link.sendDone % slots], &bytes)) break;
-    control.head.publish(++link.sendDone);
+    control.head().publish(++link.sendDone);
     moved = true;
   }
   return moved;
@@ -169,7 +169,7 @@ bool Proxy::progressRecv(Link& link) {
   FifoControl& control = *link.recvFifo.control;
   const uint32_t slots = static_cast<uint32_t>(geometry_.nSlots);
   bool moved = false;
-  const uint32_t head = control.head.value.load(std::memory_order_acquire);
+  const uint32_t head = control.head().load();
   while (link.recvPosted - head < slots) {
     const uint32_t slot = link.recvPosted % slots;
     Request* request = link.recv->irecv(link.recvFifo.slots + slot * geometry_.slotBytes,
@@ -184,7 +184,7 @@ bool Proxy::progressRecv(Link& link) {
     size_t bytes = 0;
     if (!link.recv->test(link.recvRequests[slot], &bytes)) break;
     control.bytes[slot] = bytes;
-    control.tail.publish(++link.recvDone);
+    control.tail().publish(++link.recvDone);
     moved = true;
   }
   return moved;

@@ -2,7 +2,7 @@
 // FIFOs in this rank's memory: the rank's SendConnector fills one that the proxy drains into a
 // plug-in's isend (the proxy is that FIFO's receiver), and the proxy fills the other from irecv for
 // the rank's RecvConnector (the proxy is that FIFO's sender). Both keep FifoControl's protocol and
-// publish through WakeableCounter, so a rank asleep on a FIFO wakes when the proxy moves it, and
+// publish through its wakeable words, so a rank asleep on a FIFO wakes when the proxy moves it, and
 // the collectives cannot tell a network hop from a shared-memory one.
 #pragma once
 
