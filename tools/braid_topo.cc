@@ -14,8 +14,8 @@
 #include <fstream>
 #include <iostream>
 
-#include "core/error.h"
-#include "core/params.h"
+#include "base/error.h"
+#include "base/params.h"
 #include "plan/from_topology.h"
 #include "plan/model.h"
 #include "plan/plan_file.h"

@@ -15,8 +15,8 @@
 #include <memory>
 #include <sstream>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "topology/xml_text.h"
 
 namespace braid::topo {

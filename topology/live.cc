@@ -16,8 +16,8 @@
 #include <memory>
 #include <sstream>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "topology/hwloc_import.h"
 
 namespace braid::topo {

@@ -4,7 +4,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "topology/hwloc_import.h"
 #include "topology/nccl_xml.h"
 #include "topology/xml_text.h"

@@ -7,7 +7,7 @@
 #include <set>
 #include <sstream>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "topology/xml_text.h"
 
 namespace braid::topo {

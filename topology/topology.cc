@@ -9,7 +9,7 @@
 #include <set>
 #include <string_view>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace braid::topo {
 

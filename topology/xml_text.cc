@@ -4,7 +4,7 @@
 #include <cctype>
 #include <cstring>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace braid::topo {
 namespace {

@@ -8,8 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/error.h"
-#include "core/wait.h"
+#include "base/error.h"
+#include "base/wait.h"
 #include "transport/fifo_view.h"
 
 namespace braid {

@@ -4,7 +4,7 @@
 #include <mutex>
 #include <utility>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "transport/local.h"
 
 namespace braid {

@@ -5,9 +5,9 @@
 
 #include <algorithm>
 
-#include "core/error.h"
-#include "core/log.h"
-#include "core/params.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "transport/local.h"
 #include "transport/net/net_transport.h"
 

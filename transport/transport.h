@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/wait.h"
+#include "base/wait.h"
 #include "transport/connector.h"
 
 namespace braid {

@@ -5,9 +5,9 @@
 #include <cstring>
 #include <thread>
 
+#include "base/error.h"
 #include "coll/call_tag.h"
 #include "coll/ring_engine.h"
-#include "core/error.h"
 #include "kernels/host_reduce.h"
 
 namespace braid {

@@ -7,10 +7,10 @@
 #include <span>
 #include <vector>
 
+#include "base/wait.h"
 #include "braid/braid.h"
 #include "coll/schedule.h"
 #include "coll/slot_stores.h"
-#include "core/wait.h"
 #include "transport/connector.h"
 
 namespace braid {

@@ -2,7 +2,7 @@
 
 #include <bit>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace braid {
 namespace {

@@ -16,16 +16,16 @@
 #include <thread>
 #include <vector>
 
+#include "base/error.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "braid/braid.h"
 #include "coll/call_tag.h"
 #include "core/bootstrap.h"
 #include "core/comm.h"
-#include "core/error.h"
 #include "core/group_workers.h"
 #include "core/host_stream.h"
 #include "core/launch_env.h"
-#include "core/log.h"
-#include "core/params.h"
 #include "kernels/host_reduce.h"
 
 using braid::apiName;

@@ -16,10 +16,10 @@
 #include <thread>
 #include <type_traits>
 
-#include "core/error.h"
-#include "core/log.h"
-#include "core/params.h"
-#include "core/socket.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/params.h"
+#include "base/socket.h"
 
 namespace braid {
 namespace {

@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/wait.h"
 #include "braid/braid.h"
-#include "core/wait.h"
 
 namespace braid {
 

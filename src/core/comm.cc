@@ -11,10 +11,10 @@
 #include <cstring>
 #include <fstream>
 
-#include "core/error.h"
-#include "core/log.h"
-#include "core/params.h"
-#include "core/socket.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/params.h"
+#include "base/socket.h"
 #include "kernels/host_reduce.h"
 #include "plan/host_graph.h"
 #include "plan/plan_file.h"

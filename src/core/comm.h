@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
+#include "base/params.h"
+#include "base/wait.h"
 #include "braid/braid.h"
 #include "coll/host_executor.h"
 #include "core/bootstrap.h"
-#include "core/error.h"
-#include "core/params.h"
-#include "core/wait.h"
 #include "plan/model.h"
 #include "plan/plan.h"
 #include "transport/transport.h"

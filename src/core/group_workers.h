@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/wait.h"
+#include "base/wait.h"
 
 namespace braid {
 

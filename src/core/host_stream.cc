@@ -2,8 +2,8 @@
 
 #include <set>
 
-#include "core/error.h"
-#include "core/wait.h"
+#include "base/error.h"
+#include "base/wait.h"
 
 namespace braid {
 namespace {

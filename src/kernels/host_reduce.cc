@@ -9,9 +9,9 @@
 #endif
 #include <string>
 
-#include "core/error.h"
-#include "core/log.h"
-#include "core/params.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "kernels/host_reduce_impl.h"
 
 namespace braid::kernels {

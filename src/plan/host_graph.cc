@@ -11,7 +11,7 @@
 #include <map>
 #include <set>
 
-#include "core/params.h"
+#include "base/params.h"
 
 namespace braid::plan {
 namespace {

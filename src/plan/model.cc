@@ -7,8 +7,8 @@
 #include <limits>
 #include <sstream>
 
-#include "core/error.h"
-#include "core/params.h"
+#include "base/error.h"
+#include "base/params.h"
 
 namespace braid::plan {
 namespace {

@@ -5,7 +5,7 @@
 #include <queue>
 #include <set>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace braid::plan {
 

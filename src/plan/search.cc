@@ -7,7 +7,7 @@
 #include <map>
 #include <numeric>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "plan/routing.h"
 
 namespace braid::plan {

@@ -1,7 +1,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "plan/plan.h"
 
 namespace braid::plan {

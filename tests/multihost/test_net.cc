@@ -12,8 +12,8 @@
 #include <set>
 #include <thread>
 
-#include "core/error.h"
-#include "core/socket.h"
+#include "base/error.h"
+#include "base/socket.h"
 #include "plan/host_graph.h"
 #include "plan/plan.h"
 #include "transport/net/proxy.h"

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "topology/hwloc_import.h"
 #include "topology/load.h"
 #include "topology/nccl_xml.h"

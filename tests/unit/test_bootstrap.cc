@@ -14,9 +14,9 @@
 #include <thread>
 #include <vector>
 
+#include "base/error.h"
+#include "base/socket.h"
 #include "core/bootstrap.h"
-#include "core/error.h"
-#include "core/socket.h"
 
 namespace braid {
 namespace {

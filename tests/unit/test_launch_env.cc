@@ -4,7 +4,7 @@
 #include <map>
 #include <string>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "core/launch_env.h"
 
 namespace braid {

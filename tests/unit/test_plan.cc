@@ -7,7 +7,7 @@
 #include <map>
 #include <set>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "plan/plan.h"
 #include "plan/plan_file.h"
 #include "unit/plan_checks.h"

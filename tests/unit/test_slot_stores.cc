@@ -2,8 +2,8 @@
 // which stores measured faster, re-trying the other, per size class.
 #include <gtest/gtest.h>
 
+#include "base/error.h"
 #include "coll/slot_stores.h"
-#include "core/error.h"
 
 namespace braid {
 namespace {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/wait.h"
+#include "base/wait.h"
 
 namespace braid::net {
 

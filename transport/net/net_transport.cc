@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <map>
 
-#include "core/error.h"
-#include "core/log.h"
-#include "core/params.h"
-#include "core/socket.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/params.h"
+#include "base/socket.h"
 #include "transport/net/proxy.h"
 #include "transport/net/socket_net.h"
 

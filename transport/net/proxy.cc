@@ -8,8 +8,8 @@
 #include <array>
 #include <cerrno>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "transport/local.h"
 
 namespace braid::net {

@@ -16,8 +16,8 @@
 #include <map>
 #include <optional>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 namespace braid::net {
 

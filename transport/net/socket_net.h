@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/socket.h"
+#include "base/socket.h"
 #include "transport/net/net.h"
 
 namespace braid::net {

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <string_view>
 
+#include "base/error.h"
 #include "core/bootstrap.h"
-#include "core/error.h"
 
 namespace {
 // The seeds' hellos prove this secret (seeds/bootstrap_wire).

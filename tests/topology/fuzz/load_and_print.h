@@ -7,7 +7,7 @@
 #include <string_view>
 #include <utility>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "topology/paths.h"
 #include "topology/report.h"
 

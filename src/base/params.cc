@@ -1,9 +1,9 @@
-#include "core/params.h"
+#include "base/params.h"
 
 #include <cstdlib>
 #include <string>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace braid::param {
 namespace {

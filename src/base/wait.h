@@ -13,7 +13,7 @@
 #include <ctime>
 #include <string>
 
-#include "core/params.h"
+#include "base/params.h"
 
 namespace braid {
 

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/wait.h"
+#include "base/wait.h"
 
 namespace braid {
 
