@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -62,6 +63,55 @@ RankControl* InprocClique::control(int rank) {
     fail(braidInternalError, "rank {} did not publish its control block to its process peers",
          rank);
   return it->second;
+}
+
+namespace {
+
+// Threads of one process: FIFOs on the heap, shared through the process's clique.
+class InprocSetup : public TransportSetup {
+ public:
+  InprocSetup(ConnectState& state, std::vector<int> peers) : peers_(std::move(peers)) {
+    const int lowestLocal = std::min(state.rank, peers_.front());
+    clique_ = InprocClique::join(state.peers[lowestLocal].nonce);
+    state.links.keepAlive.push_back(std::shared_ptr<void>(clique_, clique_.get()));
+  }
+  void publish(ConnectState& state) override { clique_->publishControl(state.rank, state.control); }
+  void connect(ConnectState& state) override {
+    const int rank = state.rank;
+    const FifoGeometry& g = state.geometry;
+    for (int peer : peers_) {
+      state.links.send[peer] = SendConnector(
+          FifoDesc::over(clique_->fifo(rank, peer, state.fifoBytes()), g.slotBytes, g.nSlots), rank,
+          peer);
+      state.links.recv[peer] = RecvConnector(
+          FifoDesc::over(clique_->fifo(peer, rank, state.fifoBytes()), g.slotBytes, g.nSlots), rank,
+          peer);
+      state.links.control[peer] = clique_->control(peer);
+    }
+  }
+
+ private:
+  std::vector<int> peers_;
+  std::shared_ptr<InprocClique> clique_;
+};
+
+class InprocTransport : public Transport {
+ public:
+  const char* name() const override { return "inproc"; }
+  bool canConnect(const PeerInfo& self, const PeerInfo& peer) const override {
+    return peer.hostHash == self.hostHash && peer.pid == self.pid;
+  }
+  std::unique_ptr<TransportSetup> setup(ConnectState& state,
+                                        const std::vector<int>& peers) const override {
+    return std::make_unique<InprocSetup>(state, peers);
+  }
+};
+
+}  // namespace
+
+const Transport* inprocTransport() {
+  static const InprocTransport transport;
+  return &transport;
 }
 
 }  // namespace braid

@@ -11,6 +11,10 @@
 
 namespace braid {
 
+// The transports of this file, for the registry (transport.cc).
+const Transport* inprocTransport();
+const Transport* shmTransport();
+
 // Zeroed, page-aligned heap memory.
 std::shared_ptr<void> allocateZeroed(size_t bytes);
 

@@ -2,13 +2,16 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/params.h"
 #include "transport/local.h"
 
 namespace braid {
@@ -79,6 +82,88 @@ void ShmSegment::unlink() {
 ShmSegment::~ShmSegment() {
   unlink();
   munmap(base_, size_);
+}
+
+namespace {
+
+int openPidfd(int pid) {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+#else
+  return -1;
+#endif
+}
+
+// The other processes' ranks on rank r's host, in rank order: the order of the receive FIFOs in
+// r's segment.
+std::vector<int> processPeersOnHost(const std::vector<PeerInfo>& peers, int r) {
+  std::vector<int> ranks;
+  for (int q = 0; q < static_cast<int>(peers.size()); ++q)
+    if (peers[q].hostHash == peers[r].hostHash && peers[q].pid != peers[r].pid) ranks.push_back(q);
+  return ranks;
+}
+
+// Processes of one host: each rank's segment holds its control block, then the FIFOs its process
+// peers write, in rank order; a peer maps it and writes into its own FIFO there.
+class ShmSetup : public TransportSetup {
+ public:
+  ShmSetup(ConnectState& state, std::vector<int> peers) : peers_(std::move(peers)) {
+    ownSegment_ = ShmSegment::create(ShmSegment::name(state.commNonce, state.rank),
+                                     kControlBytes + state.fifoBytes() * peers_.size(), state.rank);
+    state.links.keepAlive.push_back(ownSegment_);
+    state.control = new (ownSegment_->base()) RankControl();
+  }
+  void connect(ConnectState& state) override {
+    const int rank = state.rank;
+    const FifoGeometry& g = state.geometry;
+    const size_t fifoBytes = state.fifoBytes();
+    for (size_t i = 0; i < peers_.size(); ++i) {
+      const int peer = peers_[i];
+      uint8_t* recvMemory = ownSegment_->base() + kControlBytes + fifoBytes * i;
+      state.links.recv[peer] =
+          RecvConnector(FifoDesc::over(recvMemory, g.slotBytes, g.nSlots), rank, peer);
+
+      auto peerSegment = ShmSegment::open(ShmSegment::name(state.commNonce, peer), rank, peer);
+      state.links.keepAlive.push_back(peerSegment);
+      const std::vector<int> peersOfPeer = processPeersOnHost(state.peers, peer);
+      const size_t myIndex =
+          std::find(peersOfPeer.begin(), peersOfPeer.end(), rank) - peersOfPeer.begin();
+      if (peerSegment->size() < kControlBytes + fifoBytes * peersOfPeer.size())
+        fail(braidInternalError,
+             "rank {}: rank {}'s shared memory is {} bytes, smaller than expected", rank, peer,
+             peerSegment->size());
+      uint8_t* sendMemory = peerSegment->base() + kControlBytes + fifoBytes * myIndex;
+      state.links.send[peer] =
+          SendConnector(FifoDesc::over(sendMemory, g.slotBytes, g.nSlots), rank, peer);
+      state.links.control[peer] = reinterpret_cast<RankControl*>(peerSegment->base());
+      state.links.pidfd[peer] = openPidfd(state.peers[peer].pid);
+    }
+  }
+  // Every peer has mapped this rank's segment: its name can go.
+  void connected(ConnectState&) override { ownSegment_->unlink(); }
+
+ private:
+  std::vector<int> peers_;
+  std::shared_ptr<ShmSegment> ownSegment_;
+};
+
+class ShmTransport : public Transport {
+ public:
+  const char* name() const override { return "shm"; }
+  bool canConnect(const PeerInfo& self, const PeerInfo& peer) const override {
+    return peer.hostHash == self.hostHash && peer.pid != self.pid && param::ShmDisableNow() == 0;
+  }
+  std::unique_ptr<TransportSetup> setup(ConnectState& state,
+                                        const std::vector<int>& peers) const override {
+    return std::make_unique<ShmSetup>(state, peers);
+  }
+};
+
+}  // namespace
+
+const Transport* shmTransport() {
+  static const ShmTransport transport;
+  return &transport;
 }
 
 }  // namespace braid

@@ -1,11 +1,14 @@
 // Connecting a rank to its peers: every pair of ranks gets a FIFO in each direction, through the
-// best transport that reaches the peer (inproc > shm > net).
+// first transport of the registry (priority order: inproc > p2p > shm > net) that can connect
+// them. Transports plug in by joining the registry (transport.cc); the communicator sees only
+// PeerLinks and the LinkServices they hold.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,13 +16,6 @@
 #include "transport/connector.h"
 
 namespace braid {
-
-namespace net {
-class Proxy;
-}
-
-enum class TransportKind { Self, Inproc, Shm, Net };
-const char* transportName(TransportKind kind);
 
 // What the rendezvous tells every rank about every other.
 struct PeerInfo {
@@ -50,15 +46,31 @@ struct FifoGeometry {
   int nSlots = 0;
 };
 
+// What a transport keeps running for a communicator once it is connected: a progress thread
+// that moves its FIFOs (the network proxy), say. The communicator tells it when operations run
+// and asks it about failures, without knowing which transport it serves.
+class LinkService {
+ public:
+  virtual ~LinkService() = default;
+  // Threads it keeps busy while an operation runs (the communicator's spin budget counts them).
+  virtual int busyThreads() const = 0;
+  // An operation of the rank starts or ends.
+  virtual void operationStarted() {}
+  virtual void operationFinished() {}
+  // The communicator ends in good order: deliver what the rank posted, until `deadline`.
+  virtual void finish(Clock::time_point deadline) {}
+  // The story of a failed link, preferring one with `peer`; nothing while all are well.
+  virtual std::optional<std::string> failure(int peer) const { return std::nullopt; }
+};
+
 // Everything a rank holds to talk to its peers; indexed by peer rank.
 struct PeerLinks {
   std::vector<SendConnector> send;
   std::vector<RecvConnector> recv;
-  std::vector<TransportKind> kind;
   std::vector<RankControl*> control;  // every peer on this host (and self)
   std::vector<int> pidfd;             // process peers on this host: readable once it exits; else -1
   std::vector<std::shared_ptr<void>> keepAlive;  // mappings and heap blocks peers may still touch
-  std::shared_ptr<net::Proxy> netProxy;          // serves the peers on other hosts, if any
+  std::vector<std::shared_ptr<LinkService>> services;  // what the transports keep running
 
   PeerLinks() = default;
   PeerLinks(const PeerLinks&) = delete;
@@ -76,6 +88,51 @@ struct Rendezvous {
   std::function<void(void* data, size_t bytesPerRank)> allGather;
   Clock::time_point deadline;
 };
+
+// One rank's connecting, as the transports see it.
+struct ConnectState {
+  const std::vector<PeerInfo>& peers;
+  int rank;
+  FifoGeometry geometry;
+  const Rendezvous& rendezvous;
+  PeerLinks& links;
+  uint64_t commNonce;  // names the communicator's shared resources (rank 0's nonce)
+  // This rank's control block: a transport whose peers read it from another process places it in
+  // memory they map (setup); otherwise it is allocated on the heap before publish.
+  RankControl* control = nullptr;
+
+  size_t fifoBytes() const { return FifoDesc::footprint(geometry.slotBytes, geometry.nSlots); }
+};
+
+// A transport's part of one rank's connecting, in the phases every rank runs together:
+// setup (Transport::setup) -> publish -> barrier -> connect -> barrier -> connected.
+class TransportSetup {
+ public:
+  virtual ~TransportSetup() = default;
+  // The control block is final: make it known to the peers that read it through this transport.
+  virtual void publish(ConnectState& state) {}
+  // Every rank has published: attach to the peers, setting links.send/recv (and control, pidfd).
+  virtual void connect(ConnectState& state) = 0;
+  // Every rank has connected (names of shared resources may go).
+  virtual void connected(ConnectState& state) {}
+};
+
+// A way for two ranks to move bytes (NCCL's canConnect/setup/connect shape).
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const char* name() const = 0;
+  // Whether it can carry the FIFOs between these two ranks (never asked for a rank and itself).
+  virtual bool canConnect(const PeerInfo& self, const PeerInfo& peer) const = 0;
+  // Begins connecting this rank with `peers` (not empty), the ones it was chosen for: makes what
+  // they will attach to. A transport whose setup must meet every rank (an all-gather of
+  // addresses) must be chosen on every rank or on none.
+  virtual std::unique_ptr<TransportSetup> setup(ConnectState& state,
+                                                const std::vector<int>& peers) const = 0;
+};
+
+// The registry, in priority order: a peer is connected by the first that can connect it.
+const std::vector<const Transport*>& transports();
 
 // Builds the links of `rank`.
 PeerLinks connectPeers(const std::vector<PeerInfo>& peers, int rank, const FifoGeometry& geometry,

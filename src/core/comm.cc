@@ -18,7 +18,6 @@
 #include "kernels/host_reduce.h"
 #include "plan/host_graph.h"
 #include "plan/plan_file.h"
-#include "transport/net/proxy.h"
 
 using braid::Clock;
 using braid::Error;
@@ -115,8 +114,8 @@ braidComm::braidComm(int rank, int nranks, CommOptions options)
 braidComm::~braidComm() {
   // What the rank sent to other hosts leaves before the connections close, and the peers there
   // learn that this rank departed. A failed communicator just closes: its peers see it as lost.
-  if (links_.netProxy && asyncError_.load() == braidSuccess)
-    links_.netProxy->finish(deadlineFromNow());
+  if (asyncError_.load() == braidSuccess)
+    for (const auto& service : links_.services) service->finish(deadlineFromNow());
   // Peers watching this process must not mistake its exit for a crash.
   if (!links_.control.empty()) links_.control[rank_]->departed.store(1, std::memory_order_release);
 }
@@ -160,10 +159,12 @@ void braidComm::initialize(const braid::BootstrapId& id) {
     };
     rendezvous.deadline = deadline;
     links_ = braid::connectPeers(peers_, rank_, geometry, rendezvous);
-    // Busy threads on this machine: its ranks, and their network proxies when the job spans
-    // hosts (namespaces share the cores). With more than the cores, a spinning wait would take the
-    // core its producer needs.
-    const int busyThreads = ranksOnMachine(peers_, self.machineHash) * (links_.netProxy ? 2 : 1);
+    // Busy threads on this machine: its ranks, and the transports' progress threads (network
+    // proxies when the job spans hosts; namespaces share the cores), counted alike on every rank.
+    // With more than the cores, a spinning wait would take the core its producer needs.
+    int threadsPerRank = 1;
+    for (const auto& service : links_.services) threadsPerRank += service->busyThreads();
+    const int busyThreads = ranksOnMachine(peers_, self.machineHash) * threadsPerRank;
     if (busyThreads > machineCores(peers_, self.machineHash))
       spins = std::min(spins, kOversubscribedSpins);
     planRings(geometry);
@@ -313,16 +314,16 @@ void braidComm::runOperation(const char* opName, Body&& body) {
   opName_ = opName;
   deadline_ = deadlineFromNow();
   links_.control[rank_]->opSeq.store(opSeq_, std::memory_order_relaxed);
-  // The network proxy polls quickly while an operation runs.
-  struct NetActivity {
-    braid::net::Proxy* proxy;
-    explicit NetActivity(braid::net::Proxy* p) : proxy(p) {
-      if (proxy) proxy->operationStarted();
+  // The transports' progress threads poll quickly while an operation runs.
+  struct Activity {
+    const braid::PeerLinks& links;
+    explicit Activity(const braid::PeerLinks& l) : links(l) {
+      for (const auto& service : links.services) service->operationStarted();
     }
-    ~NetActivity() {
-      if (proxy) proxy->operationFinished();
+    ~Activity() {
+      for (const auto& service : links.services) service->operationFinished();
     }
-  } netActivity(links_.netProxy.get());
+  } activity(links_);
   // Whatever ends the operation, the peers learn of it at once (they watch the failure flag)
   // instead of waiting for their timeout.
   try {
@@ -459,9 +460,9 @@ void braidComm::poll(int peer, const char* waitingFor) {
       fail(braidRemoteError, "rank {}: {} #{} failed: rank {} (pid {}) died", rank_, opName_,
            opSeq_, r, peers_[r].pid);
   }
-  // A connection to a peer on another host that broke (reset, closed, unreachable, bad frame).
-  if (links_.netProxy)
-    if (std::optional<std::string> failure = links_.netProxy->failure(peer))
+  // A link a transport serves that broke (a connection reset, closed, unreachable, a bad frame).
+  for (const auto& service : links_.services)
+    if (std::optional<std::string> failure = service->failure(peer))
       fail(braidRemoteError, "rank {}: {} #{} failed: {}", rank_, opName_, opSeq_, *failure);
   for (int r = 0; r < nranks_; ++r) {
     const braid::RankControl* c = links_.control[r];

@@ -1,23 +1,14 @@
-// Connecting a rank to its peers on other hosts: the socket plug-in on the interface
-// BRAID_SOCKET_IFNAME chooses (the bootstrap's), one connection per peer and direction, and the
-// proxy thread that serves them.
+// Connecting a rank to its peers on other hosts.
 #pragma once
-
-#include <memory>
-#include <vector>
 
 #include "transport/transport.h"
 
 namespace braid::net {
 
-class Proxy;
-
-// Connects `rank` with `remotePeers` (ranks on other hosts) and sets links.send/recv for them.
-// Collective: all-gathers the listeners' handles, so every rank calls it once when any two ranks
-// are on different hosts (then every rank has a remote peer).
-std::shared_ptr<Proxy> connectRemotePeers(const std::vector<PeerInfo>& peers, int rank,
-                                          const std::vector<int>& remotePeers,
-                                          const FifoGeometry& geometry,
-                                          const Rendezvous& rendezvous, PeerLinks& links);
+// The network transport for the registry: ranks on other hosts, over the socket plug-in on the
+// interface BRAID_SOCKET_IFNAME chooses (the bootstrap's), one connection per peer and direction,
+// and a proxy thread that serves them. Its setup all-gathers the listeners' addresses, so it is
+// chosen on every rank or none: with more than one host every rank has peers elsewhere.
+const Transport* netTransport();
 
 }  // namespace braid::net

@@ -19,11 +19,12 @@
 
 namespace braid::net {
 
-class Proxy {
+// The network transport's LinkService for its communicator.
+class Proxy : public LinkService {
  public:
   Proxy(int rank, const FifoGeometry& geometry);
   // Stops the thread, then closes the connections.
-  ~Proxy();
+  ~Proxy() override;
   Proxy(const Proxy&) = delete;
   Proxy& operator=(const Proxy&) = delete;
 
@@ -38,15 +39,16 @@ class Proxy {
   // For a communicator that ends in good order: waits until the network has taken every slot the
   // rank posted (a rank may destroy its communicator right after a send), a connection fails, or
   // the deadline passes; then the connections end as a departure, not as a lost peer.
-  void finish(Clock::time_point deadline);
+  void finish(Clock::time_point deadline) override;
 
   // The first failed connection's story, preferring one with `peer`; nothing while all are well.
-  std::optional<std::string> failure(int peer) const;
+  std::optional<std::string> failure(int peer) const override;
 
   // An operation of the rank starts or ends. Meanwhile the thread sleeps in short slices, since the
   // rank's FIFO moves cannot wake it; in between it sleeps until a socket stirs.
-  void operationStarted();
-  void operationFinished();
+  void operationStarted() override;
+  void operationFinished() override;
+  int busyThreads() const override { return 1; }
 
  private:
   struct Link;
