@@ -70,8 +70,12 @@ struct FifoDesc {
   }
 };
 
-inline bool counterReached(uint32_t value, uint32_t target) {
-  return static_cast<int32_t>(value - target) >= 0;
+// Waits until a FIFO counter reaches `target` (in wrapping arithmetic); returns its value.
+inline uint32_t waitReached(WakeableWord counter, uint32_t target, Watchdog& dog, int peer,
+                            const char* waitingFor) {
+  return waitUntil(
+      counter, [target](uint32_t v) { return static_cast<int32_t>(v - target) >= 0; }, dog, peer,
+      waitingFor);
 }
 
 // The host's ends of a FIFO: the engine's views (their non-blocking steps), and around them what
@@ -92,12 +96,9 @@ class SendConnector {
 
   // A slot's payload to fill, once the receiver has freed one.
   void* acquire(Watchdog& dog) {
-    if (!view_.tryAcquire()) {
-      const uint32_t need = view_.tail - view_.nSlots + 1;
-      view_.headSeen = waitUntil(
-          control_->head(), [need](uint32_t h) { return counterReached(h, need); }, dog, peer_,
-          "FIFO credit");
-    }
+    if (!view_.tryAcquire())
+      view_.headSeen =
+          waitReached(control_->head(), view_.tail - view_.nSlots + 1, dog, peer_, "FIFO credit");
     return payload();
   }
   // Non-blocking acquire: nullptr when the FIFO is full.
@@ -134,12 +135,8 @@ class RecvConnector {
 
   // The header of the next published slot, once there is one; its payload follows it.
   const SlotHeader& wait(Watchdog& dog) {
-    if (!view_.tryWait()) {
-      const uint32_t need = view_.head + 1;
-      view_.tailSeen = waitUntil(
-          control_->tail(), [need](uint32_t t) { return counterReached(t, need); }, dog, peer_,
-          "data");
-    }
+    if (!view_.tryWait())
+      view_.tailSeen = waitReached(control_->tail(), view_.head + 1, dog, peer_, "data");
     return checkedHeader();
   }
   // Non-blocking wait: nullptr when nothing has arrived.

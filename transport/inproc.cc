@@ -95,22 +95,13 @@ class InprocSetup : public TransportSetup {
   std::shared_ptr<InprocClique> clique_;
 };
 
-class InprocTransport : public Transport {
- public:
-  const char* name() const override { return "inproc"; }
-  bool canConnect(const PeerInfo& self, const PeerInfo& peer) const override {
-    return peer.hostHash == self.hostHash && peer.pid == self.pid;
-  }
-  std::unique_ptr<TransportSetup> setup(ConnectState& state,
-                                        const std::vector<int>& peers) const override {
-    return std::make_unique<InprocSetup>(state, peers);
-  }
-};
-
 }  // namespace
 
 const Transport* inprocTransport() {
-  static const InprocTransport transport;
+  static const TransportOf<InprocSetup> transport(
+      "inproc", [](const PeerInfo& self, const PeerInfo& peer) {
+        return peer.hostHash == self.hostHash && peer.pid == self.pid;
+      });
   return &transport;
 }
 

@@ -147,22 +147,13 @@ class ShmSetup : public TransportSetup {
   std::shared_ptr<ShmSegment> ownSegment_;
 };
 
-class ShmTransport : public Transport {
- public:
-  const char* name() const override { return "shm"; }
-  bool canConnect(const PeerInfo& self, const PeerInfo& peer) const override {
-    return peer.hostHash == self.hostHash && peer.pid != self.pid && param::ShmDisableNow() == 0;
-  }
-  std::unique_ptr<TransportSetup> setup(ConnectState& state,
-                                        const std::vector<int>& peers) const override {
-    return std::make_unique<ShmSetup>(state, peers);
-  }
-};
-
 }  // namespace
 
 const Transport* shmTransport() {
-  static const ShmTransport transport;
+  static const TransportOf<ShmSetup> transport("shm", [](const PeerInfo& self,
+                                                         const PeerInfo& peer) {
+    return peer.hostHash == self.hostHash && peer.pid != self.pid && param::ShmDisableNow() == 0;
+  });
   return &transport;
 }
 

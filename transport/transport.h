@@ -131,6 +131,27 @@ class Transport {
                                                 const std::vector<int>& peers) const = 0;
 };
 
+// A transport made of its name, its canConnect rule and the setup it starts (a TransportSetup
+// constructed from the ConnectState and the chosen peers).
+template <class Setup>
+class TransportOf final : public Transport {
+ public:
+  using Rule = bool (*)(const PeerInfo& self, const PeerInfo& peer);
+  TransportOf(const char* name, Rule canConnect) : name_(name), canConnect_(canConnect) {}
+  const char* name() const override { return name_; }
+  bool canConnect(const PeerInfo& self, const PeerInfo& peer) const override {
+    return canConnect_(self, peer);
+  }
+  std::unique_ptr<TransportSetup> setup(ConnectState& state,
+                                        const std::vector<int>& peers) const override {
+    return std::make_unique<Setup>(state, peers);
+  }
+
+ private:
+  const char* name_;
+  Rule canConnect_;
+};
+
 // The registry, in priority order: a peer is connected by the first that can connect it.
 const std::vector<const Transport*>& transports();
 

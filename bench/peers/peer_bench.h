@@ -1,6 +1,6 @@
-// The braid-perf method for other libraries (bench/peers): the same flags, sizes, warm-up, timed
-// loop (time per op = the loop's time / -n, the slowest rank's), check and nccl-tests table, so a
-// peer's rows line up with braid-perf's. A driver implements PeerComm over its library.
+// The braid-perf method for other libraries (bench/peers): the same flags and the same sweeps
+// (perf/sweep.h: sizes, warm-up, timed loop, check, nccl-tests table), so a peer's rows line up
+// with braid-perf's. A driver implements PeerComm over its library.
 #pragma once
 
 #include <cstddef>
@@ -10,24 +10,12 @@
 
 #include "perf/options.h"
 #include "perf/report.h"
+#include "perf/sweep.h"
 
 namespace braid_perf {
 
-class PeerComm {
- public:
-  virtual ~PeerComm() = default;
-  virtual int rank() const = 0;
-  virtual int nranks() const = 0;
-  // Returns once every rank has entered it.
-  virtual void barrier() = 0;
-  // values[i] = the largest values[i] over the ranks, on every rank.
-  virtual void maxOverRanks(double* values, int count) = 0;
-  // Every rank's pid and host, in rank order.
-  virtual std::vector<RankInfo> rankInfo() = 0;
-  // One blocking call of options.collective with a braid_perf::Layout's paramCount.
-  virtual void run(const void* send, void* recv, size_t count, braidDataType_t type,
-                   braidRedOp_t op) = 0;
-};
+// A peer library's communicator: its calls block, so complete() has nothing to do.
+using PeerComm = BenchComm;
 
 struct PeerInfo {
   std::string tool;     // "mpi-perf"

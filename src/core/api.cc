@@ -533,6 +533,17 @@ braidResult_t personalized(Personalized kind, const char* fn, const void* sendbu
   });
 }
 
+// A registration names a buffer, its size and where the result goes.
+void checkRegistration(braidComm* comm, const char* fn, const void* buff, size_t size,
+                       const void* result, const char* resultName) {
+  checkComm(comm, fn);
+  if (result == nullptr || buff == nullptr || size == 0)
+    fail(braidInvalidArgument,
+         "{} on rank {}: buff {}, size {}, {} {} (expected a buffer, a size and somewhere to put "
+         "the {})",
+         fn, comm->rank(), buff, size, resultName, result, resultName);
+}
+
 }  // namespace
 
 // ---- the C API ---------------------------------------------------------------------------------
@@ -754,12 +765,7 @@ braidResult_t braidMemFree(void* ptr) {
 
 braidResult_t braidCommRegister(const braidComm_t comm, void* buff, size_t size, void** handle) {
   return guarded(comm, [&] {
-    checkComm(comm, "braidCommRegister");
-    if (handle == nullptr || buff == nullptr || size == 0)
-      fail(braidInvalidArgument,
-           "braidCommRegister on rank {}: buff {}, size {}, handle {} (expected a buffer, a size "
-           "and somewhere to put the handle)",
-           comm->rank(), buff, size, static_cast<void*>(handle));
+    checkRegistration(comm, "braidCommRegister", buff, size, handle, "handle");
     *handle = comm->registerBuffer(buff, size, false);
   });
 }
@@ -774,12 +780,7 @@ braidResult_t braidCommDeregister(const braidComm_t comm, void* handle) {
 braidResult_t braidCommWindowRegister(braidComm_t comm, void* buff, size_t size, braidWindow_t* win,
                                       int winFlags) {
   return guarded(comm, [&] {
-    checkComm(comm, "braidCommWindowRegister");
-    if (win == nullptr || buff == nullptr || size == 0)
-      fail(braidInvalidArgument,
-           "braidCommWindowRegister on rank {}: buff {}, size {}, win {} (expected a buffer, a "
-           "size and somewhere to put the window)",
-           comm->rank(), buff, size, static_cast<void*>(win));
+    checkRegistration(comm, "braidCommWindowRegister", buff, size, win, "win");
     if (winFlags < 0 || winFlags > 1)
       fail(braidInvalidArgument,
            "braidCommWindowRegister on rank {}: winFlags {} (expected 0 or 1, "

@@ -88,22 +88,12 @@ class NetSetup : public TransportSetup {
   std::vector<Handle> handles_;
 };
 
-class NetTransport : public Transport {
- public:
-  const char* name() const override { return "net"; }
-  bool canConnect(const PeerInfo& self, const PeerInfo& peer) const override {
-    return peer.hostHash != self.hostHash;
-  }
-  std::unique_ptr<TransportSetup> setup(ConnectState& state,
-                                        const std::vector<int>& peers) const override {
-    return std::make_unique<NetSetup>(state, peers);
-  }
-};
-
 }  // namespace
 
 const Transport* netTransport() {
-  static const NetTransport transport;
+  static const TransportOf<NetSetup> transport(
+      "net",
+      [](const PeerInfo& self, const PeerInfo& peer) { return peer.hostHash != self.hostHash; });
   return &transport;
 }
 

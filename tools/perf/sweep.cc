@@ -1,0 +1,147 @@
+#include "perf/sweep.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+
+#include "perf/collectives.h"
+#include "perf/types.h"
+#include "perf/values.h"
+
+namespace braid_perf {
+namespace {
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+using HostBuffer = std::unique_ptr<char, FreeDeleter>;
+
+// Page-aligned and touched once here, so no timed iteration pays for first-touch page faults.
+HostBuffer allocateTouched(size_t bytes) {
+  constexpr size_t kPage = 4096;
+  const size_t rounded = std::max(kPage, (bytes + kPage - 1) / kPage * kPage);
+  char* p = static_cast<char*>(std::aligned_alloc(kPage, rounded));
+  if (p == nullptr) throw RunError(fmt::format("cannot allocate a {}-byte buffer", rounded));
+  std::memset(p, 0, rounded);
+  return HostBuffer(p);
+}
+
+class Sweeps {
+ public:
+  Sweeps(const Options& options, BenchComm& comm)
+      : o_(options),
+        coll_(*options.collective),
+        comm_(comm),
+        rank_(comm.rank()),
+        nranks_(comm.nranks()),
+        send_(allocateTouched(o_.maxBytes)),
+        recv_(allocateTouched(o_.maxBytes)) {}
+
+  int64_t run(RunInfo info) {
+    info.ranks = comm_.rankInfo();
+    if (rank_ == 0) {
+      reporter_.emplace(stdout, o_, std::move(info));
+      reporter_->printHeader();
+    }
+    forEachTypeAndOp(o_, coll_.reduces,
+                     [&](braidDataType_t type, braidRedOp_t op) { timeTest(type, op); });
+    if (reporter_) reporter_->finish();
+    return wrongTotal_;
+  }
+
+ private:
+  char* sendPointer(const Layout& l, size_t typeSize, bool inPlace) const {
+    return inPlace ? recv_.get() + l.sendInPlaceOffset * rank_ * typeSize : send_.get();
+  }
+  char* recvPointer(const Layout& l, size_t typeSize, bool inPlace) const {
+    return recv_.get() + (inPlace ? l.recvInPlaceOffset * rank_ * typeSize : 0);
+  }
+
+  void launch(const Layout& l, braidDataType_t type, braidRedOp_t op, bool inPlace) {
+    const size_t typeSize = datatypeInfo(type).size;
+    comm_.launch(sendPointer(l, typeSize, inPlace), recvPointer(l, typeSize, inPlace), l.paramCount,
+                 type, op);
+  }
+
+  // Fresh input, poisoned output, one run, every output element compared.
+  int64_t checkedRun(const Layout& l, braidDataType_t type, braidRedOp_t op, bool inPlace) {
+    const ValueModel model(type, op, nranks_, ++checkSeed_);
+    const size_t typeSize = datatypeInfo(type).size;
+    poisonElements(recv_.get(), inPlace ? l.inPlaceExtent(rank_) : l.recvCount, type);
+    fillElements(sendPointer(l, typeSize, inPlace), l.sendCount, type,
+                 [&](size_t i) { return coll_.input(model, l, rank_, i); });
+    launch(l, type, op, inPlace);
+    comm_.complete();
+    if (!coll_.hasOutput(rank_, o_.root)) return 0;
+    return static_cast<int64_t>(countWrongElements(
+        recvPointer(l, typeSize, inPlace), l.recvCount, type,
+        [&](size_t i) { return coll_.expected(model, l, rank_, nranks_, o_.root, i); }));
+  }
+
+  Measurement benchTime(const Layout& l, braidDataType_t type, braidRedOp_t op, bool inPlace) {
+    comm_.barrier();
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < o_.iters; ++i) launch(l, type, op, inPlace);
+    comm_.complete();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / o_.iters;
+
+    int64_t wrong = -1;
+    if (o_.check && (!inPlace || coll_.checksInPlace)) wrong = checkedRun(l, type, op, inPlace);
+
+    double agreed[2] = {seconds, static_cast<double>(wrong)};
+    comm_.maxOverRanks(agreed, 2);
+    const double algbw = agreed[0] > 0 ? l.bytes(datatypeInfo(type).size) / 1.0e9 / agreed[0] : 0;
+    return {agreed[0] * 1.0e6, algbw, algbw * coll_.busFactor(nranks_),
+            static_cast<int64_t>(agreed[1])};
+  }
+
+  void warmUp(size_t bytes, braidDataType_t type, braidRedOp_t op) {
+    const Layout l = coll_.layout(bytes / datatypeInfo(type).size, nranks_);
+    for (int i = 0; i < o_.warmupIters; ++i) launch(l, type, op, false);
+    comm_.complete();
+  }
+
+  // nccl-tests' TimeTest: warm up at the largest and the smallest size, then one row per size.
+  void timeTest(braidDataType_t type, braidRedOp_t op) {
+    comm_.barrier();
+    warmUp(o_.maxBytes, type, op);
+    warmUp(o_.minBytes, type, op);
+    const DatatypeInfo& info = datatypeInfo(type);
+    for (size_t size : sweepSizes(o_)) {
+      const Layout l = coll_.layout(size / info.size, nranks_);
+      const char* redop = coll_.reduces ? kOpNames[op] : kNoOpName;
+      if (reporter_) reporter_->progress(l.bytes(info.size), info.name, redop);
+      const Measurement outOfPlace = benchTime(l, type, op, false);
+      const Measurement inPlace = benchTime(l, type, op, true);
+      wrongTotal_ += std::max<int64_t>(outOfPlace.wrong, 0) + std::max<int64_t>(inPlace.wrong, 0);
+      const double predicted = comm_.predictedBusbw(l.bytes(info.size));
+      if (reporter_)
+        reporter_->addRow({l.bytes(info.size), l.paramCount, info.name, redop,
+                           coll_.rooted ? o_.root : -1, outOfPlace, inPlace, predicted});
+    }
+  }
+
+  const Options& o_;
+  const Collective& coll_;
+  BenchComm& comm_;
+  const int rank_;
+  const int nranks_;
+  HostBuffer send_, recv_;
+  uint64_t checkSeed_ = 0;
+  int64_t wrongTotal_ = 0;
+  std::optional<Reporter> reporter_;
+};
+
+}  // namespace
+
+int64_t runSweeps(const Options& options, BenchComm& comm, RunInfo run) {
+  return Sweeps(options, comm).run(std::move(run));
+}
+
+}  // namespace braid_perf
