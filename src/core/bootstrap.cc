@@ -2,7 +2,6 @@
 
 #include <fmt/ranges.h>
 #include <poll.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +18,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/params.h"
+#include "base/random.h"
 #include "base/socket.h"
 
 namespace braid {
@@ -594,27 +594,14 @@ void ensureRootService(const BootstrapId& id, const std::string& self) {
 
 // ---- environment-derived ids ----
 
-// FNV-1a 64 over the seed, one lane per 8 bytes. Not cryptographic: an environment-derived secret
-// only keeps strangers and other jobs out, and is as guessable as the job id it comes from.
+// FNV-1a 64 over the lane number and the seed, one lane per 8 bytes. Not cryptographic: an
+// environment-derived secret only keeps strangers and other jobs out, and is as guessable as the
+// job id it comes from.
 void deriveBytes(const std::string& seed, uint8_t* out, size_t bytes) {
   for (size_t lane = 0; lane < bytes / 8; ++lane) {
-    uint64_t hash = 0xcbf29ce484222325ull;
-    auto mix = [&hash](uint8_t byte) {
-      hash ^= byte;
-      hash *= 0x100000001b3ull;
-    };
-    mix(static_cast<uint8_t>(lane));
-    for (char c : seed) mix(static_cast<uint8_t>(c));
+    const char laneByte = static_cast<char>(lane);
+    const uint64_t hash = fnv1a(seed, fnv1a(std::string_view(&laneByte, 1)));
     for (int i = 0; i < 8; ++i) out[lane * 8 + i] = static_cast<uint8_t>(hash >> (8 * i));
-  }
-}
-
-void fillRandom(uint8_t* out, size_t bytes) {
-  size_t have = 0;
-  while (have < bytes) {
-    ssize_t n = getrandom(out + have, bytes - have, 0);
-    if (n < 0 && errno != EINTR) failErrno(braidSystemError, "getrandom", errno);
-    if (n > 0) have += n;
   }
 }
 

@@ -2,7 +2,6 @@
 
 #include <poll.h>
 #include <sched.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +13,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/params.h"
+#include "base/random.h"
 #include "base/socket.h"
 #include "kernels/host_reduce.h"
 #include "plan/host_graph.h"
@@ -24,11 +24,6 @@ using braid::Error;
 using braid::fail;
 
 namespace {
-
-uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 
 // Host name and kernel boot id: the ranks that share this machine's cores.
 std::string machineId() {
@@ -44,13 +39,12 @@ std::string machineId() {
 uint64_t hostHash() {
   struct stat netns = {};
   stat("/proc/self/ns/net", &netns);
-  return fnv1a(fmt::format("{}|{}", machineId(), static_cast<unsigned long>(netns.st_ino)));
+  return braid::fnv1a(fmt::format("{}|{}", machineId(), static_cast<unsigned long>(netns.st_ino)));
 }
 
 uint64_t randomNonce() {
   uint64_t nonce = 0;
-  if (getrandom(&nonce, sizeof nonce, 0) != sizeof nonce)
-    fail(braidSystemError, "getrandom failed while naming the communicator's resources");
+  braid::fillRandom(&nonce, sizeof nonce);
   return nonce;
 }
 
@@ -131,7 +125,7 @@ void braidComm::initialize(const braid::BootstrapId& id) {
     const braid::plan::HostRankInfo where =
         braid::plan::describeThisRank(nranks_ > 1 ? braid::bootstrapInterface().name : "");
     braid::PeerInfo self{.hostHash = hostHash(),
-                         .machineHash = fnv1a(machineId()),
+                         .machineHash = braid::fnv1a(machineId()),
                          .nonce = randomNonce(),
                          .pid = static_cast<int32_t>(getpid()),
                          .rank = rank_,

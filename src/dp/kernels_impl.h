@@ -7,7 +7,7 @@
 // so the arithmetic is the same fp32 code for every type (and vectorizes). This is the one place
 // fp16 and bf16 are converted: fp16 is the compiler's _Float16 (IEEE binary16, round to nearest
 // even), through F16C's 8-wide instructions where available; bf16 is the upper half of an fp32,
-// rounded to nearest even.
+// rounded to nearest even by the library's own element format (kernels/float_formats.h).
 #pragma once
 
 #include <algorithm>
@@ -21,6 +21,7 @@
 #endif
 
 #include "dp/kernels.h"
+#include "kernels/float_formats.h"
 
 namespace braid::dp::kernels {
 namespace {
@@ -53,20 +54,14 @@ struct Fp16 {
   }
 };
 
+// The library's bf16 rounding (kernels/float_formats.h): nearest even, NaN kept quiet.
 struct Bf16 {
   using Storage = uint16_t;
   static void load(const uint16_t* in, float* out, size_t n) {
-    for (size_t i = 0; i < n; ++i)
-      out[i] = std::bit_cast<float>(static_cast<uint32_t>(in[i]) << 16);
+    for (size_t i = 0; i < n; ++i) out[i] = braid::kernels::bfloat16ToFloat(in[i]);
   }
   static void store(const float* in, uint16_t* out, size_t n) {
-    for (size_t i = 0; i < n; ++i) {
-      const uint32_t bits = std::bit_cast<uint32_t>(in[i]);
-      const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
-      // NaN stays a (quiet) NaN; everything else rounds to nearest even.
-      out[i] = nan ? static_cast<uint16_t>((bits >> 16) | 0x40)
-                   : static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1)) >> 16);
-    }
+    for (size_t i = 0; i < n; ++i) out[i] = braid::kernels::floatToBfloat16(in[i]);
   }
 };
 

@@ -1,7 +1,6 @@
 #include "transport/net/socket_net.h"
 
 #include <netinet/tcp.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -18,6 +17,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/random.h"
 
 namespace braid::net {
 
@@ -54,16 +54,6 @@ constexpr size_t kHeaderBytes = sizeof(FrameHeader);
 constexpr auto kHelloTimeout = std::chrono::seconds(5);
 // Connections whose hello is still awaited, at most; more are refused until some finish.
 constexpr size_t kMaxPendingSockets = 1024;
-
-void fillRandom(void* out, size_t bytes) {
-  auto* p = static_cast<uint8_t*>(out);
-  size_t have = 0;
-  while (have < bytes) {
-    ssize_t n = getrandom(p + have, bytes - have, 0);
-    if (n < 0 && errno != EINTR) failErrno(braidSystemError, "getrandom", errno);
-    if (n > 0) have += n;
-  }
-}
 
 void setOption(int fd, int level, int name, int value, const char* what) {
   if (setsockopt(fd, level, name, &value, sizeof value) != 0)
