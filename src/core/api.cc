@@ -1,5 +1,6 @@
-// The C API: argument checks, group calls, streams, and the one place where braid::Error turns
-// into a result code and a last-error sentence.
+// The C API's entry points: communicator creation, the collectives, AlltoAll/Gather/Scatter as
+// groups of sends and receives, streams. Argument checks are in arguments.*, group calls in
+// groups.*, the turn of any failure into a result code in entry.*.
 #include <strings.h>
 #include <sys/mman.h>
 
@@ -21,9 +22,11 @@
 #include "base/params.h"
 #include "braid/braid.h"
 #include "coll/call_tag.h"
+#include "core/arguments.h"
 #include "core/bootstrap.h"
 #include "core/comm.h"
-#include "core/group_workers.h"
+#include "core/entry.h"
+#include "core/groups.h"
 #include "core/host_stream.h"
 #include "core/launch_env.h"
 #include "kernels/host_reduce.h"
@@ -33,200 +36,9 @@ using braid::CollArgs;
 using braid::Collective;
 using braid::Error;
 using braid::fail;
+using namespace braid::api;
 
 namespace {
-
-thread_local std::string tLastError;
-
-// The failure being handled, recorded as the last error (of the thread and of `comm`); returns its
-// code. Never throws: with no memory left to record the sentence, the code still gets out.
-braidResult_t recordCurrentError(braidComm* comm) noexcept {
-  try {
-    const Error e = braid::currentError();
-    tLastError = e.what();
-    if (comm != nullptr) comm->recordError(e);
-    BRAID_WARN(braid::log::kAll, "{}", e.what());
-    return e.code();
-  } catch (...) {
-    return braidSystemError;
-  }
-}
-
-template <typename Body>
-braidResult_t guarded(braidComm* comm, Body&& body) noexcept {
-  try {
-    body();
-    return braidSuccess;
-  } catch (...) {
-    return recordCurrentError(comm);
-  }
-}
-
-// ---- argument checks ---------------------------------------------------------------------------
-
-bool overlaps(const void* a, size_t aBytes, const void* b, size_t bBytes) {
-  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-  return aBytes != 0 && bBytes != 0 && x < y + bBytes && y < x + aBytes;
-}
-
-void checkComm(const braidComm* comm, const char* fn) {
-  if (comm == nullptr) fail(braidInvalidArgument, "{}: comm is NULL (expected a communicator)", fn);
-}
-
-void checkStream(const braidComm* comm, const char* fn, braidStream_t stream) {
-  if (stream != nullptr && !braid::HostStream::isLive(stream))
-    fail(braidInvalidArgument,
-         "{} on rank {}: stream {} is not a braid host stream (a CPU communicator takes NULL or a "
-         "stream from braidStreamCreate)",
-         fn, comm->rank(), stream);
-}
-
-void validate(const braidComm* comm, const CollArgs& a, braidStream_t stream) {
-  const char* fn = apiName(a.coll);
-  checkComm(comm, fn);
-  const int rank = comm->rank(), n = comm->nranks();
-  const size_t elem = braid::kernels::typeSize(a.type);
-  if (elem == 0)
-    fail(braidInvalidArgument,
-         "{} on rank {}: datatype {} is not a braidDataType_t (expected 0..{})", fn, rank,
-         static_cast<int>(a.type), braidNumTypes - 1);
-  const bool reduces = a.coll == Collective::AllReduce || a.coll == Collective::ReduceScatter ||
-                       a.coll == Collective::Reduce;
-  if (reduces &&
-      (static_cast<int>(a.op) < 0 || (a.op >= braidNumOps && !comm->hasOp(a.op, a.type))))
-    fail(braidInvalidArgument,
-         "{} on rank {}: op {} is not a braidRedOp_t (expected 0..{}, or an operator "
-         "braidRedOpCreatePreMulSum made on this communicator for datatype {})",
-         fn, rank, static_cast<int>(a.op), braidNumOps - 1, static_cast<int>(a.type));
-  const bool rooted = a.coll == Collective::Broadcast || a.coll == Collective::Reduce;
-  const bool p2p = a.coll == Collective::Send || a.coll == Collective::Recv;
-  if ((rooted || p2p) && (a.root < 0 || a.root >= n))
-    fail(braidInvalidArgument, "{} on rank {}: {} {} is out of range (expected 0..{})", fn, rank,
-         p2p ? "peer" : "root", a.root, n - 1);
-  const bool perRank = a.coll == Collective::ReduceScatter || a.coll == Collective::AllGather;
-  const size_t maxCount = SIZE_MAX / elem / (perRank ? static_cast<size_t>(n) : 1);
-  if (a.count > maxCount)
-    fail(braidInvalidArgument, "{} on rank {}: count {} overflows the address space (at most {})",
-         fn, rank, a.count, maxCount);
-  checkStream(comm, fn, stream);
-  if (a.count == 0) return;
-
-  const size_t bytes = a.count * elem;
-  const size_t sendBytes = a.coll == Collective::ReduceScatter ? bytes * n : bytes;
-  const size_t recvBytes = a.coll == Collective::AllGather ? bytes * n : bytes;
-  const bool needSend =
-      a.coll != Collective::Recv && (a.coll != Collective::Broadcast || rank == a.root);
-  const bool needRecv =
-      a.coll != Collective::Send && (a.coll != Collective::Reduce || rank == a.root);
-  if (needSend && a.sendbuff == nullptr)
-    fail(braidInvalidArgument,
-         "{} on rank {}: sendbuff is NULL but count is {} (expected {} bytes)", fn, rank, a.count,
-         sendBytes);
-  if (needRecv && a.recvbuff == nullptr)
-    fail(braidInvalidArgument,
-         "{} on rank {}: recvbuff is NULL but count is {} (expected {} bytes)", fn, rank, a.count,
-         recvBytes);
-  if (!needSend || !needRecv || a.sendbuff == a.recvbuff) {
-    // Equal pointers are the in-place form of reduce-scatter and all-gather on rank 0 only.
-    if (perRank && needSend && needRecv && rank != 0)
-      fail(braidInvalidArgument,
-           "{} on rank {}: sendbuff == recvbuff is not the in-place form (expected {} at offset "
-           "rank*count*size = {} bytes)",
-           fn, rank, a.coll == Collective::ReduceScatter ? "recvbuff" : "sendbuff",
-           static_cast<size_t>(rank) * bytes);
-    return;
-  }
-  const auto* send = static_cast<const uint8_t*>(a.sendbuff);
-  const auto* recv = static_cast<const uint8_t*>(a.recvbuff);
-  const size_t inPlaceOffset = static_cast<size_t>(rank) * bytes;
-  if (a.coll == Collective::ReduceScatter && recv == send + inPlaceOffset) return;
-  if (a.coll == Collective::AllGather && send == recv + inPlaceOffset) return;
-  if (overlaps(send, sendBytes, recv, recvBytes))
-    fail(braidInvalidArgument,
-         "{} on rank {}: sendbuff and recvbuff overlap without being the in-place form (expected "
-         "disjoint buffers{})",
-         fn, rank,
-         perRank ? fmt::format(", or the block at offset {} bytes", inPlaceOffset) : std::string());
-}
-
-// ---- groups ------------------------------------------------------------------------------------
-
-bool isSendRecv(const CollArgs& a) {
-  return a.coll == Collective::Send || a.coll == Collective::Recv;
-}
-
-// Runs one communicator's operations of a group in order; consecutive sends/receives progress
-// together.
-void runBatch(braidComm* comm, const std::vector<CollArgs>& ops) {
-  for (size_t i = 0; i < ops.size();) {
-    if (!isSendRecv(ops[i])) {
-      comm->run(ops[i++]);
-      continue;
-    }
-    size_t end = i;
-    while (end < ops.size() && isSendRecv(ops[end])) ++end;
-    comm->runSendRecv(std::span<const CollArgs>(ops.data() + i, end - i));
-    i = end;
-  }
-}
-
-struct Batch {
-  braidComm* comm;
-  braidStream_t stream;
-  std::vector<CollArgs> ops;
-};
-
-void submitToStream(Batch batch) {
-  braidComm* comm = batch.comm;
-  comm->beginQueued();
-  static_cast<braid::HostStream*>(batch.stream)->enqueue([batch = std::move(batch)] {
-    struct Done {
-      braidComm* comm;
-      ~Done() { comm->endQueued(); }
-    } done{batch.comm};
-    try {
-      runBatch(batch.comm, batch.ops);
-    } catch (...) {
-      const Error e = braid::currentError();
-      batch.comm->recordError(e);
-      BRAID_WARN(braid::log::kColl, "{}", e.what());
-      throw e;
-    }
-  });
-}
-
-// Runs part(i) of every communicator i of a group at once (their ranks must progress together):
-// the first on this thread, the others on this thread's group workers. Each communicator keeps the
-// story of its own failure; the first failure is rethrown.
-void runTogetherPerComm(size_t n, const std::function<braidComm*(size_t)>& commOf,
-                        const std::function<void(size_t)>& part) {
-  std::vector<std::optional<Error>> errors(n);
-  braid::runTogether(n, [&](size_t i) {
-    try {
-      part(i);
-    } catch (...) {
-      errors[i] = braid::currentError();
-    }
-  });
-  for (size_t i = 0; i < n; ++i)
-    if (errors[i]) commOf(i)->recordError(*errors[i]);
-  for (const std::optional<Error>& error : errors)
-    if (error) throw *error;
-}
-
-// Runs batches that have no stream to completion.
-void runNow(std::vector<Batch>& batches) {
-  if (batches.empty()) return;
-  if (batches.size() == 1) return runBatch(batches[0].comm, batches[0].ops);
-  runTogetherPerComm(
-      batches.size(), [&](size_t i) { return batches[i].comm; },
-      [&](size_t i) { runBatch(batches[i].comm, batches[i].ops); });
-}
-
-struct PendingInit {
-  braidComm* comm;
-  braid::BootstrapId id;
-};
 
 struct PendingSplit {
   braidComm* parent;
@@ -241,89 +53,6 @@ struct PendingShrink {
   std::optional<braidConfig_t> config;
   int flags;
 };
-
-// A communicator made from a parent (braidCommSplit, braidCommShrink), made at once or at the end
-// of the group.
-struct PendingChild {
-  braidComm* parent;
-  braidComm_t* newcomm;
-  std::function<braidComm*()> make;
-};
-
-struct GroupState {
-  int depth = 0;
-  std::vector<std::pair<braidComm*, std::pair<CollArgs, braidStream_t>>> ops;
-  std::vector<PendingInit> inits;
-  std::vector<PendingChild> children;
-};
-thread_local GroupState tGroup;
-
-void initializeAll(std::vector<PendingInit>& inits) {
-  braid::runTogether(inits.size(), [&](size_t i) { inits[i].comm->initialize(inits[i].id); });
-  for (auto& init : inits) init.comm->waitReady();  // throws the first failure
-}
-
-// The children of a group are made together: each parent's ranks meet over the bootstrap, so one
-// thread's splits or shrinks of several ranks must progress at once.
-void makeChildren(std::vector<PendingChild>& children) {
-  runTogetherPerComm(
-      children.size(), [&](size_t i) { return children[i].parent; },
-      [&](size_t i) { *children[i].newcomm = children[i].make(); });
-}
-
-// Outside a group the child is made now; inside, at the group's end.
-void addChild(PendingChild child) {
-  if (tGroup.depth > 0) return tGroup.children.push_back(std::move(child));
-  *child.newcomm = child.make();
-}
-
-void endGroup() {
-  std::vector<PendingInit> inits = std::move(tGroup.inits);
-  std::vector<PendingChild> children = std::move(tGroup.children);
-  auto ops = std::move(tGroup.ops);
-  tGroup = GroupState{};
-  initializeAll(inits);
-  makeChildren(children);
-
-  std::vector<Batch> now, queued;
-  for (auto& [comm, op] : ops) {
-    std::vector<Batch>& list = op.second == nullptr ? now : queued;
-    auto it =
-        std::find_if(list.begin(), list.end(), [&](const Batch& b) { return b.comm == comm; });
-    if (it == list.end()) {
-      list.push_back(Batch{comm, op.second, {}});
-      it = std::prev(list.end());
-    } else if (it->stream != op.second) {
-      fail(braidInvalidUsage,
-           "braidGroupEnd: rank {} has operations on different streams in one group (expected "
-           "one stream per communicator)",
-           comm->rank());
-    }
-    it->ops.push_back(op.first);
-  }
-  for (Batch& b : queued) submitToStream(std::move(b));
-  runNow(now);
-}
-
-braidResult_t enqueue(const CollArgs& args, braidComm* comm, braidStream_t stream) {
-  return guarded(comm, [&] {
-    validate(comm, args, stream);
-    if (tGroup.depth > 0) {
-      tGroup.ops.push_back({comm, {args, stream}});
-      return;
-    }
-    if (stream != nullptr) return submitToStream(Batch{comm, stream, {args}});
-    if (isSendRecv(args)) {
-      if (args.root == comm->rank() && args.count != 0)
-        fail(braidInvalidUsage,
-             "{} on rank {}: a send to or receive from self outside a group can never complete "
-             "(put the matching send and receive in one braidGroupStart/braidGroupEnd)",
-             apiName(args.coll), comm->rank());
-      return comm->runSendRecv(std::span<const CollArgs>(&args, 1));
-    }
-    comm->run(args);
-  });
-}
 
 // ---- communicator creation ---------------------------------------------------------------------
 
@@ -387,8 +116,8 @@ braidResult_t initRank(braidComm_t* out, int nranks, const braidUniqueId& commId
     CommOptions options = optionsFrom(config, rank, &blocking);
     braid::BootstrapId id = braid::BootstrapId::decode(commId);
     auto comm = std::make_unique<braidComm>(rank, nranks, std::move(options));
-    if (tGroup.depth > 0) {
-      tGroup.inits.push_back({comm.get(), id});
+    if (threadGroup().depth > 0) {
+      threadGroup().inits.push_back({comm.get(), id});
       *out = comm.release();
       return;
     }
@@ -524,8 +253,8 @@ braidResult_t personalized(Personalized kind, const char* fn, const void* sendbu
     }
     if (kind == Personalized::Gather) ops.push_back(op(Collective::Send, in, nullptr, root));
     if (kind == Personalized::Scatter) ops.push_back(op(Collective::Recv, nullptr, out, root));
-    if (tGroup.depth > 0) {
-      for (const CollArgs& a : ops) tGroup.ops.push_back({comm, {a, stream}});
+    if (threadGroup().depth > 0) {
+      for (const CollArgs& a : ops) threadGroup().ops.push_back({comm, {a, stream}});
       return;
     }
     if (stream != nullptr) return submitToStream(Batch{comm, stream, std::move(ops)});
@@ -925,7 +654,7 @@ void braidResetDebugInit(void) {
 
 const char* braidGetLastError(braidComm_t comm) {
   static thread_local std::string copy;
-  copy = comm != nullptr ? comm->lastError() : tLastError;
+  copy = comm != nullptr ? comm->lastError() : threadLastError();
   return copy.c_str();
 }
 
@@ -999,15 +728,15 @@ braidResult_t braidRecv(void* recvbuff, size_t count, braidDataType_t datatype, 
 }
 
 braidResult_t braidGroupStart(void) {
-  ++tGroup.depth;
+  ++threadGroup().depth;
   return braidSuccess;
 }
 
 braidResult_t braidGroupEnd(void) {
   return guarded(nullptr, [&] {
-    if (tGroup.depth == 0)
+    if (threadGroup().depth == 0)
       fail(braidInvalidUsage, "braidGroupEnd without a matching braidGroupStart");
-    if (--tGroup.depth > 0) return;
+    if (--threadGroup().depth > 0) return;
     endGroup();
   });
 }
@@ -1018,11 +747,11 @@ braidResult_t braidGroupSimulateEnd(braidSimInfo_t* simInfo) {
         simInfo->size < sizeof(braidSimInfo_t))
       fail(braidInvalidArgument,
            "braidGroupSimulateEnd: simInfo was not initialized with BRAID_SIM_INFO_INITIALIZER");
-    if (tGroup.depth == 0)
+    if (threadGroup().depth == 0)
       fail(braidInvalidUsage, "braidGroupSimulateEnd without a matching braidGroupStart");
-    if (--tGroup.depth > 0) return;
-    GroupState group = std::move(tGroup);
-    tGroup = GroupState{};
+    if (--threadGroup().depth > 0) return;
+    GroupState group = std::move(threadGroup());
+    threadGroup() = GroupState{};
     if (!group.inits.empty() || !group.children.empty())
       fail(braidInvalidUsage,
            "braidGroupSimulateEnd: the group creates communicators (expected a group of "
@@ -1069,7 +798,7 @@ braidResult_t braidStreamSynchronize(braidStream_t stream) {
   });
   if (result != braidSuccess) return result;
   result = static_cast<braid::HostStream*>(stream)->synchronize(&message);
-  if (result != braidSuccess) tLastError = message;
+  if (result != braidSuccess) threadLastError() = message;
   return result;
 }
 

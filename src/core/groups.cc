@@ -1,0 +1,153 @@
+#include "core/groups.h"
+
+#include <algorithm>
+#include <iterator>
+#include <optional>
+#include <span>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "coll/call_tag.h"
+#include "core/arguments.h"
+#include "core/entry.h"
+#include "core/group_workers.h"
+#include "core/host_stream.h"
+
+namespace braid::api {
+
+bool isSendRecv(const CollArgs& a) {
+  return a.coll == Collective::Send || a.coll == Collective::Recv;
+}
+
+void runBatch(braidComm* comm, const std::vector<CollArgs>& ops) {
+  for (size_t i = 0; i < ops.size();) {
+    if (!isSendRecv(ops[i])) {
+      comm->run(ops[i++]);
+      continue;
+    }
+    size_t end = i;
+    while (end < ops.size() && isSendRecv(ops[end])) ++end;
+    comm->runSendRecv(std::span<const CollArgs>(ops.data() + i, end - i));
+    i = end;
+  }
+}
+
+void submitToStream(Batch batch) {
+  braidComm* comm = batch.comm;
+  comm->beginQueued();
+  static_cast<braid::HostStream*>(batch.stream)->enqueue([batch = std::move(batch)] {
+    struct Done {
+      braidComm* comm;
+      ~Done() { comm->endQueued(); }
+    } done{batch.comm};
+    try {
+      runBatch(batch.comm, batch.ops);
+    } catch (...) {
+      const Error e = braid::currentError();
+      batch.comm->recordError(e);
+      BRAID_WARN(braid::log::kColl, "{}", e.what());
+      throw e;
+    }
+  });
+}
+
+// Runs part(i) of every communicator i of a group at once (their ranks must progress together):
+// the first on this thread, the others on this thread's group workers. Each communicator keeps the
+// story of its own failure; the first failure is rethrown.
+void runTogetherPerComm(size_t n, const std::function<braidComm*(size_t)>& commOf,
+                        const std::function<void(size_t)>& part) {
+  std::vector<std::optional<Error>> errors(n);
+  braid::runTogether(n, [&](size_t i) {
+    try {
+      part(i);
+    } catch (...) {
+      errors[i] = braid::currentError();
+    }
+  });
+  for (size_t i = 0; i < n; ++i)
+    if (errors[i]) commOf(i)->recordError(*errors[i]);
+  for (const std::optional<Error>& error : errors)
+    if (error) throw *error;
+}
+
+// Runs batches that have no stream to completion.
+void runNow(std::vector<Batch>& batches) {
+  if (batches.empty()) return;
+  if (batches.size() == 1) return runBatch(batches[0].comm, batches[0].ops);
+  runTogetherPerComm(
+      batches.size(), [&](size_t i) { return batches[i].comm; },
+      [&](size_t i) { runBatch(batches[i].comm, batches[i].ops); });
+}
+
+GroupState& threadGroup() {
+  thread_local GroupState group;
+  return group;
+}
+
+void initializeAll(std::vector<PendingInit>& inits) {
+  braid::runTogether(inits.size(), [&](size_t i) { inits[i].comm->initialize(inits[i].id); });
+  for (auto& init : inits) init.comm->waitReady();  // throws the first failure
+}
+
+// The children of a group are made together: each parent's ranks meet over the bootstrap, so one
+// thread's splits or shrinks of several ranks must progress at once.
+void makeChildren(std::vector<PendingChild>& children) {
+  runTogetherPerComm(
+      children.size(), [&](size_t i) { return children[i].parent; },
+      [&](size_t i) { *children[i].newcomm = children[i].make(); });
+}
+
+void addChild(PendingChild child) {
+  if (threadGroup().depth > 0) return threadGroup().children.push_back(std::move(child));
+  *child.newcomm = child.make();
+}
+
+void endGroup() {
+  std::vector<PendingInit> inits = std::move(threadGroup().inits);
+  std::vector<PendingChild> children = std::move(threadGroup().children);
+  auto ops = std::move(threadGroup().ops);
+  threadGroup() = GroupState{};
+  initializeAll(inits);
+  makeChildren(children);
+
+  std::vector<Batch> now, queued;
+  for (auto& [comm, op] : ops) {
+    std::vector<Batch>& list = op.second == nullptr ? now : queued;
+    auto it =
+        std::find_if(list.begin(), list.end(), [&](const Batch& b) { return b.comm == comm; });
+    if (it == list.end()) {
+      list.push_back(Batch{comm, op.second, {}});
+      it = std::prev(list.end());
+    } else if (it->stream != op.second) {
+      fail(braidInvalidUsage,
+           "braidGroupEnd: rank {} has operations on different streams in one group (expected "
+           "one stream per communicator)",
+           comm->rank());
+    }
+    it->ops.push_back(op.first);
+  }
+  for (Batch& b : queued) submitToStream(std::move(b));
+  runNow(now);
+}
+
+braidResult_t enqueue(const CollArgs& args, braidComm* comm, braidStream_t stream) {
+  return guarded(comm, [&] {
+    validate(comm, args, stream);
+    if (threadGroup().depth > 0) {
+      threadGroup().ops.push_back({comm, {args, stream}});
+      return;
+    }
+    if (stream != nullptr) return submitToStream(Batch{comm, stream, {args}});
+    if (isSendRecv(args)) {
+      if (args.root == comm->rank() && args.count != 0)
+        fail(braidInvalidUsage,
+             "{} on rank {}: a send to or receive from self outside a group can never complete "
+             "(put the matching send and receive in one braidGroupStart/braidGroupEnd)",
+             apiName(args.coll), comm->rank());
+      return comm->runSendRecv(std::span<const CollArgs>(&args, 1));
+    }
+    comm->run(args);
+  });
+}
+
+}  // namespace braid::api

@@ -1,0 +1,64 @@
+// Group calls (braidGroupStart/End): the operations, initializations and child communicators a
+// thread's group collects, and how they run at its end: each communicator's operations in order,
+// several communicators of one thread together (on persistent group workers), or on host streams.
+#pragma once
+
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "braid/braid.h"
+#include "coll/host_executor.h"
+#include "core/bootstrap.h"
+#include "core/comm.h"
+
+namespace braid::api {
+
+struct PendingInit {
+  braidComm* comm;
+  BootstrapId id;
+};
+
+// A communicator made from a parent (braidCommSplit, braidCommShrink), made at once or at the end
+// of the group.
+struct PendingChild {
+  braidComm* parent;
+  braidComm_t* newcomm;
+  std::function<braidComm*()> make;
+};
+
+struct GroupState {
+  int depth = 0;
+  std::vector<std::pair<braidComm*, std::pair<CollArgs, braidStream_t>>> ops;
+  std::vector<PendingInit> inits;
+  std::vector<PendingChild> children;
+};
+// This thread's group.
+GroupState& threadGroup();
+
+// Initializes communicators together (one thread's ranks meet over the bootstrap); throws the
+// first failure.
+void initializeAll(std::vector<PendingInit>& inits);
+
+// Runs one communicator's operations in order; consecutive sends/receives progress together.
+void runBatch(braidComm* comm, const std::vector<CollArgs>& ops);
+
+struct Batch {
+  braidComm* comm;
+  braidStream_t stream;
+  std::vector<CollArgs> ops;
+};
+// Queues a batch on its host stream.
+void submitToStream(Batch batch);
+
+// Outside a group the child is made now; inside, at the group's end.
+void addChild(PendingChild child);
+
+// The outermost braidGroupEnd: initializes, makes the children, runs or queues the operations.
+void endGroup();
+
+// One call of the C API (not AlltoAll, Gather or Scatter): checked, then run, queued on its
+// stream, or kept for the group's end.
+braidResult_t enqueue(const CollArgs& args, braidComm* comm, braidStream_t stream);
+
+}  // namespace braid::api
