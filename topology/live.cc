@@ -302,6 +302,19 @@ void addLinkSpeeds(Topology& topology) {
   }
 }
 
+// Each CPU node's last-level cache: the highest level sysfs lists for its first CPU ("32768K").
+void addCaches(Topology& topology) {
+  for (Node& node : topology.nodes) {
+    if (node.kind != NodeKind::Cpu || node.cpu.cpus.empty()) continue;
+    const std::string caches =
+        fmt::format("/sys/devices/system/cpu/cpu{}/cache/", node.cpu.cpus.front());
+    for (int index = 0; index < 8; ++index) {
+      const double kib = std::atof(readLine(caches + fmt::format("index{}/size", index)).c_str());
+      if (kib > 0) node.cpu.llcBytes = kib * 1024;
+    }
+  }
+}
+
 // A NIC port on the PCI node `busId`; the node becomes a NIC if it was not one.
 NetPort* addPort(Topology& topology, const std::string& busId, const std::string& name) {
   int index = topology.findBus(busId);
@@ -343,8 +356,8 @@ std::vector<std::string> rdmaDevices(Topology& topology) {
   return names;
 }
 
-void addNics(Topology& topology) {
-  for (const std::string& name : rdmaDevices(topology)) {
+void addNics(Topology& topology, bool rdma) {
+  for (const std::string& name : rdma ? rdmaDevices(topology) : std::vector<std::string>{}) {
     std::string dir = "/sys/class/infiniband/" + name;
     NetPort* port = addPort(topology, pciBusOf(dir + "/device"), name);
     if (!port) continue;
@@ -528,9 +541,12 @@ Topology discoverLive(const LiveOptions& options) {
         (haveHwloc() ? "hwloc not used)" : "braid was built without hwloc)"));
   }
   addLinkSpeeds(topology);
-  addNics(topology);
-  addNvml(topology);
-  addCudaCount(topology);
+  addCaches(topology);
+  addNics(topology, options.devices);
+  if (options.devices) {
+    addNvml(topology);
+    addCudaCount(topology);
+  }
   assignGpuIndexes(topology);
   for (Node& node : topology.nodes)
     if (node.kind == NodeKind::Gpu)

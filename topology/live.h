@@ -11,6 +11,9 @@ namespace braid::topo {
 struct LiveOptions {
   // hwloc for CPUs, NUMA and the PCI tree when braid was built with it; else sysfs alone.
   bool useHwloc = true;
+  // GPUs (NVML, the CUDA runtime) and RDMA devices (libibverbs). false: the host alone (CPUs,
+  // NUMA nodes, caches, the PCI tree, network interfaces), as a communicator of CPU ranks needs it.
+  bool devices = true;
 };
 
 Topology discoverLive(const LiveOptions& options = {});

@@ -75,7 +75,8 @@ struct CpuInfo {
   std::vector<int> cpus;  // sorted; empty when not known
   std::string arch, vendor, model, hostHash;
   int familyId = -1,
-      modelId = -1;  // in NCCL's encoding (family + extFamily<<4, model + extModel<<4)
+      modelId = -1;     // in NCCL's encoding (family + extFamily<<4, model + extModel<<4)
+  double llcBytes = 0;  // the last-level cache of its CPUs (live discovery); 0 when not known
 };
 
 struct Node {

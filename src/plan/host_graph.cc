@@ -6,12 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 
 #include "base/params.h"
+#include "topology/live.h"
 
 namespace braid::plan {
 namespace {
@@ -20,34 +19,29 @@ namespace {
 // uses for current x86 parts (Skylake UPI). Only the order of ranks depends on it.
 constexpr double kInterSocketGBs = 10.0;
 
-int readInt(const std::string& path, int fallback) {
-  std::ifstream in(path);
-  int value = fallback;
-  if (!(in >> value)) return fallback;
-  return value;
-}
-
 }  // namespace
 
 HostRankInfo describeThisRank(const std::string& nicName) {
+  // The host as topology discovery sees it, once per process: CPUs, NUMA nodes, caches, network
+  // interfaces (no devices: a CPU communicator needs none, and loading their libraries costs).
+  static const topo::Topology host = topo::discoverLive({.useHwloc = true, .devices = false});
   HostRankInfo info;
   unsigned cpu = 0, node = 0;
   if (syscall(SYS_getcpu, &cpu, &node, nullptr) == 0) info.numa = static_cast<int32_t>(node);
-  // The highest cache level sysfs lists for this CPU ("32768K").
-  for (int index = 0; index < 8; ++index) {
-    std::ifstream size(fmt::format("/sys/devices/system/cpu/cpu{}/cache/index{}/size", cpu, index));
-    double kib = 0;
-    if (size >> kib) info.llcBytes = kib * 1024;
-  }
+  for (const topo::Node& n : host.nodes)
+    if (n.kind == topo::NodeKind::Cpu &&
+        std::binary_search(n.cpu.cpus.begin(), n.cpu.cpus.end(), static_cast<int>(cpu)))
+      info.llcBytes = n.cpu.llcBytes;
   if (nicName.empty()) return info;
-  const std::string sys = "/sys/class/net/" + nicName;
-  // A physical interface has a device; veth, bridges and loopback do not, and their "speed" is
-  // made up: the kernel's own copies set their pace.
-  if (std::filesystem::exists(sys + "/device")) {
-    const int mbps = readInt(sys + "/speed", -1);
-    info.nicGBs = mbps > 0 ? mbps / 8000.0 : 0;
-    info.nicNuma = readInt(sys + "/device/numa_node", -1);
-  }
+  // A physical interface is a NIC of the PCI tree; veth, bridges and loopback are not, and their
+  // "speed" is made up: the kernel's own copies set their pace.
+  for (const topo::Node& n : host.nodes)
+    for (const topo::NetPort& port : n.ports)
+      if (n.kind == topo::NodeKind::Nic && port.name == nicName) {
+        info.nicGBs = port.speedMbps / 8000.0;
+        const int cpuNode = host.cpuOf(static_cast<int>(&n - host.nodes.data()));
+        if (cpuNode >= 0) info.nicNuma = host.nodes[cpuNode].cpu.numaId;
+      }
   info.virtualNic = info.nicGBs <= 0;
   return info;
 }

@@ -21,9 +21,9 @@ struct HostRankInfo {
 };
 
 // What this rank reports: the NUMA node it runs on now, its CPU's last-level cache, and the
-// interface `nicName` (the one the
-// bootstrap uses): its speed from sysfs, or that it is virtual (veth, bridge, loopback), whose
-// "speed" is made up.
+// interface `nicName` (the one the bootstrap uses): its speed and NUMA node, or that it is virtual
+// (veth, bridge, loopback), whose "speed" is made up. The host's facts come from topology
+// discovery (topology/live.h), once per process.
 HostRankInfo describeThisRank(const std::string& nicName);
 
 // One Cpu vertex per NUMA node in use (joined pairwise by InterSocket links), each rank on its NUMA
