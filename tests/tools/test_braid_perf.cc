@@ -34,11 +34,16 @@ namespace {
 // ---- the checker's data
 // --------------------------------------------------------------------------
 
+// Element types narrower than float32: reduced in float32, rounded back.
+template <typename T>
+constexpr bool kNarrowFloat = std::is_same_v<T, Bfloat16> || std::is_same_v<T, _Float16> ||
+                              std::is_same_v<T, Fp8E4M3> || std::is_same_v<T, Fp8E5M2>;
+
 // Reduces two values the way a device would for this element type: in the type itself for
-// integers (two's complement), in float32 rounded back to the type for half and bfloat16.
+// integers (two's complement), in float32 rounded back to the type for half, bfloat16 and fp8.
 template <typename T>
 T combine(T a, T b, braidRedOp_t op) {
-  if constexpr (std::is_same_v<T, Bfloat16> || std::is_same_v<T, _Float16>) {
+  if constexpr (kNarrowFloat<T>) {
     const float x = static_cast<float>(elementToDouble(a)),
                 y = static_cast<float>(elementToDouble(b));
     return elementFromDouble<T>(combine(x, y, op));
@@ -54,7 +59,7 @@ T combine(T a, T b, braidRedOp_t op) {
 
 template <typename T>
 T divideByRanks(T sum, int nranks) {
-  if constexpr (std::is_same_v<T, Bfloat16> || std::is_same_v<T, _Float16>) {
+  if constexpr (kNarrowFloat<T>) {
     return elementFromDouble<T>(static_cast<float>(elementToDouble(sum)) / nranks);
   } else {
     return static_cast<T>(sum / static_cast<T>(nranks));

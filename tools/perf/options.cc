@@ -20,11 +20,12 @@ struct NamedDatatype {
 };
 // Printed names first, then the aliases the flag also takes.
 constexpr NamedDatatype kDatatypeSpellings[] = {
-    {"int8", braidInt8},         {"uint8", braidUint8},     {"int32", braidInt32},
-    {"uint32", braidUint32},     {"int64", braidInt64},     {"uint64", braidUint64},
-    {"half", braidFloat16},      {"float16", braidFloat16}, {"float", braidFloat32},
-    {"float32", braidFloat32},   {"double", braidFloat64},  {"float64", braidFloat64},
-    {"bfloat16", braidBfloat16},
+    {"int8", braidInt8},         {"uint8", braidUint8},           {"int32", braidInt32},
+    {"uint32", braidUint32},     {"int64", braidInt64},           {"uint64", braidUint64},
+    {"half", braidFloat16},      {"float16", braidFloat16},       {"float", braidFloat32},
+    {"float32", braidFloat32},   {"double", braidFloat64},        {"float64", braidFloat64},
+    {"bfloat16", braidBfloat16}, {"f8e4m3", braidFloat8e4m3},     {"float8e4m3", braidFloat8e4m3},
+    {"f8e5m2", braidFloat8e5m2}, {"float8e5m2", braidFloat8e5m2},
 };
 
 std::vector<braidDataType_t> parseDatatypes(const std::string& text) {
@@ -37,7 +38,7 @@ std::vector<braidDataType_t> parseDatatypes(const std::string& text) {
     if (text == spelling.name) return {spelling.type};
   throw UsageError(fmt::format(
       "-d {}: unknown datatype; expected int8, uint8, int32, uint32, int64, uint64, half "
-      "(float16), float (float32), double (float64), bfloat16 or all",
+      "(float16), float (float32), double (float64), bfloat16, f8e4m3, f8e5m2 or all",
       text));
 }
 
@@ -187,7 +188,8 @@ std::optional<Options> parseOptions(int argc, char** argv) {
   app.add_option("-w,--warmup_iters", o.warmupIters, "warm-up iterations (default 5)");
   app.add_option("-c,--check", check, "1: check every element of one more run per row (default 1)")
       ->check(CLI::IsMember({0, 1}));
-  app.add_option("-d,--datatype", datatype, "int8 ... bfloat16, or all (default float)");
+  app.add_option("-d,--datatype", datatype,
+                 "int8 ... bfloat16, f8e4m3, f8e5m2, or all (default float)");
   app.add_option("-o,--op", op, "sum, prod, max, min, avg, or all (default sum)");
   app.add_option("-r,--root", o.root, "root rank of broadcast and reduce (default 0)");
   app.add_option("-z,--blocking", blocking,

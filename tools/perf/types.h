@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "braid/braid.h"
+#include "kernels/float_formats.h"
 
 namespace braid_perf {
 
@@ -18,10 +19,10 @@ struct DatatypeInfo {
 
 // nccl-tests' order, which is also what `-d all` runs.
 inline constexpr DatatypeInfo kDatatypes[] = {
-    {braidInt8, "int8", 1},         {braidUint8, "uint8", 1},   {braidInt32, "int32", 4},
-    {braidUint32, "uint32", 4},     {braidInt64, "int64", 8},   {braidUint64, "uint64", 8},
-    {braidFloat16, "half", 2},      {braidFloat32, "float", 4}, {braidFloat64, "double", 8},
-    {braidBfloat16, "bfloat16", 2},
+    {braidInt8, "int8", 1},         {braidUint8, "uint8", 1},       {braidInt32, "int32", 4},
+    {braidUint32, "uint32", 4},     {braidInt64, "int64", 8},       {braidUint64, "uint64", 8},
+    {braidFloat16, "half", 2},      {braidFloat32, "float", 4},     {braidFloat64, "double", 8},
+    {braidBfloat16, "bfloat16", 2}, {braidFloat8e4m3, "f8e4m3", 1}, {braidFloat8e5m2, "f8e5m2", 1},
 };
 
 inline const DatatypeInfo& datatypeInfo(braidDataType_t type) {
@@ -52,6 +53,15 @@ inline float toFloat(Bfloat16 value) {
   return result;
 }
 
+// fp8 as stored, in the library's own formats (kernels/float_formats.h: E4M3, E5M2).
+template <class F>
+struct Fp8 {
+  using Format = F;
+  uint8_t bits;
+};
+using Fp8E4M3 = Fp8<braid::kernels::Float8e4m3>;
+using Fp8E5M2 = Fp8<braid::kernels::Float8e5m2>;
+
 template <typename T>
 struct TypeTag {
   using type = T;
@@ -70,6 +80,8 @@ decltype(auto) withElementType(braidDataType_t type, Fn&& fn) {
     case braidFloat16: return fn(TypeTag<_Float16>{});
     case braidFloat32: return fn(TypeTag<float>{});
     case braidFloat64: return fn(TypeTag<double>{});
+    case braidFloat8e4m3: return fn(TypeTag<Fp8E4M3>{});
+    case braidFloat8e5m2: return fn(TypeTag<Fp8E5M2>{});
     default: return fn(TypeTag<Bfloat16>{});
   }
 }

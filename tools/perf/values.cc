@@ -24,11 +24,15 @@ TypeLimits limitsOf(braidDataType_t type) {
     case braidFloat16: return {2048, 14, true, true};  // 11-bit significand; 2^-14 is normal
     case braidFloat32: return {1 << 20, 100, true, true};
     case braidFloat64: return {1 << 20, 1000, true, true};
+    // fp8: 4- and 3-bit significands; products within the normal range (2^-6, 2^-14 and up).
+    case braidFloat8e4m3: return {16, 6, true, true};
+    case braidFloat8e5m2: return {8, 14, true, true};
     default: return {256, 100, true, true};  // bfloat16: 8-bit significand
   }
 }
 
-// Max and min need no headroom: every value in +-100 is exact in every type.
+// Max and min need no headroom: values in +-100 are exact in every type but fp8, whose exact
+// integers end at its sum limit.
 constexpr int64_t kExtremeMagnitude = 100;
 
 uint64_t mix(uint64_t x) {  // splitmix64's finalizer
@@ -48,6 +52,7 @@ ValueModel::ValueModel(braidDataType_t type, braidRedOp_t op, int nranks, uint64
   perRankMagnitude_ = limits.sumLimit / std::max(nranks, 1);
   prodRanks_ = limits.prodDoublings;
   halves_ = limits.isFloat;
+  extremeMagnitude_ = std::min(kExtremeMagnitude, limits.sumLimit);
 }
 
 uint64_t ValueModel::hash(uint64_t stream, size_t index) const {
@@ -69,13 +74,14 @@ double ValueModel::input(int rank, size_t index) const {
     }
     case braidMax:
     case braidMin:
-      return signed_ ? static_cast<double>(static_cast<int64_t>(h % (2 * kExtremeMagnitude + 1)) -
-                                           kExtremeMagnitude)
-                     : static_cast<double>(h % (2 * kExtremeMagnitude + 1));
+      return signed_ ? static_cast<double>(static_cast<int64_t>(h % (2 * extremeMagnitude_ + 1)) -
+                                           extremeMagnitude_)
+                     : static_cast<double>(h % (2 * extremeMagnitude_ + 1));
     default: {
       // avg: a shared centre a per element; ranks in pairs add +c and -c, so the sum is
       // exactly nranks * a and the average is a, whether it divides at the end or not at all.
-      const int64_t spread = m / 4;
+      // At least 1 where the bound allows it, so ranks differ even in a narrow type (fp8).
+      const int64_t spread = std::max<int64_t>(std::min<int64_t>(1, m), m / 4);
       const int64_t centreRange = m - spread;
       const uint64_t hc = hash(0, index);
       const int64_t centre = signed_
@@ -110,6 +116,8 @@ void poisonElements(void* buf, size_t count, braidDataType_t type) {
     T poison;
     if constexpr (std::is_same_v<T, Bfloat16>) {
       poison = Bfloat16{0x7fc1};
+    } else if constexpr (std::is_same_v<T, Fp8E4M3> || std::is_same_v<T, Fp8E5M2>) {
+      poison = T{0x7f};  // NaN in both formats
     } else if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, _Float16>) {
       poison = static_cast<T>(std::numeric_limits<float>::quiet_NaN());
     } else if constexpr (std::is_signed_v<T>) {

@@ -33,6 +33,7 @@ class ValueModel {
   int64_t perRankMagnitude_;  // |input| bound for sum and avg: the sum over ranks stays exact
   int prodRanks_;             // ranks that may contribute a factor of 2 (or 1/2) to a product
   bool halves_;               // prod may use 1/2 (floating-point types)
+  int64_t extremeMagnitude_;  // |input| bound for max and min: exact in the type
 };
 
 inline double elementToDouble(_Float16 v) {
@@ -40,6 +41,10 @@ inline double elementToDouble(_Float16 v) {
 }
 inline double elementToDouble(Bfloat16 v) {
   return toFloat(v);
+}
+template <class Format>
+double elementToDouble(Fp8<Format> v) {
+  return Format::widen(v.bits);
 }
 template <typename T>
 double elementToDouble(T v) {
@@ -50,6 +55,8 @@ template <typename T>
 T elementFromDouble(double v) {
   if constexpr (std::is_same_v<T, Bfloat16>) {
     return toBfloat16(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<T, Fp8E4M3> || std::is_same_v<T, Fp8E5M2>) {
+    return T{static_cast<uint8_t>(T::Format::template narrow<true>(static_cast<float>(v)))};
   } else {
     return static_cast<T>(v);
   }
