@@ -82,9 +82,9 @@ braidUniqueId id(const ncclUniqueId& u) {
 
 // ncclConfig_t to braid's. Layouts of older nccl.h versions are shorter: only the fields inside the
 // caller's `size` are read. Honoured: blocking, commName, minCTAs and maxCTAs (a CTA runs a
-// channel: the planner's channel bounds), netName. The others tune NCCL's GPU kernels and network
-// plug-ins (CGA clusters, NVLS, CollNet, traffic class, resource sharing of split communicators)
-// and mean nothing for braid's CPU communicators yet (docs/shim.md).
+// channel: the planner's channel bounds), netName, splitShare and shrinkShare. The others tune
+// NCCL's GPU kernels and network plug-ins (CGA clusters, NVLS, CollNet, traffic class) and mean
+// nothing for braid's CPU communicators yet (docs/shim.md).
 ncclResult_t translate(const ncclConfig_t* in, braidConfig_t* out, bool* given) {
   *out = BRAID_CONFIG_INITIALIZER;
   *given = in != nullptr;
@@ -97,6 +97,8 @@ ncclResult_t translate(const ncclConfig_t* in, braidConfig_t* out, bool* given) 
   if (HAS_FIELD(in, minCTAs)) out->minChannels = in->minCTAs;
   if (HAS_FIELD(in, maxCTAs)) out->maxChannels = in->maxCTAs;
   if (HAS_FIELD(in, netName)) out->netName = in->netName;
+  if (HAS_FIELD(in, splitShare)) out->splitShare = in->splitShare;
+  if (HAS_FIELD(in, shrinkShare)) out->shrinkShare = in->shrinkShare;
   return ncclSuccess;
 }
 

@@ -96,6 +96,11 @@ typedef struct braidConfig_v1 {
   int minChannels;      /* fewest channels (rings) the planner makes; default BRAID_MIN_NCHANNELS */
   int maxChannels;      /* most channels the planner makes; default BRAID_MAX_NCHANNELS */
   const char* netName;  /* the network between hosts: "Socket" (TCP, the default) */
+  int splitShare;       /* 1: children of braidCommSplit share this communicator's links (FIFOs,
+                           connections); parent and child then take turns, one operation at a time,
+                           and may not run in one group. Read from the split's config, else the
+                           parent's; default 0 */
+  int shrinkShare;      /* the same for braidCommShrink without BRAID_SHRINK_ABORT; default 0 */
 } braidConfig_t;
 
 #define BRAID_CONFIG_MAGIC 0xb4a1dc0fu
@@ -103,7 +108,8 @@ typedef struct braidConfig_v1 {
   {                                                                                        \
     sizeof(braidConfig_t), BRAID_CONFIG_MAGIC, BRAID_VERSION_CODE, BRAID_CONFIG_UNDEF_INT, \
         BRAID_CONFIG_UNDEF_PTR, BRAID_CONFIG_UNDEF_INT, BRAID_CONFIG_UNDEF_PTR,            \
-        BRAID_CONFIG_UNDEF_INT, BRAID_CONFIG_UNDEF_INT, BRAID_CONFIG_UNDEF_PTR             \
+        BRAID_CONFIG_UNDEF_INT, BRAID_CONFIG_UNDEF_INT, BRAID_CONFIG_UNDEF_PTR,            \
+        BRAID_CONFIG_UNDEF_INT, BRAID_CONFIG_UNDEF_INT                                     \
   }
 
 /* nccl.h's PreMulSum: an operator of one communicator and datatype that multiplies each rank's

@@ -90,8 +90,8 @@ template <class T>
 void runRingAs(CollContext& ctx, const CollArgs& a, const CallTag& tag) {
   const int n = ctx.nranks;
   const int myPos = ringPosition(ctx.ringOrder.data(), ctx.nranks, ctx.rank);
-  SendConnector& next = ctx.sendTo[ctx.ringOrder[modRanks(myPos + 1, n)]];
-  RecvConnector& prev = ctx.recvFrom[ctx.ringOrder[modRanks(myPos - 1, n)]];
+  SendConnector& next = *ctx.sendTo[ctx.ringOrder[modRanks(myPos + 1, n)]];
+  RecvConnector& prev = *ctx.recvFrom[ctx.ringOrder[modRanks(myPos - 1, n)]];
   const size_t outBytes = a.count * sizeof(T) * (a.coll == Collective::AllGather ? n : 1);
   // In place, the output is the input: streaming stores would evict the buffer its next reader
   // (the caller's next step, an optimizer) finds cached while it is small enough. Measured with 2
@@ -154,12 +154,12 @@ void runDirectAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag)
     own = ctx.scratch;
   }
   for (int i = 1; i < n; ++i) {
-    SendConnector& to = ctx.sendTo[(ctx.rank + i) % n];
+    SendConnector& to = *ctx.sendTo[(ctx.rank + i) % n];
     std::memcpy(to.acquire(*ctx.dog), a.sendbuff, bytes);
     to.post(bytes, tag);
   }
   auto input = [&](int r) {
-    return r == ctx.rank ? own : receive(ctx.recvFrom[r], tag, bytes, *ctx.dog);
+    return r == ctx.rank ? own : receive(*ctx.recvFrom[r], tag, bytes, *ctx.dog);
   };
   const int divisor = a.op == braidAvg ? n : 1;
   const void* first = input(0);
@@ -167,7 +167,7 @@ void runDirectAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag)
   for (int r = 2; r < n; ++r)
     reduce(a.recvbuff, nullptr, a.recvbuff, input(r), a.count, r == n - 1 ? divisor : 1);
   for (int r = 0; r < n; ++r)
-    if (r != ctx.rank) ctx.recvFrom[r].release();
+    if (r != ctx.rank) ctx.recvFrom[r]->release();
 }
 
 void runSingleRank(const CollArgs& a) {
@@ -193,8 +193,8 @@ void runCollective(CollContext& ctx, const CollArgs& a) {
   const bool agreementOnly = a.coll == Collective::Gather || a.coll == Collective::Scatter;
   if (a.count == 0 || chain || agreementOnly) {
     const int pos = ringPosition(ctx.ringOrder.data(), ctx.nranks, ctx.rank);
-    sendTagOnly(ctx.sendTo[ctx.ringOrder[modRanks(pos + 1, ctx.nranks)]], tag, *ctx.dog);
-    receiveTagOnly(ctx.recvFrom[ctx.ringOrder[modRanks(pos - 1, ctx.nranks)]], tag, *ctx.dog);
+    sendTagOnly(*ctx.sendTo[ctx.ringOrder[modRanks(pos + 1, ctx.nranks)]], tag, *ctx.dog);
+    receiveTagOnly(*ctx.recvFrom[ctx.ringOrder[modRanks(pos - 1, ctx.nranks)]], tag, *ctx.dog);
   }
   if (a.count == 0 || agreementOnly) return;
   const size_t bytes = a.count * kernels::typeSize(a.type);
@@ -220,7 +220,7 @@ bool progress(CollContext& ctx, Transfer& t) {
   bool moved = false;
   while (!t.finished()) {
     if (t.isSend) {
-      SendConnector& to = ctx.sendTo[t.peer];
+      SendConnector& to = *ctx.sendTo[t.peer];
       void* slot = to.tryAcquire();
       if (slot == nullptr) break;
       const size_t n = std::min(to.slotBytes(), t.bytes - t.done);
@@ -228,7 +228,7 @@ bool progress(CollContext& ctx, Transfer& t) {
       to.post(n, t.tag);
       t.done += n;
     } else {
-      RecvConnector& from = ctx.recvFrom[t.peer];
+      RecvConnector& from = *ctx.recvFrom[t.peer];
       const size_t n = std::min(from.slotBytes(), t.bytes - t.done);
       const void* slot = tryReceive(from, t.tag, n);
       if (slot == nullptr) break;

@@ -32,9 +32,9 @@ struct CollArgs {
 struct CollContext {
   int rank = 0;
   int nranks = 1;
-  std::span<const int> ringOrder;     // ranks in ring order
-  std::span<SendConnector> sendTo;    // indexed by peer rank
-  std::span<RecvConnector> recvFrom;  // indexed by peer rank
+  std::span<const int> ringOrder;            // ranks in ring order
+  std::span<SendConnector* const> sendTo;    // indexed by peer rank
+  std::span<RecvConnector* const> recvFrom;  // indexed by peer rank
   Watchdog* dog = nullptr;
   size_t directMaxBytes = 0;  // all-reduce up to this size (at most one slot) uses all-pairs
   void* scratch = nullptr;    // at least directMaxBytes

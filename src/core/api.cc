@@ -76,6 +76,9 @@ CommOptions optionsFrom(const braidConfig_t* config, int rank, bool* blocking) {
     if (config->device != nullptr) device = config->device;
     if (config->minChannels != BRAID_CONFIG_UNDEF_INT) options.minChannels = config->minChannels;
     if (config->maxChannels != BRAID_CONFIG_UNDEF_INT) options.maxChannels = config->maxChannels;
+    if (config->splitShare != BRAID_CONFIG_UNDEF_INT) options.splitShare = config->splitShare != 0;
+    if (config->shrinkShare != BRAID_CONFIG_UNDEF_INT)
+      options.shrinkShare = config->shrinkShare != 0;
     if (config->minChannels != BRAID_CONFIG_UNDEF_INT ||
         config->maxChannels != BRAID_CONFIG_UNDEF_INT)
       channelsFrom = "config minChannels and maxChannels";
@@ -138,15 +141,29 @@ braidResult_t initRank(braidComm_t* out, int nranks, const braidUniqueId& commId
 
 // A communicator of `members` (ranks of `parent` in their new order, the caller's among them),
 // configured by `config` or else like the parent.
+// How a child may share its parent's links: braidCommSplit's splitShare, braidCommShrink's
+// shrinkShare (never with BRAID_SHRINK_ABORT: the parent's links are marked failed).
+enum class ChildOf { Split, Shrink, AbortingShrink };
+
 braidComm* initChild(const braidComm& parent, const std::vector<int>& members,
-                     const std::optional<braidConfig_t>& config, const braid::BootstrapId& id) {
+                     const std::optional<braidConfig_t>& config, const braid::BootstrapId& id,
+                     ChildOf how) {
   const int newRank =
       static_cast<int>(std::find(members.begin(), members.end(), parent.rank()) - members.begin());
   bool blocking = true;
   CommOptions options = parent.options();
   if (config) options = optionsFrom(&*config, newRank, &blocking);
+  // The split's config decides where it says; else the parent's.
+  auto chosen = [&](int braidConfig_t::*field, bool CommOptions::*inherited) {
+    if (config && (*config).*field != BRAID_CONFIG_UNDEF_INT) return (*config).*field != 0;
+    return parent.options().*inherited;
+  };
+  const bool share =
+      how == ChildOf::Split    ? chosen(&braidConfig_t::splitShare, &CommOptions::splitShare)
+      : how == ChildOf::Shrink ? chosen(&braidConfig_t::shrinkShare, &CommOptions::shrinkShare)
+                               : false;
   auto child = std::make_unique<braidComm>(newRank, static_cast<int>(members.size()), options);
-  child->initialize(id);
+  child->initialize(id, share ? &parent : nullptr, members);
   child->waitReady();
   return child.release();
 }
@@ -175,8 +192,8 @@ braidComm* splitComm(const PendingSplit& split) {
   parent->allGatherOutOfBand(ids.data(), sizeof(braidUniqueId));
   if (split.color == BRAID_SPLIT_NOCOLOR) return nullptr;
 
-  return initChild(*parent, members, split.config,
-                   braid::BootstrapId::decode(ids[members.front()]));
+  return initChild(*parent, members, split.config, braid::BootstrapId::decode(ids[members.front()]),
+                   ChildOf::Split);
 }
 
 // braidCommShrink on one rank: the survivors derive the new communicator's id each on its own
@@ -188,7 +205,9 @@ braidComm* shrinkComm(const PendingShrink& shrink) {
   for (int r = 0; r < parent->nranks(); ++r)
     if (std::find(shrink.excluded.begin(), shrink.excluded.end(), r) == shrink.excluded.end())
       survivors.push_back(r);
-  return initChild(*parent, survivors, shrink.config, parent->shrunkId(survivors));
+  const bool aborting = (shrink.flags & BRAID_SHRINK_ABORT) != 0;
+  return initChild(*parent, survivors, shrink.config, parent->shrunkId(survivors),
+                   aborting ? ChildOf::AbortingShrink : ChildOf::Shrink);
 }
 
 // ---- AlltoAll, Gather, Scatter: groups of sends and receives, as NCCL builds them --------------

@@ -108,17 +108,20 @@ braidComm::braidComm(int rank, int nranks, CommOptions options)
 braidComm::~braidComm() {
   // What the rank sent to other hosts leaves before the connections close, and the peers there
   // learn that this rank departed. A failed communicator just closes: its peers see it as lost.
+  // Links shared with another communicator (splitShare) stay as they are for the last sharer.
+  if (share_ == nullptr || share_.use_count() > 1) return;
   if (asyncError_.load() == braidSuccess)
-    for (const auto& service : links_.services) service->finish(deadlineFromNow());
+    for (const auto& service : share_->links.services) service->finish(deadlineFromNow());
   // Peers watching this process must not mistake its exit for a crash.
-  if (!links_.control.empty()) links_.control[rank_]->departed.store(1, std::memory_order_release);
+  if (!share_->links.control.empty()) control(rank_)->departed.store(1, std::memory_order_release);
 }
 
 Clock::time_point braidComm::deadlineFromNow() const {
   return Clock::now() + std::chrono::milliseconds(options_.timeoutMs);
 }
 
-void braidComm::initialize(const braid::BootstrapId& id) {
+void braidComm::initialize(const braid::BootstrapId& id, const braidComm* shareFrom,
+                           const std::vector<int>& parentRanks) {
   try {
     braid::log::setThreadRank(rank_);
     const Clock::time_point deadline = deadlineFromNow();
@@ -152,12 +155,25 @@ void braidComm::initialize(const braid::BootstrapId& id) {
       bootstrap_->allGather(data, bytes, deadline);
     };
     rendezvous.deadline = deadline;
-    links_ = braid::connectPeers(peers_, rank_, geometry, rendezvous);
+    if (shareFrom != nullptr) {
+      share_ = shareFrom->share_;
+      for (int r = 0; r < nranks_; ++r) linkIndex_.push_back(shareFrom->linkIndex_[parentRanks[r]]);
+      BRAID_INFO(braid::log::kInit, "rank {}: shares the links of its parent (rank {} there)",
+                 rank_, parentRanks[rank_]);
+    } else {
+      share_ = std::make_shared<LinkShare>();
+      share_->links = braid::connectPeers(peers_, rank_, geometry, rendezvous);
+      for (int r = 0; r < nranks_; ++r) linkIndex_.push_back(r);
+    }
+    for (int r = 0; r < nranks_; ++r) {
+      sendTo_.push_back(&share_->links.send[linkIndex_[r]]);
+      recvFrom_.push_back(&share_->links.recv[linkIndex_[r]]);
+    }
     // Busy threads on this machine: its ranks, and the transports' progress threads (network
     // proxies when the job spans hosts; namespaces share the cores), counted alike on every rank.
     // With more than the cores, a spinning wait would take the core its producer needs.
     int threadsPerRank = 1;
-    for (const auto& service : links_.services) threadsPerRank += service->busyThreads();
+    for (const auto& service : share_->links.services) threadsPerRank += service->busyThreads();
     const int busyThreads = ranksOnMachine(peers_, self.machineHash) * threadsPerRank;
     if (busyThreads > machineCores(peers_, self.machineHash))
       spins = std::min(spins, kOversubscribedSpins);
@@ -290,7 +306,8 @@ std::string braidComm::lastError() const {
 }
 
 void braidComm::markFailed(const std::string& reason) {
-  braid::RankControl* own = links_.control.empty() ? nullptr : links_.control[rank_];
+  braid::RankControl* own =
+      share_ == nullptr || share_->links.control.empty() ? nullptr : control(rank_);
   if (own == nullptr || own->failed.load() != 0) return;
   std::snprintf(own->reason, sizeof own->reason, "%s", reason.c_str());
   own->failed.store(1, std::memory_order_release);
@@ -299,15 +316,15 @@ void braidComm::markFailed(const std::string& reason) {
 template <typename Body>
 void braidComm::runOperation(const char* opName, Body&& body) {
   waitReady();
-  std::lock_guard<std::mutex> lock(opMutex_);
+  std::lock_guard<std::mutex> lock(share_->opMutex);
   const braidResult_t earlier = asyncError_.load();
   if (earlier != braidSuccess)
     fail(earlier, "rank {}: the communicator failed earlier and cannot run {}; the first error: {}",
-         rank_, opName, links_.control[rank_]->reason);
-  ++opSeq_;
+         rank_, opName, control(rank_)->reason);
+  opSeq_ = ++share_->opSeq;
   opName_ = opName;
   deadline_ = deadlineFromNow();
-  links_.control[rank_]->opSeq.store(opSeq_, std::memory_order_relaxed);
+  control(rank_)->opSeq.store(opSeq_, std::memory_order_relaxed);
   // The transports' progress threads poll quickly while an operation runs.
   struct Activity {
     const braid::PeerLinks& links;
@@ -317,7 +334,7 @@ void braidComm::runOperation(const char* opName, Body&& body) {
     ~Activity() {
       for (const auto& service : links.services) service->operationFinished();
     }
-  } activity(links_);
+  } activity(share_->links);
   // Whatever ends the operation, the peers learn of it at once (they watch the failure flag)
   // instead of waiting for their timeout.
   try {
@@ -352,8 +369,8 @@ braid::CollContext braidComm::context() {
   ctx.rank = rank_;
   ctx.nranks = nranks_;
   ctx.ringOrder = ringOrder_;
-  ctx.sendTo = links_.send;
-  ctx.recvFrom = links_.recv;
+  ctx.sendTo = sendTo_;
+  ctx.recvFrom = recvFrom_;
   ctx.dog = this;
   ctx.directMaxBytes = directMaxBytes_;
   ctx.streamingMinBytes =
@@ -436,7 +453,7 @@ void braidComm::runSendRecv(std::span<const braid::CollArgs> ops) {
 std::string braidComm::laggingPeers() const {
   std::vector<int> lagging;
   for (int r = 0; r < nranks_; ++r) {
-    const braid::RankControl* c = links_.control[r];
+    const braid::RankControl* c = control(r);
     if (r != rank_ && c != nullptr && c->opSeq.load(std::memory_order_relaxed) < opSeq_)
       lagging.push_back(r);
   }
@@ -447,19 +464,19 @@ std::string braidComm::laggingPeers() const {
 void braidComm::poll(int peer, const char* waitingFor) {
   // A peer process that exited: its pidfd turns readable.
   for (int r = 0; r < nranks_; ++r) {
-    const int fd = links_.pidfd.empty() ? -1 : links_.pidfd[r];
-    if (fd < 0 || links_.control[r]->departed.load(std::memory_order_acquire) != 0) continue;
+    const int fd = share_->links.pidfd.empty() ? -1 : share_->links.pidfd[linkIndex_[r]];
+    if (fd < 0 || control(r)->departed.load(std::memory_order_acquire) != 0) continue;
     struct pollfd p = {fd, POLLIN, 0};
     if (::poll(&p, 1, 0) > 0)
       fail(braidRemoteError, "rank {}: {} #{} failed: rank {} (pid {}) died", rank_, opName_,
            opSeq_, r, peers_[r].pid);
   }
   // A link a transport serves that broke (a connection reset, closed, unreachable, a bad frame).
-  for (const auto& service : links_.services)
-    if (std::optional<std::string> failure = service->failure(peer))
+  for (const auto& service : share_->links.services)
+    if (std::optional<std::string> failure = service->failure(peer >= 0 ? linkIndex_[peer] : -1))
       fail(braidRemoteError, "rank {}: {} #{} failed: {}", rank_, opName_, opSeq_, *failure);
   for (int r = 0; r < nranks_; ++r) {
-    const braid::RankControl* c = links_.control[r];
+    const braid::RankControl* c = control(r);
     if (c == nullptr || c->failed.load(std::memory_order_acquire) == 0) continue;
     if (r == rank_)
       fail(braidRemoteError, "rank {}: {} #{} aborted: {}", rank_, opName_, opSeq_, c->reason);
@@ -487,13 +504,13 @@ void braidComm::waitQueuedDrained() {
 
 void braidComm::allGatherOutOfBand(void* data, size_t bytes) {
   waitReady();
-  std::lock_guard<std::mutex> lock(opMutex_);  // the bootstrap ring carries one exchange at a time
+  std::lock_guard<std::mutex> lock(share_->opMutex);  // the bootstrap ring: one exchange at a time
   bootstrap_->allGather(data, bytes, deadlineFromNow());
 }
 
 braid::BootstrapId braidComm::shrunkId(const std::vector<int>& survivors) {
   waitReady();
-  std::lock_guard<std::mutex> lock(opMutex_);
+  std::lock_guard<std::mutex> lock(share_->opMutex);
   // Counted per survivor set: only its members call, so every one of them counts alike.
   return bootstrap_->shrunkId(survivors, ++shrinks_[survivors]);
 }
@@ -523,10 +540,10 @@ void braidComm::finalize() {
 }
 
 void braidComm::abort(const char* call) {
-  if (!links_.control.empty()) markFailed(fmt::format("rank {} called {}", rank_, call));
+  markFailed(fmt::format("rank {} called {}", rank_, call));
   asyncError_ = braidRemoteError;
   waitQueuedDrained();
   // An operation running on another thread sees the failure flag at its next poll and returns;
   // the communicator must outlive it.
-  std::lock_guard<std::mutex> lock(opMutex_);
+  if (share_ != nullptr) std::lock_guard<std::mutex> lock(share_->opMutex);
 }

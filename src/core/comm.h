@@ -28,6 +28,8 @@ struct CommOptions {
   std::string name;
   int minChannels = 1;  // bounds of the planner's channel count
   int maxChannels = 1;
+  bool splitShare = false;   // children of braidCommSplit share this communicator's links
+  bool shrinkShare = false;  // children of braidCommShrink (without BRAID_SHRINK_ABORT) too
 };
 
 struct braidComm : public braid::Watchdog {
@@ -35,12 +37,19 @@ struct braidComm : public braid::Watchdog {
   braidComm(int rank, int nranks, CommOptions options);
   ~braidComm() override;
 
-  // Rendezvous and connect; blocking. Records the outcome for waitReady()/asyncError().
-  void initialize(const braid::BootstrapId& id);
+  // Rendezvous and connect; blocking. Records the outcome for waitReady()/asyncError(). With
+  // `shareFrom` (braidCommSplit/Shrink with splitShare/shrinkShare), the links are the parent's:
+  // `parentRanks` gives each rank of this communicator's rank in the parent.
+  void initialize(const braid::BootstrapId& id, const braidComm* shareFrom = nullptr,
+                  const std::vector<int>& parentRanks = {});
   // For non-blocking init: blocks until initialize() has finished, then fails like it did.
   void waitReady();
 
   int rank() const { return rank_; }
+  // Whether this communicator and `other` share their links (splitShare): they take turns.
+  bool sharesLinksWith(const braidComm& other) const {
+    return this != &other && share_ != nullptr && share_ == other.share_;
+  }
   int nranks() const { return nranks_; }
   const std::string& name() const { return options_.name; }
   const CommOptions& options() const { return options_; }
@@ -103,7 +112,18 @@ struct braidComm : public braid::Watchdog {
 
   std::unique_ptr<braid::Bootstrap> bootstrap_;
   std::vector<braid::PeerInfo> peers_;
-  braid::PeerLinks links_;
+  // The links to the peers, shared with the children made with splitShare/shrinkShare, and the
+  // turn the sharers take: one operation at a time across all of them, numbered together.
+  struct LinkShare {
+    braid::PeerLinks links;
+    std::mutex opMutex;
+    uint64_t opSeq = 0;  // under opMutex
+  };
+  std::shared_ptr<LinkShare> share_;
+  std::vector<int> linkIndex_;  // this communicator's rank -> index into share_->links
+  std::vector<braid::SendConnector*> sendTo_;    // by rank of this communicator
+  std::vector<braid::RecvConnector*> recvFrom_;  // by rank of this communicator
+  braid::RankControl* control(int r) const { return share_->links.control[linkIndex_[r]]; }
   braid::plan::LinkGraph planGraph_;
   braid::plan::Plan plan_;
   std::unique_ptr<braid::plan::Model> model_;
@@ -119,9 +139,8 @@ struct braidComm : public braid::Watchdog {
   std::atomic<bool> ready_{false};  // read without the mutex on every operation
   std::optional<braid::Error> initError_;
 
-  std::mutex opMutex_;  // operations of one communicator run one at a time
-  uint64_t opSeq_ = 0;
-  std::map<std::vector<int>, uint64_t> shrinks_;  // per survivor set, under opMutex_
+  uint64_t opSeq_ = 0;  // the running operation's number (share_->opSeq when it started)
+  std::map<std::vector<int>, uint64_t> shrinks_;  // per survivor set, under the op mutex
   uint64_t collectives_ =
       0;  // collectives run (not send/recv): the number every slot is tagged with
   const char* opName_ = "";

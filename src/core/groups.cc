@@ -126,6 +126,15 @@ void endGroup() {
     }
     it->ops.push_back(op.first);
   }
+  // Communicators that share links take turns, so a group cannot run them together.
+  for (size_t i = 0; i < now.size(); ++i)
+    for (size_t j = i + 1; j < now.size(); ++j)
+      if (now[i].comm->sharesLinksWith(*now[j].comm))
+        fail(braidInvalidUsage,
+             "braidGroupEnd: the group holds operations of two communicators that share their "
+             "links (splitShare/shrinkShare; rank {} of one, rank {} of the other): they take "
+             "turns, so they cannot run in one group (expected separate groups)",
+             now[i].comm->rank(), now[j].comm->rank());
   for (Batch& b : queued) submitToStream(std::move(b));
   runNow(now);
 }
