@@ -31,6 +31,9 @@ class Watchdog {
   // cores: a spinning rank would hold the core its producer needs.
   int64_t spins = param::SpinCount();
   int64_t yields = param::YieldCount();
+  // How often a sleeping wait wakes to ask poll(); 0: only when woken (a wait with nothing to ask,
+  // such as an idle group worker's, then costs nothing while it sleeps).
+  long sliceNs = 20 * 1000 * 1000;
 };
 
 inline void cpuRelax() {
@@ -42,9 +45,10 @@ inline void cpuRelax() {
 }
 
 // Futex on a 32-bit word that may live in memory shared between processes.
+// A timeout of 0 waits until woken.
 inline void futexWait(uint32_t* word, uint32_t seen, long timeoutNs) {
   timespec ts{timeoutNs / 1000000000L, timeoutNs % 1000000000L};
-  syscall(SYS_futex, word, FUTEX_WAIT, seen, &ts, nullptr, 0);
+  syscall(SYS_futex, word, FUTEX_WAIT, seen, timeoutNs > 0 ? &ts : nullptr, nullptr, 0);
 }
 inline void futexWakeAll(uint32_t* word) {
   syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
@@ -96,12 +100,11 @@ inline uint32_t waitUntil(WakeableWord w, Ready ready, Watchdog& dog, int peer,
     v = w.load();
     if (ready(v)) return v;
   }
-  constexpr long kSliceNs = 20 * 1000 * 1000;  // how often the watchdog is asked
   std::atomic_ref<uint32_t> sleepers(*w.sleepers), value(*w.value);
   for (;;) {
     sleepers.fetch_add(1, std::memory_order_seq_cst);
     v = value.load(std::memory_order_seq_cst);
-    if (!ready(v)) futexWait(w.value, v, kSliceNs);
+    if (!ready(v)) futexWait(w.value, v, dog.sliceNs);
     sleepers.fetch_sub(1, std::memory_order_seq_cst);
     v = w.load();
     if (ready(v)) return v;

@@ -8,9 +8,11 @@
 namespace braid {
 namespace {
 
-// The wait for the next task has no deadline: an idle worker waits as long as its owner lives.
-// The owner's wait for a task is bounded by the task itself (operations end at their timeout).
+// The wait for the next task has no deadline: an idle worker waits as long as its owner lives,
+// asleep until woken (no slices: it has nothing to ask). The owner's wait for a task is bounded by
+// the task itself (operations end at their timeout).
 struct Unbounded final : Watchdog {
+  Unbounded() { sliceNs = 0; }
   void poll(int, const char*) override {}
 };
 
