@@ -105,15 +105,14 @@ braidComm::braidComm(int rank, int nranks, CommOptions options)
   asyncError_ = braidInProgress;
 }
 
-braidComm::~braidComm() {
-  // What the rank sent to other hosts leaves before the connections close, and the peers there
-  // learn that this rank departed. A failed communicator just closes: its peers see it as lost.
-  // Links shared with another communicator (splitShare) stay as they are for the last sharer.
-  if (share_ == nullptr || share_.use_count() > 1) return;
-  if (asyncError_.load() == braidSuccess)
-    for (const auto& service : share_->links.services) service->finish(deadlineFromNow());
-  // Peers watching this process must not mistake its exit for a crash.
-  if (!share_->links.control.empty()) control(rank_)->departed.store(1, std::memory_order_release);
+braidComm::~braidComm() = default;
+
+braidComm::LinkShare::~LinkShare() {
+  if (links.control.empty()) return;
+  braid::RankControl* own = links.control[rank];
+  if (own->failed.load(std::memory_order_acquire) == 0)
+    for (const auto& service : links.services) service->finish(Clock::now() + timeout);
+  own->departed.store(1, std::memory_order_release);
 }
 
 Clock::time_point braidComm::deadlineFromNow() const {
@@ -163,6 +162,8 @@ void braidComm::initialize(const braid::BootstrapId& id, const braidComm* shareF
     } else {
       share_ = std::make_shared<LinkShare>();
       share_->links = braid::connectPeers(peers_, rank_, geometry, rendezvous);
+      share_->rank = rank_;
+      share_->timeout = std::chrono::milliseconds(options_.timeoutMs);
       for (int r = 0; r < nranks_; ++r) linkIndex_.push_back(r);
     }
     for (int r = 0; r < nranks_; ++r) {

@@ -114,10 +114,16 @@ struct braidComm : public braid::Watchdog {
   std::vector<braid::PeerInfo> peers_;
   // The links to the peers, shared with the children made with splitShare/shrinkShare, and the
   // turn the sharers take: one operation at a time across all of them, numbered together.
+  // When the last sharer lets go, the rank departs: what it sent to other hosts leaves before the
+  // connections close, unless it failed (its peers then see it as lost), and peers watching this
+  // process learn that its exit is no crash.
   struct LinkShare {
     braid::PeerLinks links;
+    int rank = 0;                         // this rank's index in links
+    std::chrono::milliseconds timeout{};  // how long the network may take to deliver at the end
     std::mutex opMutex;
     uint64_t opSeq = 0;  // under opMutex
+    ~LinkShare();
   };
   std::shared_ptr<LinkShare> share_;
   std::vector<int> linkIndex_;  // this communicator's rank -> index into share_->links
