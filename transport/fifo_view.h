@@ -40,6 +40,26 @@ BRAID_HD inline void storeRelease(T& word, T value) {
 #endif
 }
 
+// The low-latency protocol's lines (a 4-byte flag and 4 bytes of data in one 64-bit word: what
+// is seen together was stored together, so no ordering is needed) and the tail it stores only so
+// that the next call starts from it. System scope, as above.
+template <class T>
+BRAID_HD inline T loadRelaxed(T& word) {
+#ifdef BRAID_FIFO_LIBCUXX
+  return cuda::atomic_ref<T, cuda::thread_scope_system>(word).load(cuda::memory_order_relaxed);
+#else
+  return std::atomic_ref<T>(word).load(std::memory_order_relaxed);
+#endif
+}
+template <class T>
+BRAID_HD inline void storeRelaxed(T& word, T value) {
+#ifdef BRAID_FIFO_LIBCUXX
+  cuda::atomic_ref<T, cuda::thread_scope_system>(word).store(value, cuda::memory_order_relaxed);
+#else
+  std::atomic_ref<T>(word).store(value, std::memory_order_relaxed);
+#endif
+}
+
 // The control words of one FIFO, each on its own cache line: the sender writes tail, the
 // receiver head; either side, or the host, sets abort to stop every wait on it. Beside tail and
 // head, the count of host threads asleep on them (a futex; core/wait.h's WakeableWord): a host
@@ -63,17 +83,28 @@ struct FifoSendView {
   uint32_t tail = 0;      // slots this side posted
   uint32_t headSeen = 0;  // the receiver's head, as last read
 
-  // Whether a slot is free to fill (reads head only when the last value shows none).
+  // Whether a slot is free to fill (reads head only when the last value shows none). Signed: with
+  // the low-latency protocol the receiver reads a slot's lines, and may return it, before the
+  // leader has posted it, so a thread still waiting for that slot can see head one past its tail.
   BRAID_HD bool tryAcquire() {
-    if (tail - headSeen < nSlots) return true;
+    if (freeSlots()) return true;
     headSeen = loadAcquire(words->head);
-    return tail - headSeen < nSlots;
+    return freeSlots();
+  }
+  BRAID_HD bool freeSlots() const {
+    return static_cast<int32_t>(tail - headSeen) < static_cast<int32_t>(nSlots);
   }
   BRAID_HD uint8_t* slot() const { return slots + (tail % nSlots) * slotBytes; }
   // Publishes the acquired slot: the leader stores tail, the others count along.
   BRAID_HD void post(bool leader) {
     ++tail;
     if (leader) storeRelease(words->tail, tail);
+  }
+  // Counts a slot whose lines carry their own flags (the low-latency protocol): the receiver never
+  // reads tail, which is stored without ordering only so that the next call starts from it.
+  BRAID_HD void postFlagged(bool leader) {
+    ++tail;
+    if (leader) storeRelaxed(words->tail, tail);
   }
   BRAID_HD bool aborted() const { return loadAcquire(words->abort) != 0; }
 };

@@ -35,21 +35,27 @@ struct SimdMover {
   bool streamSlots;
   bool streamOutput;
 
-  void operator()(OneThread&, const T* a, const T* b, T* toOutput, T* toSlot, size_t count,
+  // recv OP input, or a copy of whichever is given (the engine's data mover).
+  void operator()(OneThread&, const T* recv, const T* input, T* toOutput, T* toSlot, size_t count,
                   int divisor) const {
     const bool slotFirst = toSlot != nullptr && (streamSlots || toOutput == nullptr);
     T* first = slotFirst ? toSlot : toOutput;
     T* second = slotFirst ? toOutput : toSlot;
-    if (b == nullptr)
-      kernels::copy2(first, second, a, count * sizeof(T), slotFirst ? streamSlots : streamOutput);
-    else
-      (slotFirst ? reduceToSlot : reduceToOutput)(first, second, a, b, count, divisor);
+    if (recv == nullptr || input == nullptr) {
+      const T* from = recv != nullptr ? recv : input;
+      if (from == first && second == nullptr) return;  // in place: already there
+      kernels::copy2(first, second, from, count * sizeof(T),
+                     slotFirst ? streamSlots : streamOutput);
+    } else {
+      (slotFirst ? reduceToSlot : reduceToOutput)(first, second, recv, input, count, divisor);
+    }
   }
 };
 
 // The engine's ports on the host: the connectors' blocking waits under the watchdog, every slot
 // tagged with the call and checked against it.
 struct ConnectorPorts {
+  static constexpr bool kLowLatency = false;
   RecvConnector& prev;
   SendConnector& next;
   const CallTag& tag;

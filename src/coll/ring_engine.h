@@ -6,15 +6,18 @@
 //    sync that also tells every thread whether any passed true: __syncthreads_or), and
 //    bool keepWaiting() (pauses once; false when the wait must give up: abort flag or timeout);
 //  - a data mover M: `Storage` (the element's bits) and
-//    operator()(G&, a, b, toOutput, toSlot, count, divisor): a OP b, or a copy of a when b is
-//    null, into toOutput and toSlot (either may be null), this thread's share of `count`
-//    elements; divisor > 1 divides (Avg's finishing step). ElementMover below is the generic one a
-//    device uses; the host executor's moves bytes with its SIMD kernels;
-//  - ports P, the rank's two FIFO ends on the ring: slotBytes() (payload bytes of a slot),
-//    waitRecv(G&, bytes) and waitSend(G&) (false: the wait gave up), recvSlot() and sendSlot(),
-//    post(G&, bytes) and release(G&) (called by every thread after the group's barrier).
-//    FifoViewPorts below waits on the FIFO views as a device does; the host executor's ports
-//    block under the watchdog and tag each slot with the call.
+//    operator()(G&, recv, input, toOutput, toSlot, count, divisor): recv OP input, or a copy of
+//    whichever is not null, into toOutput and toSlot (either may be null), this thread's share of
+//    `count` elements; divisor > 1 divides (Avg's finishing step). ElementMover below is the
+//    generic one a device uses (and the only one with the low-latency protocol's move); the host
+//    executor's moves bytes with its SIMD kernels;
+//  - ports P, the rank's two FIFO ends on the ring: kLowLatency (which protocol), slotBytes()
+//    (payload bytes of a slot), waitSend(G&) (false: the wait gave up), post(G&, bytes) and
+//    release(G&) (called by every thread after the group's barrier); Simple ports add
+//    waitRecv(G&, bytes), recvSlot() and sendSlot(), low-latency ones readLines and writeLines.
+//    FifoViewPorts and LlPorts below wait on the FIFO views as a device does; the host
+//    executor's ports block under the watchdog and tag each slot with the call.
+// The same engine runs point-to-point calls (Collective::Send, Recv: one FIFO end used).
 // Every thread of the group runs the same sequence of primitives over the same schedule
 // (coll/schedule.h); an ElementMover's threads split each chunk's bytes among them, 16 bytes at a
 // time where every pointer involved allows it.
@@ -25,6 +28,7 @@
 #include <cstring>
 
 #include "coll/schedule.h"
+#include "kernels/element_reduce.h"
 #include "transport/fifo_view.h"
 
 namespace braid {
@@ -62,50 +66,104 @@ BRAID_HD inline bool aligned16(const void* p) {
   return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-// out = a OP b (or a copy of a when b is null), written to out and, when not null, out2; this
-// thread's share of `count` elements. divisor > 1 divides (Avg's finishing step).
-template <class R, class G>
-BRAID_HD void combine(const G& group, const typename R::Storage* a, const typename R::Storage* b,
-                      typename R::Storage* out, typename R::Storage* out2, size_t count,
-                      int divisor) {
-  using T = typename R::Storage;
-  constexpr size_t kPerPack = sizeof(Pack16) / sizeof(T);
-  const size_t first = static_cast<size_t>(group.index());
-  const size_t stride = static_cast<size_t>(group.size());
-  size_t done = 0;
-  if (aligned16(a) && aligned16(b) && aligned16(out) && aligned16(out2)) {
-    const size_t packs = count / kPerPack;
-    for (size_t p = first; p < packs; p += stride) {
-      Pack16 x = load16(a + p * kPerPack);
-      if (b != nullptr) {
-        const Pack16 y = load16(b + p * kPerPack);
-        T xs[kPerPack], ys[kPerPack];
-        memcpy(xs, &x, sizeof x);
-        memcpy(ys, &y, sizeof y);
-        for (size_t k = 0; k < kPerPack; ++k) xs[k] = R::apply(xs[k], ys[k], divisor);
-        memcpy(&x, xs, sizeof x);
-      }
-      store16(out + p * kPerPack, x);
-      if (out2 != nullptr) store16(out2 + p * kPerPack, x);
-    }
-    done = packs * kPerPack;
-  }
-  for (size_t i = done + first; i < count; i += stride) {
-    const T v = b != nullptr ? R::apply(a[i], b[i], divisor) : a[i];
-    out[i] = v;
-    if (out2 != nullptr) out2[i] = v;
-  }
+// The elements of `count` at p..p+n (n <= a pack) as a pack, 16 bytes at once where aligned.
+template <class T>
+BRAID_HD inline Pack16 loadElements(const T* p, size_t n) {
+  if (n * sizeof(T) == sizeof(Pack16) && aligned16(p)) return load16(p);
+  Pack16 v{};
+  memcpy(&v, p, n * sizeof(T));
+  return v;
+}
+template <class T>
+BRAID_HD inline void storeElements(T* p, size_t n, const Pack16& v) {
+  if (n * sizeof(T) == sizeof(Pack16) && aligned16(p))
+    store16(p, v);
+  else
+    memcpy(p, &v, n * sizeof(T));
 }
 
-// The generic data mover: R's element reduction (kernels/element_reduce.h) over `combine`.
-template <class R>
+// The generic data mover: R's element reduction (kernels/element_reduce.h), this thread's share
+// of the elements, 16 bytes at a time where every pointer involved allows it. A move computes
+// recv OP pre(input), or a copy of whichever of the two is given, into toOutput and, when not
+// null, toSlot; `divisor` > 1 divides (Avg's finishing step). With kPrescaled (a PreMulSum
+// operator; R is then Sum) pre() multiplies every element of the rank's input by `scale` where it
+// is first read, rounded once as a Prod, so no scaled copy is ever allocated.
+template <class R, bool kPrescaled = false>
 struct ElementMover {
   using Storage = typename R::Storage;
+  static constexpr size_t kPerPack = sizeof(Pack16) / sizeof(Storage);
+  Storage scale{};
+
+  BRAID_HD Storage pre(Storage x) const {
+    if constexpr (kPrescaled)
+      return kernels::ElementReduce<R::kType, braidProd>::apply(x, scale, 1);
+    else
+      return x;
+  }
+  // One pack of n elements: recv (when receiving) OP pre(input) (when `input`), as above.
+  BRAID_HD Pack16 combinePack(const Pack16* recv, const Storage* input, size_t n,
+                              int divisor) const {
+    if (input == nullptr) return *recv;
+    Pack16 x = loadElements(input, n);
+    if (recv == nullptr && !kPrescaled) return x;
+    Storage xs[kPerPack], ys[kPerPack];
+    memcpy(ys, &x, sizeof x);
+    if (recv != nullptr) memcpy(xs, recv, sizeof x);
+    for (size_t k = 0; k < n; ++k)
+      xs[k] = recv != nullptr ? R::apply(xs[k], pre(ys[k]), divisor) : pre(ys[k]);
+    memcpy(&x, xs, sizeof x);
+    return x;
+  }
+
   template <class G>
-  BRAID_HD void operator()(G& group, const Storage* a, const Storage* b, Storage* toOutput,
+  BRAID_HD void operator()(G& group, const Storage* recv, const Storage* input, Storage* toOutput,
                            Storage* toSlot, size_t count, int divisor) const {
-    Storage* first = toOutput != nullptr ? toOutput : toSlot;
-    combine<R>(group, a, b, first, first == toOutput ? toSlot : nullptr, count, divisor);
+    Storage* out = toOutput != nullptr ? toOutput : toSlot;
+    Storage* out2 = out == toOutput ? toSlot : nullptr;
+    const size_t first = static_cast<size_t>(group.index());
+    const size_t stride = static_cast<size_t>(group.size());
+    size_t done = 0;
+    if (aligned16(recv) && aligned16(input) && aligned16(out) && aligned16(out2)) {
+      const size_t packs = count / kPerPack;
+      for (size_t p = first; p < packs; p += stride) {
+        const size_t at = p * kPerPack;
+        Pack16 r;
+        if (recv != nullptr) r = load16(recv + at);
+        const Pack16 x = combinePack(recv != nullptr ? &r : nullptr,
+                                     input != nullptr ? input + at : nullptr, kPerPack, divisor);
+        store16(out + at, x);
+        if (out2 != nullptr) store16(out2 + at, x);
+      }
+      done = packs * kPerPack;
+    }
+    for (size_t i = done + first; i < count; i += stride) {
+      const Storage v = recv == nullptr    ? pre(input[i])
+                        : input == nullptr ? recv[i]
+                                           : R::apply(recv[i], pre(input[i]), divisor);
+      out[i] = v;
+      if (out2 != nullptr) out2[i] = v;
+    }
+  }
+
+  // The same move through a low-latency slot (LlPorts): this thread's packs of the received
+  // lines (waited for line by line) OP pre(input) into toOutput and the next slot's lines.
+  // false: a wait gave up.
+  template <class G, class P>
+  BRAID_HD bool lowLatency(G& group, P& ports, bool receives, const Storage* input,
+                           Storage* toOutput, bool sends, size_t count, int divisor) const {
+    const size_t packs = ceilDiv(count, kPerPack);
+    for (size_t p = static_cast<size_t>(group.index()); p < packs;
+         p += static_cast<size_t>(group.size())) {
+      const size_t at = p * kPerPack;
+      const size_t n = count - at < kPerPack ? count - at : kPerPack;
+      Pack16 r;
+      if (receives && !ports.readLines(group, p, n * sizeof(Storage), r)) return false;
+      const Pack16 x =
+          combinePack(receives ? &r : nullptr, input != nullptr ? input + at : nullptr, n, divisor);
+      if (toOutput != nullptr) storeElements(toOutput + at, n, x);
+      if (sends) ports.writeLines(p, n * sizeof(Storage), x);
+    }
+    return true;
   }
 };
 
@@ -121,7 +179,9 @@ BRAID_HD bool waitFor(G& group, Ready ready) {
 
 // Ports over the FIFO views, as a device waits: every thread polls its own copy of the views
 // until the slot is there, the FIFO is aborted or the group gives up; the leader alone publishes.
+// The Simple protocol: a slot's bytes, then its tail (a release store after the group's barrier).
 struct FifoViewPorts {
+  static constexpr bool kLowLatency = false;
   FifoRecvView in;
   FifoSendView out;
 
@@ -146,34 +206,86 @@ struct FifoViewPorts {
   }
 };
 
+// The low-latency protocol (NCCL's LL) over the same FIFO views, for small messages: a slot is
+// 8-byte lines, each 4 bytes of data and a 4-byte flag (the slot's use number, tail + 1, never 0)
+// stored as one word, so the receiver polls the lines themselves and no fence, tail store or
+// round trip stands between the sender's stores and the receiver's loads. Half of a slot's bytes
+// carry data. Slots are still returned through head (credit), as in Simple.
+struct LlPorts {
+  static constexpr bool kLowLatency = true;
+  static constexpr size_t kLinesPerPack = sizeof(Pack16) / sizeof(uint32_t);
+  FifoRecvView in;
+  FifoSendView out;
+
+  BRAID_HD size_t slotBytes() const { return out.slotBytes / 2; }
+  template <class G>
+  BRAID_HD bool waitSend(G& group) {
+    return waitFor(group, [&] { return out.tryAcquire() || out.aborted(); }) && !out.aborted();
+  }
+  // The data of pack `pack` of the slot being received (`bytes` of it, at most 16), once every
+  // line holds this slot use's flag.
+  template <class G>
+  BRAID_HD bool readLines(G& group, size_t pack, size_t bytes, Pack16& data) {
+    auto* line =
+        reinterpret_cast<uint64_t*>(const_cast<uint8_t*>(in.slot())) + pack * kLinesPerPack;
+    const uint32_t flag = in.head + 1;
+    const size_t lines = ceilDiv(bytes, sizeof(uint32_t));
+    for (;;) {
+      bool all = true;
+      for (size_t l = 0; l < lines; ++l) {
+        const uint64_t word = loadRelaxed(line[l]);
+        all = all && static_cast<uint32_t>(word >> 32) == flag;
+        data.word[l] = static_cast<uint32_t>(word);
+      }
+      if (all) return true;
+      if (in.aborted() || !group.keepWaiting()) return false;
+    }
+  }
+  BRAID_HD void writeLines(size_t pack, size_t bytes, const Pack16& data) {
+    auto* line = reinterpret_cast<uint64_t*>(out.slot()) + pack * kLinesPerPack;
+    const uint64_t flag = static_cast<uint64_t>(out.tail + 1) << 32;
+    for (size_t l = 0; l < ceilDiv(bytes, sizeof(uint32_t)); ++l)
+      storeRelaxed(line[l], flag | data.word[l]);
+  }
+  template <class G>
+  BRAID_HD void post(G& group, size_t) {
+    out.postFlagged(group.index() == 0);
+  }
+  template <class G>
+  BRAID_HD void release(G& group) {
+    in.release(group.index() == 0);
+  }
+};
+
 // One primitive of the schedule over `op.count` elements. false: a wait gave up.
 template <class M, class G, class P>
 BRAID_HD bool runPrim(G& group, const M& move, P& ports, const RingOp& op,
                       const typename M::Storage* input, typename M::Storage* output, int divisor) {
   using T = typename M::Storage;
+  // A low-latency receiver waits for lines, not for tail: with no lines to wait for it would
+  // return the slot before the sender filled it. Both ends see the same empty block (the schedule
+  // is the same function on both), so neither counts a slot for it.
+  if (P::kLowLatency && op.count == 0) return true;
   const bool receives = primReceives(op.prim), sends = primSends(op.prim);
+  const bool reads = op.prim == Prim::Send || op.prim == Prim::CopySend ||
+                     op.prim == Prim::RecvReduceSend || op.prim == Prim::RecvReduceCopySend ||
+                     op.prim == Prim::RecvReduceCopy;
+  const bool writes = op.prim == Prim::CopySend || op.prim == Prim::RecvReduceCopySend ||
+                      op.prim == Prim::RecvCopySend || op.prim == Prim::Recv ||
+                      op.prim == Prim::RecvReduceCopy;
   const size_t bytes = op.count * sizeof(T);
-  const bool ready =
-      (!receives || ports.waitRecv(group, bytes)) && (!sends || ports.waitSend(group));
-  if (ready) {
-    const T* recvSlot = receives ? static_cast<const T*>(ports.recvSlot()) : nullptr;
-    T* sendSlot = sends ? static_cast<T*>(ports.sendSlot()) : nullptr;
-    const T* src = input + op.inOffset;
-    T* dst = output + op.outOffset;
-    const int finish = primFinishesReduction(op.prim) ? divisor : 1;
-    switch (op.prim) {
-      case Prim::Send: move(group, src, nullptr, nullptr, sendSlot, op.count, 1); break;
-      case Prim::CopySend:
-        move(group, src, nullptr, src == dst ? nullptr : dst, sendSlot, op.count, 1);
-        break;
-      case Prim::RecvReduceSend: move(group, recvSlot, src, nullptr, sendSlot, op.count, 1); break;
-      case Prim::RecvReduceCopySend:
-        move(group, recvSlot, src, dst, sendSlot, op.count, finish);
-        break;
-      case Prim::RecvCopySend: move(group, recvSlot, nullptr, dst, sendSlot, op.count, 1); break;
-      case Prim::Recv: move(group, recvSlot, nullptr, dst, nullptr, op.count, 1); break;
-      case Prim::RecvReduceCopy: move(group, recvSlot, src, dst, nullptr, op.count, finish); break;
-    }
+  const T* src = reads ? input + op.inOffset : nullptr;
+  T* dst = writes ? output + op.outOffset : nullptr;
+  if (op.prim == Prim::CopySend && src == dst) dst = nullptr;  // in place: already there
+  const int finish = primFinishesReduction(op.prim) ? divisor : 1;
+  bool ready = !sends || ports.waitSend(group);
+  if constexpr (P::kLowLatency) {
+    ready = ready && move.lowLatency(group, ports, receives, src, dst, sends, op.count, finish);
+  } else {
+    ready = ready && (!receives || ports.waitRecv(group, bytes));
+    if (ready)
+      move(group, receives ? static_cast<const T*>(ports.recvSlot()) : nullptr, src, dst,
+           sends ? static_cast<T*>(ports.sendSlot()) : nullptr, op.count, finish);
   }
   // One barrier: every thread's bytes are in place before the leader publishes, and the group
   // gives up together (a thread left alone at a later barrier would wait forever); a slot some
@@ -223,9 +335,20 @@ BRAID_HD bool runRing(G& group, const M& move, const RingCall<typename M::Storag
                       P& ports) {
   using T = typename M::Storage;
   const int n = call.nranks;
+  // Chunks are whole 16-byte packs, so every block of a slot stays 16-byte aligned.
+  const size_t packElems = sizeof(Pack16) / sizeof(T);
+  const size_t chunk = ports.slotBytes() / sizeof(Pack16) * packElems;
+  if (call.collective == Collective::Send || call.collective == Collective::Recv) {
+    const Prim prim = call.collective == Collective::Send ? Prim::Send : Prim::Recv;
+    for (size_t at = 0; at < call.count; at += chunk) {
+      const RingOp op{prim, at, at, call.count - at < chunk ? call.count - at : chunk};
+      if (!runPrim(group, move, ports, op, call.input, call.output, 1)) return false;
+    }
+    return true;
+  }
   if (n == 1) {  // no peer: the result is this rank's input
     if (call.collective != Collective::Broadcast || call.rank == call.root)
-      move(group, call.input, nullptr, call.output, nullptr, call.count, 1);
+      move(group, nullptr, call.input, call.output, nullptr, call.count, 1);
     group.sync();
     return true;
   }
@@ -235,9 +358,6 @@ BRAID_HD bool runRing(G& group, const M& move, const RingCall<typename M::Storag
     pos = modRanks(me - ringPosition(call.ringOrder, n, call.root), n);
   if (call.collective == Collective::Reduce)
     pos = modRanks(me - ringPosition(call.ringOrder, n, call.root) - 1, n);
-  // Chunks are whole 16-byte packs, so every block of a slot stays 16-byte aligned.
-  const size_t packElems = sizeof(Pack16) / sizeof(T);
-  const size_t chunk = ports.slotBytes() / sizeof(Pack16) * packElems;
   const size_t loops = ringLoops(call.collective, n, call.count, chunk);
   const int steps = ringSteps(call.collective, n);
   for (size_t loop = 0; loop < loops; ++loop) {
@@ -273,12 +393,13 @@ BRAID_HD bool runChannel(G& group, const M& move, const RingCall<typename M::Sto
   return runRing(group, move, part, ports);
 }
 
-// The device form: element reduction R over the FIFO views.
-template <class R, class G>
+// The device form: element reduction R (with kPrescaled, PreMulSum's: each input element times
+// `scale`, then Sum) over the FIFO views, with the Simple protocol (FifoViewPorts) or the
+// low-latency one (LlPorts).
+template <class R, bool kPrescaled = false, class G, class Ports>
 BRAID_HD bool runChannelOnViews(G& group, const RingCall<typename R::Storage>& call, int channel,
-                                int nChannels, FifoRecvView in, FifoSendView out) {
-  FifoViewPorts ports{in, out};
-  return runChannel(group, ElementMover<R>{}, call, channel, nChannels, ports);
+                                int nChannels, Ports ports, typename R::Storage scale = {}) {
+  return runChannel(group, ElementMover<R, kPrescaled>{scale}, call, channel, nChannels, ports);
 }
 
 }  // namespace braid

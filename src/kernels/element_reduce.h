@@ -59,8 +59,9 @@ struct ElementOf<braidBfloat16> {
 };
 
 // a OP b for one element; `divisor` > 1 divides the result (Avg's last step).
-template <braidDataType_t kType, braidRedOp_t kOp>
+template <braidDataType_t kTypeOf, braidRedOp_t kOp>
 struct ElementReduce {
+  static constexpr braidDataType_t kType = kTypeOf;
   using Element = ElementOf<kType>;
   using Storage = typename Element::Storage;
   using Compute = typename Element::Compute;

@@ -1,8 +1,9 @@
 #!/bin/bash
-# Compiles the device form of the engine (device_kernels.cu) with nvcc for sm_90 plus PTX,
-# warnings as errors, and reads what it emitted: 16-byte global loads and stores, acquire loads
-# and release stores at system scope for the FIFO's control words, and no local-memory spills in
-# any kernel. Exit 77 (ctest: skipped) where nvcc is absent.
+# Compiles the device kernels (src/coll/device_kernels.cu: ring Simple and low-latency, direct)
+# with nvcc for sm_90 plus PTX, warnings as errors, and reads what it emitted: 16-byte global
+# loads and stores, acquire loads and release stores at system scope for the FIFO's control
+# words, the low-latency lines as single 8-byte accesses, and no local-memory spills in any
+# kernel. Exit 77 (ctest: skipped) where nvcc is absent.
 set -euo pipefail
 root=$1
 out=$2
@@ -15,8 +16,8 @@ mkdir -p "$out"
 flags=(-std=c++20 -O3 -Werror all-warnings -I"$root/include" -I"$root/src" -I"$root"
   -isystem "$(dirname "$nvcc")/../include/cccl")
 "$nvcc" "${flags[@]}" -gencode arch=compute_90,code=[sm_90,compute_90] -Xptxas -v \
-  -c "$root/tests/device/device_kernels.cu" -o "$out/device_kernels.o" 2> "$out/ptxas.txt"
-"$nvcc" "${flags[@]}" -arch=compute_90 -ptx "$root/tests/device/device_kernels.cu" \
+  -c "$root/src/coll/device_kernels.cu" -o "$out/device_kernels.o" 2> "$out/ptxas.txt"
+"$nvcc" "${flags[@]}" -arch=compute_90 -ptx "$root/src/coll/device_kernels.cu" \
   -o "$out/device_kernels.ptx"
 ptx=$out/device_kernels.ptx
 kernels=$(grep -c '^\.visible \.entry' "$ptx")
@@ -36,6 +37,8 @@ need 'ld\.global\.v4\.u32' "16-byte global loads"
 need 'st\.global\.v4\.u32' "16-byte global stores"
 need 'ld\.acquire\.sys' "acquire loads of FIFO words at system scope"
 need 'st\.release\.sys' "release stores of FIFO words at system scope"
+need 'st\.relaxed\.sys\.b64' "low-latency lines: 4 bytes of data and their flag in one 8-byte store"
+need 'ld\.relaxed\.sys\.b64' "low-latency lines read as one 8-byte load"
 if grep -E 'ld\.(acquire|relaxed)\.(gpu|cta)|st\.(release|relaxed)\.(gpu|cta)' "$ptx" > /dev/null; then
   echo "FAIL: a FIFO word is accessed at a scope narrower than the system"
   status=1

@@ -59,7 +59,7 @@ while IFS= read -r file; do
     fi
   done < <(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]+"' "$file" |
            sed -E 's/^([0-9]+):[^"]*"([^"]+)".*/\1:\2/')
-done < <(find "${!allowed[@]}" -type f \( -name '*.h' -o -name '*.hpp' -o -name '*.cc' -o -name '*.c' -o -name '*.cu' \) | sort -u)
+done < <(find "${!allowed[@]}" -type f \( -name '*.h' -o -name '*.hpp' -o -name '*.cc' -o -name '*.c' -o -name '*.cu' -o -name '*.cuh' \) | sort -u)
 
 echo "check_layering: $checked files in ${#allowed[@]} folders, $violations upward or unknown includes"
 (( violations == 0 ))

@@ -1,0 +1,116 @@
+// The collectives as CUDA kernels: the engines' device form (coll/ring_engine.h,
+// coll/direct_engine.h) with a thread block as the thread group. One launch covers every block
+// the call needs: a channel of one rank per block, several ranks in one launch when one host
+// thread drives the ranks that share a GPU (CUDA does not promise that separately launched
+// kernels run at the same time, and these blocks wait for each other). Each block's work comes
+// in the launch's parameters (__grid_constant__), so a call allocates nothing and copies nothing
+// before it runs, and a CUDA graph can capture it.
+#pragma once
+
+#include <cuda/std/cstdint>
+
+#include "coll/direct_engine.h"
+#include "coll/ring_engine.h"
+#include "kernels/element_reduce.h"
+
+namespace braid {
+
+// The most blocks one launch carries in its parameters: 8 ranks x 4 channels. The parameters of
+// a launch may hold up to 32764 bytes on sm_70 and later with CUDA 12.1 or newer.
+constexpr int kMaxLaunchBlocks = 32;
+
+#if defined(__CUDACC__)
+// A thread block as the engines' thread group. Waits pause briefly and give up at the deadline
+// (%globaltimer, nanoseconds, counted from the block's start) or when the host aborts the FIFOs:
+// no device wait is unbounded.
+class BlockGroup {
+ public:
+  __device__ explicit BlockGroup(uint64_t timeoutNs) : deadlineNs_(now() + timeoutNs) {}
+  __device__ int index() const { return static_cast<int>(threadIdx.x); }
+  __device__ int size() const { return static_cast<int>(blockDim.x); }
+  __device__ void sync() { __syncthreads(); }
+  __device__ bool any(bool mine) { return __syncthreads_or(mine) != 0; }
+  __device__ bool keepWaiting() {
+    __nanosleep(64);
+    return now() < deadlineNs_;
+  }
+
+ private:
+  __device__ static uint64_t now() {
+    uint64_t ns;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+    return ns;
+  }
+  uint64_t deadlineNs_;
+};
+#endif
+
+// One block of a ring launch: a rank's call on one channel, through its FIFO ends.
+template <class T, class Ports>
+struct RingBlock {
+  RingCall<T> call;
+  int channel, nChannels;
+  Ports ports;
+  const T* scale;  // PreMulSum: the rank's scalar where the kernel reads it (device memory)
+  T scaleValue;    // ... or its value, when scale is null
+};
+
+template <class T, class Ports>
+struct RingLaunch {
+  uint64_t timeoutNs;
+  int* failed;  // per block: set when a wait gave up (abort or timeout)
+  RingBlock<T, Ports> blocks[kMaxLaunchBlocks];
+};
+
+// One block of a direct launch: a rank's call on one channel, the barrier words of that channel.
+template <class T>
+struct DirectBlock {
+  Collective collective;
+  int nranks, rank, channel, nChannels;
+  size_t count;
+  int divisor;
+  DirectArrival* arrivals;  // the channel's, one per rank
+  uint32_t arrived;         // this rank's arrivals before the call
+};
+
+template <class T>
+struct DirectLaunch {
+  uint64_t timeoutNs;
+  int* failed;
+  const uint32_t* abort;  // the host sets it to stop every wait
+  const T* inputs[kMaxLaunchBlocks];
+  T* outputs[kMaxLaunchBlocks];
+  T scales[kMaxLaunchBlocks];  // PreMulSum: every rank's scalar, by rank
+  DirectBlock<T> blocks[kMaxLaunchBlocks];
+};
+
+#if defined(__CUDACC__)
+// The ring collectives and sends/receives: element reduction R (PreMulSum: Sum with each input
+// element first multiplied by the rank's scalar), Ports FifoViewPorts (Simple) or LlPorts.
+template <class R, bool kPrescaled, class Ports>
+__global__ void ringKernel(const __grid_constant__ RingLaunch<typename R::Storage, Ports> launch) {
+  const auto& block = launch.blocks[blockIdx.x];
+  BlockGroup group(launch.timeoutNs);
+  const typename R::Storage scale = block.scale != nullptr ? *block.scale : block.scaleValue;
+  if (!runChannelOnViews<R, kPrescaled>(group, block.call, block.channel, block.nChannels,
+                                        block.ports, scale) &&
+      threadIdx.x == 0)
+    launch.failed[blockIdx.x] = 1;
+}
+
+// The direct all-pairs all-reduce, reduce-scatter and all-gather.
+template <class R, bool kPrescaled>
+__global__ void directKernel(const __grid_constant__ DirectLaunch<typename R::Storage> launch) {
+  using T = typename R::Storage;
+  const DirectBlock<T>& block = launch.blocks[blockIdx.x];
+  BlockGroup group(launch.timeoutNs);
+  const DirectCall<T> call{block.collective, block.nranks,  block.rank,  launch.inputs,
+                           launch.outputs,   launch.scales, block.count, block.divisor};
+  DirectBarrier barrier{block.arrivals, launch.abort, block.arrived};
+  if (!runDirect<R, kPrescaled>(group, call, block.channel, block.nChannels, barrier) &&
+      threadIdx.x == 0)
+    launch.failed[blockIdx.x] = 1;
+}
+#endif
+
+}  // namespace braid

@@ -1,0 +1,23 @@
+// The device kernels (coll/device_kernels.cu) by what they compute, for host code that launches
+// them with cudaLaunchKernel: one parameter, the launch's RingLaunch<T, Ports> or DirectLaunch<T>
+// (coll/device_kernels.cuh), and one block per entry of its `blocks`. Built only where nvcc is.
+#pragma once
+
+#include <cstdint>
+
+#include "braid/braid.h"
+
+namespace braid {
+
+enum class DeviceAlgorithm : uint8_t {
+  Simple,      // the ring, slots published by tail (RingLaunch<T, FifoViewPorts>)
+  LowLatency,  // the ring, flagged 8-byte lines (RingLaunch<T, LlPorts>)
+  Direct,      // all-pairs, every rank's buffers reached directly (DirectLaunch<T>)
+};
+
+// The kernel for (algorithm, datatype, op); PreMulSum when `prescaled` (op is then braidSum).
+// Null for a datatype or op out of range.
+const void* deviceKernel(DeviceAlgorithm algorithm, braidDataType_t type, braidRedOp_t op,
+                         bool prescaled);
+
+}  // namespace braid

@@ -1,0 +1,153 @@
+// Direct (all-pairs) all-reduce, reduce-scatter and all-gather, for ranks that reach each other's
+// buffers: ranks sharing one GPU, GPUs behind an NVSwitch. Every rank reads every peer's input
+// itself and writes results straight into the outputs: one step where a ring takes 2(n-1) steps,
+// and no FIFO in between. Two barriers bracket the call: before it, every rank's input is ready
+// and its output free (the peers' streams reached the call); after it, no rank goes on while
+// others still read its input or write its output. The same thread-group policy as the ring
+// engine (coll/ring_engine.h), so it runs as a CUDA block per channel or as CPU threads in tests.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "coll/ring_engine.h"
+
+namespace braid {
+
+// One rank's arrivals at a channel's barrier, on a line of its own (one writer, n readers).
+struct alignas(64) DirectArrival {
+  uint32_t count = 0;
+};
+
+// A channel's barrier as one rank sees it. Every thread of the group keeps its own copy and
+// counts along; the leader stores and waits.
+struct DirectBarrier {
+  DirectArrival* arrivals = nullptr;  // one per rank, shared by the ranks of the channel
+  const uint32_t* abort = nullptr;    // the host sets it to stop every wait (may be null)
+  uint32_t arrived = 0;               // this rank's arrivals so far: arrivals[rank] at the start
+
+  // Every thread's stores are ordered before the leader's release (the group's barrier), and
+  // every peer's stores before this group's loads (the leader's acquire, then the barrier).
+  // false: the wait gave up (abort or the group's deadline), for every thread of the group.
+  template <class G>
+  BRAID_HD bool arriveAndWait(G& group, int rank, int nranks) {
+    ++arrived;
+    group.sync();
+    bool ok = true;
+    if (group.index() == 0) {
+      storeRelease(arrivals[rank].count, arrived);
+      for (int peer = 0; peer < nranks && ok; ++peer)
+        ok = waitFor(group,
+                     [&] {
+                       return static_cast<int32_t>(loadAcquire(arrivals[peer].count) - arrived) >=
+                                  0 ||
+                              (abort != nullptr && loadAcquire(*const_cast<uint32_t*>(abort)) != 0);
+                     }) &&
+             (abort == nullptr || loadAcquire(*const_cast<uint32_t*>(abort)) == 0);
+    }
+    return !group.any(!ok);
+  }
+};
+
+// Where one rank stands in a direct collective.
+template <class T>
+struct DirectCall {
+  Collective collective;  // AllReduce, ReduceScatter or AllGather
+  int nranks;
+  int rank;
+  const T* const* inputs;  // every rank's input (nccl.h's sendbuff), by rank
+  T* const* outputs;       // every rank's output (recvbuff), by rank
+  const T* scales;         // PreMulSum: every rank's scalar, by rank; else null
+  size_t count;            // nccl.h's count (recvcount, sendcount)
+  int divisor;             // Avg: nranks; else 1
+};
+
+// Element `i` of rank `peer`'s input as the reduction sees it (times that rank's scalar for a
+// PreMulSum operator).
+template <class R, bool kPrescaled, class T>
+BRAID_HD T directInput(const DirectCall<T>& call, int peer, size_t i) {
+  const T x = call.inputs[peer][i];
+  if constexpr (kPrescaled)
+    return kernels::ElementReduce<R::kType, braidProd>::apply(x, call.scales[peer], 1);
+  else
+    return x;
+}
+
+// outputs[q][outAt + i] for every q in [firstOut, lastOut) = the reduction over every rank's
+// input at inAt + i, for i in [0, count): this thread's share, 16 bytes at a time where every
+// pointer allows it, the ranks' inputs combined in rank order.
+template <class R, bool kPrescaled, class G, class T>
+BRAID_HD void directReduce(G& group, const DirectCall<T>& call, size_t inAt, size_t outAt,
+                           size_t count, int firstOut, int lastOut) {
+  constexpr size_t kPerPack = sizeof(Pack16) / sizeof(T);
+  const int n = call.nranks;
+  bool packed = true;
+  for (int p = 0; p < n; ++p) packed = packed && aligned16(call.inputs[p] + inAt);
+  for (int q = firstOut; q < lastOut; ++q) packed = packed && aligned16(call.outputs[q] + outAt);
+  const size_t first = static_cast<size_t>(group.index()), stride = group.size();
+  const size_t packs = packed ? count / kPerPack : 0;
+  for (size_t pk = first; pk < packs; pk += stride) {
+    const size_t at = pk * kPerPack;
+    T acc[kPerPack], next[kPerPack];
+    for (int p = 0; p < n; ++p) {
+      const Pack16 x = load16(call.inputs[p] + inAt + at);
+      memcpy(p == 0 ? acc : next, &x, sizeof x);
+      for (size_t k = 0; k < kPerPack; ++k) {
+        T v = p == 0 ? acc[k] : next[k];
+        if constexpr (kPrescaled)
+          v = kernels::ElementReduce<R::kType, braidProd>::apply(v, call.scales[p], 1);
+        acc[k] = p == 0 ? v : R::apply(acc[k], v, p == n - 1 ? call.divisor : 1);
+      }
+    }
+    Pack16 result;
+    memcpy(&result, acc, sizeof result);
+    for (int q = firstOut; q < lastOut; ++q) store16(call.outputs[q] + outAt + at, result);
+  }
+  for (size_t i = packs * kPerPack + first; i < count; i += stride) {
+    T acc = directInput<R, kPrescaled>(call, 0, inAt + i);
+    for (int p = 1; p < n; ++p)
+      acc = R::apply(acc, directInput<R, kPrescaled>(call, p, inAt + i),
+                     p == n - 1 ? call.divisor : 1);
+    for (int q = firstOut; q < lastOut; ++q) call.outputs[q][outAt + i] = acc;
+  }
+}
+
+// Channel `channel` of `nChannels` runs its share of the call (a contiguous part of each block,
+// cut on 16-byte boundaries), between the two barriers. false: a barrier gave up.
+template <class R, bool kPrescaled = false, class G, class T>
+BRAID_HD bool runDirect(G& group, const DirectCall<T>& call, int channel, int nChannels,
+                        DirectBarrier& barrier) {
+  const int n = call.nranks;
+  constexpr size_t kPerPack = sizeof(Pack16) / sizeof(T);
+  auto cut = [](size_t total, size_t part, size_t parts) {
+    return part == parts ? total : total * part / parts / kPerPack * kPerPack;
+  };
+  const size_t total = call.collective == Collective::AllReduce
+                           ? cut(call.count, call.rank + 1, n) - cut(call.count, call.rank, n)
+                           : call.count;
+  const size_t base =
+      call.collective == Collective::AllReduce ? cut(call.count, call.rank, n) : size_t{0};
+  const size_t begin = base + cut(total, channel, nChannels);
+  const size_t count = base + cut(total, channel + 1, nChannels) - begin;
+  if (!barrier.arriveAndWait(group, call.rank, n)) return false;
+  switch (call.collective) {
+    case Collective::AllReduce:  // this rank's block, reduced once, into every rank's output
+      directReduce<R, kPrescaled>(group, call, begin, begin, count, 0, n);
+      break;
+    case Collective::ReduceScatter:  // block `rank` of every input, into this rank's output
+      directReduce<R, kPrescaled>(group, call, call.rank * call.count + begin, begin, count,
+                                  call.rank, call.rank + 1);
+      break;
+    default:  // AllGather: every rank's input, into this rank's output
+      for (int p = 0; p < n; ++p) {
+        // In place this rank's own block is there already, and peers read it: no write.
+        if (call.inputs[p] == call.outputs[call.rank] + p * call.count) continue;
+        const DirectCall<T> one{call.collective,          1,       0,          call.inputs + p,
+                                call.outputs + call.rank, nullptr, call.count, 1};
+        directReduce<R, false>(group, one, begin, p * call.count + begin, count, 0, 1);
+      }
+  }
+  return barrier.arriveAndWait(group, call.rank, n);
+}
+
+}  // namespace braid
