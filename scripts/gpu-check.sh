@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# On a machine with a GPU: builds braid with CUDA (unless build/ already holds the GPU tests, as
+# when the build tree is carried to a machine without network), runs the device tests and writes
+# what it saw under bench/results/gpu-check/ (or $1): the GPU's name and driver from nvidia-smi,
+# the kernels' correctness grid on device memory (ctest -L gpu), and the device form and PTX
+# checks (ctest -L device). docs/cuda.md says what is and is not covered yet.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-bench/results/gpu-check}
+mkdir -p "$out"
+if ! nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv \
+  > "$out/gpu.csv" 2>&1; then
+  echo "gpu-check: nvidia-smi failed (no GPU or no driver here):"
+  cat "$out/gpu.csv"
+  exit 1
+fi
+nvidia-smi topo -m > "$out/topo.txt" 2>&1 || true
+if [[ ! -x build/tests/test_gpu_kernels ]]; then
+  scripts/build.sh
+fi
+status=0
+(cd build && ctest -L gpu --output-on-failure --timeout 900) 2>&1 | tee "$out/ctest-gpu.txt" ||
+  status=1
+(cd build && ctest -L device -j"$(nproc)" --timeout 900) 2>&1 | tail -5 \
+  | tee "$out/ctest-device.txt" || status=1
+{
+  echo "gpu-check at $(git rev-parse --short HEAD) on $(date -u +%F)"
+  cat "$out/gpu.csv"
+  grep -E "tests passed|tests failed|Skipped|Failed" "$out/ctest-gpu.txt" || true
+} > "$out/summary.txt"
+cat "$out/summary.txt"
+exit $status

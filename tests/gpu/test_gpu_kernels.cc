@@ -1,0 +1,239 @@
+// The device kernels (coll/device_kernels.cu) on a GPU: R ranks sharing the current device, one
+// launch with a block per rank and channel (as one host thread drives the ranks of a GPU), FIFOs
+// and barrier words in device memory, the device form's cases (device/device_cases.h: every
+// collective of the algorithm x dtype x op at counts 0 .. beyond the FIFO, in place and not) and
+// its check against the multirank grid's independent reference, buffers poisoned before each run.
+// Where no CUDA device is present every test is skipped, saying so.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "coll/device_kernels.cuh"
+#include "coll/device_launch.h"
+#include "device/device_cases.h"
+
+namespace braid_test {
+namespace {
+
+constexpr uint64_t kTimeoutNs = 20'000'000'000;  // a device wait gives up after 20 s
+
+std::string cudaFailure(cudaError_t e, const char* what) {
+  return std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+}
+#define CUDA_CHECK(call)                                                          \
+  do {                                                                            \
+    const cudaError_t cudaCheckError = (call);                                    \
+    ASSERT_EQ(cudaCheckError, cudaSuccess) << cudaFailure(cudaCheckError, #call); \
+  } while (0)
+
+// Device memory released at the end of the test.
+class DeviceArena {
+ public:
+  ~DeviceArena() {
+    for (void* p : blocks_) cudaFree(p);
+  }
+  void* take(size_t bytes) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes == 0 ? 1 : bytes) != cudaSuccess) return nullptr;
+    blocks_.push_back(p);
+    return p;
+  }
+
+ private:
+  std::vector<void*> blocks_;
+};
+
+// One rank's buffers in device memory, mirroring the host layout (device_cases.h) byte for byte.
+struct DeviceRank {
+  unsigned char* inputStorage = nullptr;
+  unsigned char* outputStorage = nullptr;
+  unsigned char* input = nullptr;
+  unsigned char* output = nullptr;
+};
+
+// Where the host layout's pointer p (inside `storage`) lies in the device copy.
+unsigned char* mirror(const std::vector<unsigned char>& storage, const unsigned char* p,
+                      unsigned char* device) {
+  return p == nullptr || storage.empty() || p < storage.data() ||
+                 p >= storage.data() + storage.size()
+             ? nullptr
+             : device + (p - storage.data());
+}
+
+class GpuKernels : public testing::TestWithParam<Shape> {
+ protected:
+  void SetUp() override {
+    int devices = 0;
+    const cudaError_t e = cudaGetDeviceCount(&devices);
+    if (e != cudaSuccess || devices == 0)
+      GTEST_SKIP() << "no CUDA device here ("
+                   << (e != cudaSuccess ? cudaFailure(e, "cudaGetDeviceCount") : "0 devices")
+                   << "): the device kernels run only on a GPU";
+  }
+};
+
+// Runs case c on the GPU; failures are added to the test.
+void runCase(const Shape& shape, const Case& c, DeviceArena& arena, cudaStream_t stream) {
+  const int n = shape.ranks, channels = shape.channels;
+  const int blocks = n * channels;
+  ASSERT_LE(blocks, braid::kMaxLaunchBlocks);
+  std::vector<RankBuffers> host(n);
+  std::vector<DeviceRank> dev(n);
+  for (int r = 0; r < n; ++r) {
+    layoutRank(c, r, n, host[r]);
+    const auto& h = host[r];
+    dev[r].inputStorage = static_cast<unsigned char*>(arena.take(h.inputStorage.size()));
+    dev[r].outputStorage = static_cast<unsigned char*>(arena.take(h.outputStorage.size()));
+    ASSERT_TRUE(dev[r].inputStorage && dev[r].outputStorage) << "cudaMalloc failed";
+    if (!h.inputStorage.empty())
+      CUDA_CHECK(cudaMemcpy(dev[r].inputStorage, h.inputStorage.data(), h.inputStorage.size(),
+                            cudaMemcpyHostToDevice));
+    if (!h.outputStorage.empty())
+      CUDA_CHECK(cudaMemcpy(dev[r].outputStorage, h.outputStorage.data(), h.outputStorage.size(),
+                            cudaMemcpyHostToDevice));
+    auto at = [&](const unsigned char* p) {
+      unsigned char* in = mirror(h.inputStorage, p, dev[r].inputStorage);
+      return in != nullptr ? in : mirror(h.outputStorage, p, dev[r].outputStorage);
+    };
+    dev[r].input = at(h.input);
+    dev[r].output = at(h.output);
+  }
+  int* failed = static_cast<int*>(arena.take(sizeof(int) * braid::kMaxLaunchBlocks));
+  CUDA_CHECK(cudaMemset(failed, 0, sizeof(int) * braid::kMaxLaunchBlocks));
+  const bool prescaled = c.op == kPreMulSum;
+  const void* kernel = braid::deviceKernel(
+      shape.algorithm == Algorithm::Simple       ? braid::DeviceAlgorithm::Simple
+      : shape.algorithm == Algorithm::LowLatency ? braid::DeviceAlgorithm::LowLatency
+                                                 : braid::DeviceAlgorithm::Direct,
+      c.type, prescaled ? braidSum : c.op, prescaled);
+  ASSERT_NE(kernel, nullptr);
+  const int divisor = c.op == braidAvg ? n : 1;
+  visitDtype(c.type, [&](auto element) {
+    using T = decltype(element);
+    if (shape.algorithm == Algorithm::Direct) {
+      auto* arrivals =
+          static_cast<braid::DirectArrival*>(arena.take(sizeof(braid::DirectArrival) * blocks));
+      auto* abort = static_cast<uint32_t*>(arena.take(sizeof(uint32_t)));
+      ASSERT_TRUE(arrivals && abort);
+      CUDA_CHECK(cudaMemset(arrivals, 0, sizeof(braid::DirectArrival) * blocks));
+      CUDA_CHECK(cudaMemset(abort, 0, sizeof(uint32_t)));
+      braid::DirectLaunch<T> launch{};
+      launch.timeoutNs = kTimeoutNs;
+      launch.failed = failed;
+      launch.abort = abort;
+      for (int r = 0; r < n; ++r) {
+        launch.inputs[r] = reinterpret_cast<const T*>(dev[r].input);
+        launch.outputs[r] = reinterpret_cast<T*>(dev[r].output);
+        launch.scales[r] = premulScalar<T>(r);
+        for (int ch = 0; ch < channels; ++ch)
+          launch.blocks[r * channels + ch] = {
+              c.collective, n, r, ch, channels, c.count, divisor, arrivals + ch * n, 0};
+      }
+      void* args[] = {&launch};
+      CUDA_CHECK(cudaLaunchKernel(kernel, dim3(blocks), dim3(shape.threads), args, 0, stream));
+      return;
+    }
+    // The ring: rank r receives on FIFO (r, ch), written by the previous rank; sends and
+    // receives pair channels as the CPU harness does (even send, odd receive).
+    const size_t slotBytes = kSlotBytes;
+    std::vector<braid::FifoWords*> words(blocks);
+    std::vector<uint8_t*> slots(blocks);
+    for (int b = 0; b < blocks; ++b) {
+      words[b] = static_cast<braid::FifoWords*>(arena.take(sizeof(braid::FifoWords)));
+      slots[b] = static_cast<uint8_t*>(arena.take(slotBytes * shape.slots));
+      ASSERT_TRUE(words[b] && slots[b]);
+      CUDA_CHECK(cudaMemset(words[b], 0, sizeof(braid::FifoWords)));
+      CUDA_CHECK(cudaMemset(slots[b], 0, slotBytes * shape.slots));
+    }
+    auto launchRing = [&](auto ports) {
+      using Ports = decltype(ports);
+      braid::RingLaunch<T, Ports> launch{};
+      launch.timeoutNs = kTimeoutNs;
+      launch.failed = failed;
+      const bool p2p = c.collective == Collective::Send;
+      for (int r = 0; r < n; ++r)
+        for (int ch = 0; ch < channels; ++ch) {
+          const bool receiving = p2p && ch % 2 == 1;
+          const int mine = r * channels + (receiving ? ch - 1 : ch);
+          const int theirs = (r + 1) % n * channels + ch;
+          auto& block = launch.blocks[r * channels + ch];
+          block.call = {p2p ? (receiving ? Collective::Recv : Collective::Send) : c.collective,
+                        n,
+                        r,
+                        c.root,
+                        reinterpret_cast<const T*>(dev[r].input),
+                        reinterpret_cast<T*>(dev[r].output),
+                        c.count,
+                        c.count,
+                        divisor};
+          block.channel = p2p ? ch / 2 : ch;
+          block.nChannels = p2p ? channels / 2 : channels;
+          block.ports.in = {words[mine], slots[mine], slotBytes,
+                            static_cast<uint32_t>(shape.slots)};
+          block.ports.out = {words[theirs], slots[theirs], slotBytes,
+                             static_cast<uint32_t>(shape.slots)};
+          block.scale = nullptr;
+          block.scaleValue = premulScalar<T>(r);
+        }
+      void* args[] = {&launch};
+      CUDA_CHECK(cudaLaunchKernel(kernel, dim3(blocks), dim3(shape.threads), args, 0, stream));
+    };
+    if (shape.algorithm == Algorithm::LowLatency)
+      launchRing(braid::LlPorts{});
+    else
+      launchRing(braid::FifoViewPorts{});
+  });
+  if (testing::Test::HasFatalFailure()) return;
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  int failures[braid::kMaxLaunchBlocks];
+  CUDA_CHECK(cudaMemcpy(failures, failed, sizeof failures, cudaMemcpyDeviceToHost));
+  for (int b = 0; b < blocks; ++b)
+    EXPECT_EQ(failures[b], 0) << describe(c, shape) << ": block " << b << " (rank " << b / channels
+                              << ") gave up waiting";
+  for (int r = 0; r < n; ++r) {
+    auto& h = host[r];
+    if (!h.inputStorage.empty())
+      CUDA_CHECK(cudaMemcpy(h.inputStorage.data(), dev[r].inputStorage, h.inputStorage.size(),
+                            cudaMemcpyDeviceToHost));
+    if (!h.outputStorage.empty())
+      CUDA_CHECK(cudaMemcpy(h.outputStorage.data(), dev[r].outputStorage, h.outputStorage.size(),
+                            cudaMemcpyDeviceToHost));
+    const std::string wrong = checkRank(c, r, n, h);
+    EXPECT_TRUE(wrong.empty()) << describe(c, shape) << ": " << wrong;
+  }
+}
+
+TEST_P(GpuKernels, EveryCollectiveMatchesTheReference) {
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (const Case& c : casesFor(GetParam())) {
+    DeviceArena arena;
+    runCase(GetParam(), c, arena, stream);
+    if (HasFailure()) break;  // the first case that fails says enough
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// 1, 2, 4 and 8 ranks on one GPU; 2 channels at 2 ranks (sends and receives pair them) and at 4;
+// blocks of 32 (a warp) and 256 threads.
+std::vector<Shape> shapes() {
+  std::vector<Shape> all;
+  for (Algorithm algorithm : {Algorithm::Simple, Algorithm::LowLatency, Algorithm::Direct})
+    for (int ranks : {1, 2, 4, 8})
+      for (int threads : {32, 256}) {
+        const int channels = ranks == 2 || ranks == 4 ? 2 : 1;
+        all.push_back({ranks, channels, threads, 4, algorithm});
+      }
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, GpuKernels, testing::ValuesIn(shapes()),
+                         [](const testing::TestParamInfo<Shape>& info) {
+                           return shapeName(info.param);
+                         });
+
+}  // namespace
+}  // namespace braid_test
