@@ -23,41 +23,34 @@ namespace braid {
 // process (shm), the host's network proxy thread reading a GPU's slots, or another GPU (p2p), so
 // a device-scope release would not order the slot's bytes for it. (CPU tests cannot tell a scope
 // that is too narrow: this choice is made here, once, on purpose.)
+#ifdef BRAID_FIFO_LIBCUXX
+template <class T>
+using SystemAtomicRef = cuda::atomic_ref<T, cuda::thread_scope_system>;
+namespace atomics = cuda::std;
+#else
+template <class T>
+using SystemAtomicRef = std::atomic_ref<T>;
+namespace atomics = std;
+#endif
+
 template <class T>
 BRAID_HD inline T loadAcquire(T& word) {
-#ifdef BRAID_FIFO_LIBCUXX
-  return cuda::atomic_ref<T, cuda::thread_scope_system>(word).load(cuda::memory_order_acquire);
-#else
-  return std::atomic_ref<T>(word).load(std::memory_order_acquire);
-#endif
+  return SystemAtomicRef<T>(word).load(atomics::memory_order_acquire);
 }
 template <class T>
 BRAID_HD inline void storeRelease(T& word, T value) {
-#ifdef BRAID_FIFO_LIBCUXX
-  cuda::atomic_ref<T, cuda::thread_scope_system>(word).store(value, cuda::memory_order_release);
-#else
-  std::atomic_ref<T>(word).store(value, std::memory_order_release);
-#endif
+  SystemAtomicRef<T>(word).store(value, atomics::memory_order_release);
 }
-
 // The low-latency protocol's lines (a 4-byte flag and 4 bytes of data in one 64-bit word: what
 // is seen together was stored together, so no ordering is needed) and the tail it stores only so
-// that the next call starts from it. System scope, as above.
+// that the next call starts from it.
 template <class T>
 BRAID_HD inline T loadRelaxed(T& word) {
-#ifdef BRAID_FIFO_LIBCUXX
-  return cuda::atomic_ref<T, cuda::thread_scope_system>(word).load(cuda::memory_order_relaxed);
-#else
-  return std::atomic_ref<T>(word).load(std::memory_order_relaxed);
-#endif
+  return SystemAtomicRef<T>(word).load(atomics::memory_order_relaxed);
 }
 template <class T>
 BRAID_HD inline void storeRelaxed(T& word, T value) {
-#ifdef BRAID_FIFO_LIBCUXX
-  cuda::atomic_ref<T, cuda::thread_scope_system>(word).store(value, cuda::memory_order_relaxed);
-#else
-  std::atomic_ref<T>(word).store(value, std::memory_order_relaxed);
-#endif
+  SystemAtomicRef<T>(word).store(value, atomics::memory_order_relaxed);
 }
 
 // The control words of one FIFO, each on its own cache line: the sender writes tail, the

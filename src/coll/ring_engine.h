@@ -177,28 +177,16 @@ BRAID_HD bool waitFor(G& group, Ready ready) {
   return true;
 }
 
-// Ports over the FIFO views, as a device waits: every thread polls its own copy of the views
+// A rank's two FIFO ends as a device waits on them: every thread polls its own copy of the views
 // until the slot is there, the FIFO is aborted or the group gives up; the leader alone publishes.
-// The Simple protocol: a slot's bytes, then its tail (a release store after the group's barrier).
-struct FifoViewPorts {
-  static constexpr bool kLowLatency = false;
+// What both protocols share: credit for a send slot, and returning a received one.
+struct FifoEnds {
   FifoRecvView in;
   FifoSendView out;
 
-  BRAID_HD size_t slotBytes() const { return out.slotBytes; }
-  template <class G>
-  BRAID_HD bool waitRecv(G& group, size_t) {
-    return waitFor(group, [&] { return in.tryWait() || in.aborted(); }) && !in.aborted();
-  }
   template <class G>
   BRAID_HD bool waitSend(G& group) {
     return waitFor(group, [&] { return out.tryAcquire() || out.aborted(); }) && !out.aborted();
-  }
-  BRAID_HD const void* recvSlot() const { return in.slot(); }
-  BRAID_HD void* sendSlot() const { return out.slot(); }
-  template <class G>
-  BRAID_HD void post(G& group, size_t) {
-    out.post(group.index() == 0);
   }
   template <class G>
   BRAID_HD void release(G& group) {
@@ -206,22 +194,35 @@ struct FifoViewPorts {
   }
 };
 
+// The Simple protocol: a slot's bytes, then its tail (a release store after the group's barrier).
+struct FifoViewPorts : FifoEnds {
+  static constexpr bool kLowLatency = false;
+
+  BRAID_HD size_t slotBytes() const { return out.slotBytes; }
+  template <class G>
+  BRAID_HD bool waitRecv(G& group, size_t) {
+    return waitFor(group, [&] { return in.tryWait() || in.aborted(); }) && !in.aborted();
+  }
+  BRAID_HD const void* recvSlot() const { return in.slot(); }
+  BRAID_HD void* sendSlot() const { return out.slot(); }
+  template <class G>
+  BRAID_HD void post(G& group, size_t) {
+    out.post(group.index() == 0);
+  }
+};
+
 // The low-latency protocol (NCCL's LL) over the same FIFO views, for small messages: a slot is
 // 8-byte lines, each 4 bytes of data and a 4-byte flag (the slot's use number, tail + 1, never 0)
 // stored as one word, so the receiver polls the lines themselves and no fence, tail store or
 // round trip stands between the sender's stores and the receiver's loads. Half of a slot's bytes
-// carry data. Slots are still returned through head (credit), as in Simple.
-struct LlPorts {
+// carry data. Slots are still returned through head (credit), as in Simple. A rank takes its send
+// slot before it reads the slot it receives, so a ring needs two slots or more: with one, every
+// FIFO can be full while every rank waits for credit.
+struct LlPorts : FifoEnds {
   static constexpr bool kLowLatency = true;
   static constexpr size_t kLinesPerPack = sizeof(Pack16) / sizeof(uint32_t);
-  FifoRecvView in;
-  FifoSendView out;
 
   BRAID_HD size_t slotBytes() const { return out.slotBytes / 2; }
-  template <class G>
-  BRAID_HD bool waitSend(G& group) {
-    return waitFor(group, [&] { return out.tryAcquire() || out.aborted(); }) && !out.aborted();
-  }
   // The data of pack `pack` of the slot being received (`bytes` of it, at most 16), once every
   // line holds this slot use's flag.
   template <class G>
@@ -251,10 +252,6 @@ struct LlPorts {
   BRAID_HD void post(G& group, size_t) {
     out.postFlagged(group.index() == 0);
   }
-  template <class G>
-  BRAID_HD void release(G& group) {
-    in.release(group.index() == 0);
-  }
 };
 
 // One primitive of the schedule over `op.count` elements. false: a wait gave up.
@@ -267,22 +264,17 @@ BRAID_HD bool runPrim(G& group, const M& move, P& ports, const RingOp& op,
   // is the same function on both), so neither counts a slot for it.
   if (P::kLowLatency && op.count == 0) return true;
   const bool receives = primReceives(op.prim), sends = primSends(op.prim);
-  const bool reads = op.prim == Prim::Send || op.prim == Prim::CopySend ||
-                     op.prim == Prim::RecvReduceSend || op.prim == Prim::RecvReduceCopySend ||
-                     op.prim == Prim::RecvReduceCopy;
-  const bool writes = op.prim == Prim::CopySend || op.prim == Prim::RecvReduceCopySend ||
-                      op.prim == Prim::RecvCopySend || op.prim == Prim::Recv ||
-                      op.prim == Prim::RecvReduceCopy;
   const size_t bytes = op.count * sizeof(T);
-  const T* src = reads ? input + op.inOffset : nullptr;
-  T* dst = writes ? output + op.outOffset : nullptr;
+  const T* src = primReadsInput(op.prim) ? input + op.inOffset : nullptr;
+  T* dst = primWritesOutput(op.prim) ? output + op.outOffset : nullptr;
   if (op.prim == Prim::CopySend && src == dst) dst = nullptr;  // in place: already there
   const int finish = primFinishesReduction(op.prim) ? divisor : 1;
-  bool ready = !sends || ports.waitSend(group);
+  bool ready;
   if constexpr (P::kLowLatency) {
-    ready = ready && move.lowLatency(group, ports, receives, src, dst, sends, op.count, finish);
+    ready = (!sends || ports.waitSend(group)) &&
+            move.lowLatency(group, ports, receives, src, dst, sends, op.count, finish);
   } else {
-    ready = ready && (!receives || ports.waitRecv(group, bytes));
+    ready = (!receives || ports.waitRecv(group, bytes)) && (!sends || ports.waitSend(group));
     if (ready)
       move(group, receives ? static_cast<const T*>(ports.recvSlot()) : nullptr, src, dst,
            sends ? static_cast<T*>(ports.sendSlot()) : nullptr, op.count, finish);

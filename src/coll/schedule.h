@@ -42,6 +42,14 @@ BRAID_HD inline bool primReceives(Prim p) {
 BRAID_HD inline bool primSends(Prim p) {
   return p <= Prim::RecvCopySend;
 }
+// The primitives that read the rank's input, and those that write its output.
+BRAID_HD inline bool primReadsInput(Prim p) {
+  return p == Prim::Send || p == Prim::CopySend || p == Prim::RecvReduceSend ||
+         p == Prim::RecvReduceCopySend || p == Prim::RecvReduceCopy;
+}
+BRAID_HD inline bool primWritesOutput(Prim p) {
+  return p != Prim::Send && p != Prim::RecvReduceSend;
+}
 // The primitives that complete a reduction: where Avg divides.
 BRAID_HD inline bool primFinishesReduction(Prim p) {
   return p == Prim::RecvReduceCopySend || p == Prim::RecvReduceCopy;
