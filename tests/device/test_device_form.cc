@@ -251,6 +251,90 @@ class Grid {
   std::vector<std::string> failures_;
 };
 
+// A rank that never arrives (its kernel never ran): the others' waits end when the host sets the
+// abort words, or at the group's deadline; nothing waits for ever. Three ranks, rank 2 absent,
+// a float all-reduce: rank 0 waits to receive from rank 2, rank 1 for credit from it (ring), or
+// both at the barrier (direct).
+enum class Ending { Abort, Deadline };
+
+void runWithAbsentRank(Algorithm algorithm, Ending ending) {
+  using T = float;
+  using R = braid::kernels::ElementReduce<braidFloat32, braidSum>;
+  constexpr int kRanks = 3, kPresent = 2, kThreads = 4, kSlots = 2;
+  constexpr size_t kCount = 1031;
+  std::vector<braid::FifoWords> words(kRanks);
+  std::vector<std::vector<uint8_t>> slots(kRanks, std::vector<uint8_t>(kSlotBytes * kSlots));
+  std::vector<braid::DirectArrival> arrivals(kRanks);
+  uint32_t abortWord = 0;
+  std::vector<std::vector<T>> inputs(kRanks, std::vector<T>(kCount, 1.0f)),
+      outputs(kRanks, std::vector<T>(kCount));
+  std::vector<const T*> inputPtrs;
+  std::vector<T*> outputPtrs;
+  for (int r = 0; r < kRanks; ++r) {
+    inputPtrs.push_back(inputs[r].data());
+    outputPtrs.push_back(outputs[r].data());
+  }
+  const auto deadline =
+      Clock::now() + (ending == Ending::Deadline ? std::chrono::milliseconds(300)
+                                                 : std::chrono::milliseconds(600'000));
+  std::vector<std::unique_ptr<std::barrier<>>> barriers;
+  std::vector<std::unique_ptr<Vote>> votes;
+  for (int r = 0; r < kPresent; ++r) {
+    barriers.push_back(std::make_unique<std::barrier<>>(kThreads));
+    votes.push_back(std::make_unique<Vote>());
+  }
+  std::atomic<int> returned{0}, gaveUp{0};
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < kPresent; ++rank)
+    for (int t = 0; t < kThreads; ++t)
+      threads.emplace_back([&, rank, t] {
+        CpuGroup group(t, kThreads, barriers[rank].get(), votes[rank].get(), deadline);
+        const int next = (rank + 1) % kRanks;
+        braid::FifoRecvView in{&words[rank], slots[rank].data(), kSlotBytes, kSlots};
+        braid::FifoSendView out{&words[next], slots[next].data(), kSlotBytes, kSlots};
+        bool ok;
+        if (algorithm == Algorithm::Direct) {
+          const braid::DirectCall<T> call{Collective::AllReduce, kRanks,  rank,   inputPtrs.data(),
+                                          outputPtrs.data(),     nullptr, kCount, 1};
+          braid::DirectBarrier barrier{arrivals.data(), &abortWord, 0};
+          ok = braid::runDirect<R>(group, call, 0, 1, barrier);
+        } else {
+          const braid::RingCall<T> call{
+              Collective::AllReduce, kRanks, rank,   0, inputs[rank].data(),
+              outputs[rank].data(),  kCount, kCount, 1};
+          ok = algorithm == Algorithm::LowLatency
+                   ? braid::runChannelOnViews<R>(group, call, 0, 1, braid::LlPorts{in, out})
+                   : braid::runChannelOnViews<R>(group, call, 0, 1, braid::FifoViewPorts{in, out});
+        }
+        ++returned;
+        if (!ok) ++gaveUp;
+      });
+  if (ending == Ending::Abort) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (auto& w : words) braid::storeRelease(w.abort, 1u);
+    braid::storeRelease(abortWord, 1u);
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(returned.load(), kPresent * kThreads);
+  EXPECT_EQ(gaveUp.load(), kPresent * kThreads) << "a block finished without rank 2";
+  if (ending == Ending::Abort)
+    EXPECT_LT(Clock::now(), deadline) << "the abort did not end the waits";
+}
+
+TEST(DeviceWaits, AnAbsentRankIsAbortedNotAwaited) {
+  for (Algorithm a : {Algorithm::Simple, Algorithm::LowLatency, Algorithm::Direct}) {
+    SCOPED_TRACE(shapeName({3, 1, 4, 2, a}));
+    runWithAbsentRank(a, Ending::Abort);
+  }
+}
+
+TEST(DeviceWaits, AnAbsentRankEndsTheWaitAtTheDeadline) {
+  for (Algorithm a : {Algorithm::Simple, Algorithm::LowLatency, Algorithm::Direct}) {
+    SCOPED_TRACE(shapeName({3, 1, 4, 2, a}));
+    runWithAbsentRank(a, Ending::Deadline);
+  }
+}
+
 // The device form's element reductions of the 8-bit floats, every pair of patterns x op, against
 // the reference of reference/fp8.h (fp32 arithmetic, one saturating rounding).
 TEST(DeviceElementReduce, EveryFp8PairMatchesTheReference) {
