@@ -25,6 +25,7 @@
 #include "core/arguments.h"
 #include "core/bootstrap.h"
 #include "core/comm.h"
+#include "core/cuda_probe.h"
 #include "core/entry.h"
 #include "core/groups.h"
 #include "core/host_stream.h"
@@ -93,11 +94,18 @@ CommOptions optionsFrom(const braidConfig_t* config, int rank, bool* blocking) {
   if (options.minChannels < 1 || options.maxChannels < options.minChannels)
     fail(braidInvalidArgument, "rank {}: {} are {} and {}: expected 1 <= min <= max", rank,
          channelsFrom, options.minChannels, options.maxChannels);
-  if (device == "cuda")
+  if (device == "cuda") {
+    const std::string unavailable = braid::cudaUnavailableReason();
+    if (!unavailable.empty())
+      fail(braidUnhandledCudaError,
+           "rank {}: device 'cuda' was requested but no CUDA device can be used here: {}; use "
+           "device 'cpu'",
+           rank, unavailable);
     fail(braidInvalidUsage,
-         "rank {}: device 'cuda' was requested but CUDA communicators are not available in this "
-         "build; use device 'cpu'",
+         "rank {}: device 'cuda' was requested, but CUDA communicators are not implemented yet "
+         "(docs/cuda.md); use device 'cpu'",
          rank);
+  }
   if (device != "cpu" && device != "auto")
     fail(braidInvalidArgument, "rank {}: device '{}' is not one of auto, cpu, cuda", rank, device);
   return options;

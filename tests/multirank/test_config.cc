@@ -15,6 +15,10 @@
 
 #include "braid/braid.h"
 
+#if BRAID_TEST_CUDA_RUNTIME
+#include <cuda_runtime_api.h>
+#endif
+
 namespace {
 
 constexpr int kRanks = 3;
@@ -112,6 +116,39 @@ TEST(Config, SocketIsTheNetworkBraidHas) {
   braidComm_t comms[kRanks] = {};
   for (braidResult_t r : initAll(comms, config)) EXPECT_EQ(r, braidSuccess);
   for (braidComm_t c : comms) EXPECT_EQ(braidCommDestroy(c), braidSuccess);
+}
+
+// Device "cuda" is refused in one sentence that says why: the CUDA runtime's own words where no
+// device can be used (no driver, no GPU: this machine), that CUDA communicators are not there yet
+// where one can, that the build has no CUDA where it had no nvcc.
+TEST(Config, CudaIsRefusedInOneSentenceSayingWhy) {
+  braidConfig_t config = BRAID_CONFIG_INITIALIZER;
+  config.device = "cuda";
+  braidUniqueId id;
+  ASSERT_EQ(braidGetUniqueId(&id), braidSuccess);
+  braidComm_t comm = nullptr;
+  const braidResult_t result = braidCommInitRankConfig(&comm, 1, id, 0, &config);
+  const std::string error = braidGetLastError(nullptr);
+  EXPECT_EQ(comm, nullptr);
+  EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+  EXPECT_NE(error.find("rank 0: device 'cuda' was requested"), std::string::npos) << error;
+  EXPECT_NE(error.find("use device 'cpu'"), std::string::npos) << error;
+#if BRAID_TEST_CUDA_RUNTIME
+  int devices = 0;
+  const cudaError_t probe = cudaGetDeviceCount(&devices);
+  if (probe != cudaSuccess || devices == 0) {
+    EXPECT_EQ(result, braidUnhandledCudaError) << error;
+    EXPECT_NE(error.find(probe != cudaSuccess ? cudaGetErrorName(probe) : "finds no device"),
+              std::string::npos)
+        << error;
+  } else {
+    EXPECT_EQ(result, braidInvalidUsage) << error;
+    EXPECT_NE(error.find("not implemented yet"), std::string::npos) << error;
+  }
+#else
+  EXPECT_EQ(result, braidUnhandledCudaError) << error;
+  EXPECT_NE(error.find("this build of braid has no CUDA"), std::string::npos) << error;
+#endif
 }
 
 std::string contents(const std::string& path) {
