@@ -63,7 +63,6 @@ struct RingLaunch {
 };
 
 // One block of a direct launch: a rank's call on one channel, the barrier words of that channel.
-template <class T>
 struct DirectBlock {
   Collective collective;
   int nranks, rank, channel, nChannels;
@@ -81,7 +80,7 @@ struct DirectLaunch {
   const T* inputs[kMaxLaunchBlocks];
   T* outputs[kMaxLaunchBlocks];
   T scales[kMaxLaunchBlocks];  // PreMulSum: every rank's scalar, by rank
-  DirectBlock<T> blocks[kMaxLaunchBlocks];
+  DirectBlock blocks[kMaxLaunchBlocks];
 };
 
 #if defined(__CUDACC__)
@@ -102,7 +101,7 @@ __global__ void ringKernel(const __grid_constant__ RingLaunch<typename R::Storag
 template <class R, bool kPrescaled>
 __global__ void directKernel(const __grid_constant__ DirectLaunch<typename R::Storage> launch) {
   using T = typename R::Storage;
-  const DirectBlock<T>& block = launch.blocks[blockIdx.x];
+  const DirectBlock& block = launch.blocks[blockIdx.x];
   BlockGroup group(launch.timeoutNs);
   const DirectCall<T> call{block.collective, block.nranks,  block.rank,  launch.inputs,
                            launch.outputs,   launch.scales, block.count, block.divisor};

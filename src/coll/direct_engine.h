@@ -66,11 +66,7 @@ struct DirectCall {
 // PreMulSum operator).
 template <class R, bool kPrescaled, class T>
 BRAID_HD T directInput(const DirectCall<T>& call, int peer, size_t i) {
-  const T x = call.inputs[peer][i];
-  if constexpr (kPrescaled)
-    return kernels::ElementReduce<R::kType, braidProd>::apply(x, call.scales[peer], 1);
-  else
-    return x;
+  return prescaled<R, kPrescaled>(call.inputs[peer][i], kPrescaled ? call.scales[peer] : T{});
 }
 
 // outputs[q][outAt + i] for every q in [firstOut, lastOut) = the reduction over every rank's
@@ -91,11 +87,10 @@ BRAID_HD void directReduce(G& group, const DirectCall<T>& call, size_t inAt, siz
     T acc[kPerPack], next[kPerPack];
     for (int p = 0; p < n; ++p) {
       const Pack16 x = load16(call.inputs[p] + inAt + at);
-      memcpy(p == 0 ? acc : next, &x, sizeof x);
+      memcpy(next, &x, sizeof x);
+      const T scale = kPrescaled ? call.scales[p] : T{};
       for (size_t k = 0; k < kPerPack; ++k) {
-        T v = p == 0 ? acc[k] : next[k];
-        if constexpr (kPrescaled)
-          v = kernels::ElementReduce<R::kType, braidProd>::apply(v, call.scales[p], 1);
+        const T v = prescaled<R, kPrescaled>(next[k], scale);
         acc[k] = p == 0 ? v : R::apply(acc[k], v, p == n - 1 ? call.divisor : 1);
       }
     }

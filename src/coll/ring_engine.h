@@ -82,6 +82,16 @@ BRAID_HD inline void storeElements(T* p, size_t n, const Pack16& v) {
     memcpy(p, &v, n * sizeof(T));
 }
 
+// x as a reduction with PreMulSum's operator sees it: times the rank's scalar, rounded once as a
+// Prod (kPrescaled; R is then Sum), else x itself.
+template <class R, bool kPrescaled>
+BRAID_HD typename R::Storage prescaled(typename R::Storage x, typename R::Storage scale) {
+  if constexpr (kPrescaled)
+    return kernels::ElementReduce<R::kType, braidProd>::apply(x, scale, 1);
+  else
+    return x;
+}
+
 // The generic data mover: R's element reduction (kernels/element_reduce.h), this thread's share
 // of the elements, 16 bytes at a time where every pointer involved allows it. A move computes
 // recv OP pre(input), or a copy of whichever of the two is given, into toOutput and, when not
@@ -94,12 +104,7 @@ struct ElementMover {
   static constexpr size_t kPerPack = sizeof(Pack16) / sizeof(Storage);
   Storage scale{};
 
-  BRAID_HD Storage pre(Storage x) const {
-    if constexpr (kPrescaled)
-      return kernels::ElementReduce<R::kType, braidProd>::apply(x, scale, 1);
-    else
-      return x;
-  }
+  BRAID_HD Storage pre(Storage x) const { return prescaled<R, kPrescaled>(x, scale); }
   // One pack of n elements: recv (when receiving) OP pre(input) (when `input`), as above.
   BRAID_HD Pack16 combinePack(const Pack16* recv, const Storage* input, size_t n,
                               int divisor) const {
