@@ -24,7 +24,15 @@ struct alignas(64) DirectArrival {
 struct DirectBarrier {
   DirectArrival* arrivals = nullptr;  // one per rank, shared by the ranks of the channel
   const uint32_t* abort = nullptr;    // the host sets it to stop every wait (may be null)
-  uint32_t arrived = 0;               // this rank's arrivals so far: arrivals[rank] at the start
+  uint32_t arrived = 0;               // this rank's arrivals so far (resume() reads them)
+
+  // The barrier words outlive the calls: the rank takes up its count where the previous call
+  // left it (its own last store); every thread reads before the leader stores again.
+  template <class G>
+  BRAID_HD void resume(G& group, int rank) {
+    arrived = loadRelaxed(arrivals[rank].count);
+    group.sync();
+  }
 
   // Every thread's stores are ordered before the leader's release (the group's barrier), and
   // every peer's stores before this group's loads (the leader's acquire, then the barrier).
@@ -112,6 +120,7 @@ BRAID_HD void directReduce(G& group, const DirectCall<T>& call, size_t inAt, siz
 template <class R, bool kPrescaled = false, class G, class T>
 BRAID_HD bool runDirect(G& group, const DirectCall<T>& call, int channel, int nChannels,
                         DirectBarrier& barrier) {
+  barrier.resume(group, call.rank);
   const int n = call.nranks;
   constexpr size_t kPerPack = sizeof(Pack16) / sizeof(T);
   auto cut = [](size_t total, size_t part, size_t parts) {

@@ -189,6 +189,21 @@ struct FifoEnds {
   FifoRecvView in;
   FifoSendView out;
 
+  // A communicator's FIFOs outlive its calls: each end takes up its counters where the previous
+  // call on it left them, the receiver its head, the sender its tail, each the only writer of
+  // that word (so what it reads is its own last store, ordered before this call by the stream).
+  // The barrier: every thread reads before the leader stores anything new, so all start alike.
+  // An end a point-to-point block does not use has no words.
+  template <class G>
+  BRAID_HD void resume(G& group) {
+    if (in.words != nullptr) in.head = in.tailSeen = loadRelaxed(in.words->head);
+    if (out.words != nullptr) {
+      out.tail = loadRelaxed(out.words->tail);
+      out.headSeen = loadAcquire(out.words->head);
+    }
+    group.sync();
+  }
+
   template <class G>
   BRAID_HD bool waitSend(G& group) {
     return waitFor(group, [&] { return out.tryAcquire() || out.aborted(); }) && !out.aborted();
@@ -197,13 +212,17 @@ struct FifoEnds {
   BRAID_HD void release(G& group) {
     in.release(group.index() == 0);
   }
+  // Slot bytes of the end in use (a point-to-point block has one end).
+  BRAID_HD size_t fifoSlotBytes() const {
+    return out.words != nullptr ? out.slotBytes : in.slotBytes;
+  }
 };
 
 // The Simple protocol: a slot's bytes, then its tail (a release store after the group's barrier).
 struct FifoViewPorts : FifoEnds {
   static constexpr bool kLowLatency = false;
 
-  BRAID_HD size_t slotBytes() const { return out.slotBytes; }
+  BRAID_HD size_t slotBytes() const { return fifoSlotBytes(); }
   template <class G>
   BRAID_HD bool waitRecv(G& group, size_t) {
     return waitFor(group, [&] { return in.tryWait() || in.aborted(); }) && !in.aborted();
@@ -227,7 +246,7 @@ struct LlPorts : FifoEnds {
   static constexpr bool kLowLatency = true;
   static constexpr size_t kLinesPerPack = sizeof(Pack16) / sizeof(uint32_t);
 
-  BRAID_HD size_t slotBytes() const { return out.slotBytes / 2; }
+  BRAID_HD size_t slotBytes() const { return fifoSlotBytes() / 2; }
   // The data of pack `pack` of the slot being received (`bytes` of it, at most 16), once every
   // line holds this slot use's flag.
   template <class G>
@@ -392,10 +411,11 @@ BRAID_HD bool runChannel(G& group, const M& move, const RingCall<typename M::Sto
 
 // The device form: element reduction R (with kPrescaled, PreMulSum's: each input element times
 // `scale`, then Sum) over the FIFO views, with the Simple protocol (FifoViewPorts) or the
-// low-latency one (LlPorts).
+// low-latency one (LlPorts), their counters taken up from the FIFO words.
 template <class R, bool kPrescaled = false, class G, class Ports>
 BRAID_HD bool runChannelOnViews(G& group, const RingCall<typename R::Storage>& call, int channel,
                                 int nChannels, Ports ports, typename R::Storage scale = {}) {
+  ports.resume(group);
   return runChannel(group, ElementMover<R, kPrescaled>{scale}, call, channel, nChannels, ports);
 }
 

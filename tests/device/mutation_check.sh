@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Shows that the device form's tests can see the two mistakes the engine's ordering guards
+# Shows that the device form's tests can see the mistakes the engine's ordering guards
 # against: each mutation below is applied to a scratch copy of the sources, test_device_form is
 # built with ThreadSanitizer from it, and one grid shape is run; the script fails unless every
 # mutant fails (TSan report or wrong result) and the unmutated copy passes.
 #   no-barrier:   the group's vote before a post is dropped (coll/ring_engine.h), so the leader
 #                 publishes a slot while other threads of its block may still write it;
 #   relaxed-post: the FIFO's release store becomes relaxed (transport/fifo_view.h), so a receiver
-#                 may read the slot before the sender's bytes.
+#                 may read the slot before the sender's bytes;
+#   no-resume:    the views no longer take up the FIFO's counters (coll/ring_engine.h), so a call
+#                 after the first on the same FIFOs starts from zero (what a communicator's second
+#                 call, or a graph's replay, would do).
 # Usage: mutation_check.sh [gtest filter] (default: one 4-rank, 4-thread shape)
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -33,10 +36,11 @@ build_and_run() {  # name, then sed expressions applied to file
 status=0
 if build_and_run original "" ""; then echo "original: passes"; else
   echo "original: FAILS (see below)"; tail -20 "$scratch/original/log"; exit 1; fi
-for mutant in no-barrier relaxed-post; do
+for mutant in no-barrier relaxed-post no-resume; do
   case "$mutant" in
     no-barrier) file=src/coll/ring_engine.h expr='s/if (group.any(!ready)) return false;/if (!ready) return false;/' ;;
     relaxed-post) file=transport/fifo_view.h expr='/storeRelease/,/^}/s/memory_order_release/memory_order_relaxed/' ;;
+    no-resume) file=src/coll/ring_engine.h expr='s/^  ports.resume(group);$//' ;;
   esac
   if build_and_run "$mutant" "$file" "$expr"; then
     echo "$mutant: NOT caught (the tests passed)"; status=1

@@ -142,7 +142,9 @@ class Grid {
   }
 
   // Inputs from the grid's generators, outputs poisoned (in place: the input where nccl.h puts
-  // it), this rank's receiving FIFOs and barrier words reset, its buffers and scalar published.
+  // it), this rank's buffers and scalar published. The FIFOs and barrier words are not reset: as
+  // a communicator's, they carry every case of the grid one after another, each call taking up
+  // the counters (and the low-latency flags) where the previous one left them.
   void prepare(const Case& c, int rank) {
     RankBuffers& b = buffers_[rank];
     layoutRank(c, rank, shape_.ranks, b);
@@ -153,12 +155,6 @@ class Grid {
     });
     inputs_[rank] = b.input;
     outputs_[rank] = b.output;
-    for (int channel = 0; channel < shape_.channels; ++channel) {
-      fifoWords_[fifoIndex(rank, channel)] = braid::FifoWords{};
-      arrivals_[arrivalIndex(channel, rank)] = braid::DirectArrival{};
-      // The low-latency protocol's flags count from 1 on every use of the FIFO's words.
-      std::memset(slotsOf(fifoIndex(rank, channel)), 0, kSlotBytes * shape_.slots);
-    }
   }
 
   bool runBlock(const Case& c, int rank, int channel, int t) {
@@ -166,21 +162,26 @@ class Grid {
     const int next = (rank + 1) % n;
     // Sends and receives: even channels send to the next rank through their FIFO, odd ones
     // receive from the previous rank through the FIFO of the channel before them, each pair of
-    // channels a share of the message.
+    // channels a share of the message. A point-to-point block has only the FIFO end it uses, as
+    // a communicator's have.
     const bool p2p = c.collective == Collective::Send;
     const bool receiving = p2p && channel % 2 == 1;
     braid::FifoRecvView in;
     const size_t mine = fifoIndex(rank, receiving ? channel - 1 : channel);
     const size_t theirs = fifoIndex(next, channel);
-    in.words = &fifoWords_[mine];
-    in.slots = slotsOf(mine);
-    in.slotBytes = kSlotBytes;
-    in.nSlots = static_cast<uint32_t>(shape_.slots);
+    if (!p2p || receiving) {
+      in.words = &fifoWords_[mine];
+      in.slots = slotsOf(mine);
+      in.slotBytes = kSlotBytes;
+      in.nSlots = static_cast<uint32_t>(shape_.slots);
+    }
     braid::FifoSendView out;
-    out.words = &fifoWords_[theirs];
-    out.slots = slotsOf(theirs);
-    out.slotBytes = kSlotBytes;
-    out.nSlots = static_cast<uint32_t>(shape_.slots);
+    if (!receiving) {
+      out.words = &fifoWords_[theirs];
+      out.slots = slotsOf(theirs);
+      out.slotBytes = kSlotBytes;
+      out.nSlots = static_cast<uint32_t>(shape_.slots);
+    }
     const size_t block = fifoIndex(rank, channel);
     CpuGroup group(t, shape_.threads, blockBarriers_[block].get(), votes_[block].get(),
                    Clock::now() + kDeadline);
@@ -204,7 +205,7 @@ class Grid {
         std::memcpy(scales.data(), scales_.data(), n * sizeof(T));
         const braid::DirectCall<T> call{
             c.collective, n, rank, inputs.data(), outputs.data(), scales.data(), c.count, divisor};
-        braid::DirectBarrier barrier{&arrivals_[arrivalIndex(channel, 0)], nullptr, 0};
+        braid::DirectBarrier barrier{&arrivals_[arrivalIndex(channel, 0)], nullptr};
         ok = braid::runDirect<R, kPrescaled>(group, call, channel, shape_.channels, barrier);
         return;
       }
@@ -296,7 +297,7 @@ void runWithAbsentRank(Algorithm algorithm, Ending ending) {
         if (algorithm == Algorithm::Direct) {
           const braid::DirectCall<T> call{Collective::AllReduce, kRanks,  rank,   inputPtrs.data(),
                                           outputPtrs.data(),     nullptr, kCount, 1};
-          braid::DirectBarrier barrier{arrivals.data(), &abortWord, 0};
+          braid::DirectBarrier barrier{arrivals.data(), &abortWord};
           ok = braid::runDirect<R>(group, call, 0, 1, barrier);
         } else {
           const braid::RingCall<T> call{
@@ -317,8 +318,9 @@ void runWithAbsentRank(Algorithm algorithm, Ending ending) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(returned.load(), kPresent * kThreads);
   EXPECT_EQ(gaveUp.load(), kPresent * kThreads) << "a block finished without rank 2";
-  if (ending == Ending::Abort)
+  if (ending == Ending::Abort) {
     EXPECT_LT(Clock::now(), deadline) << "the abort did not end the waits";
+  }
 }
 
 TEST(DeviceWaits, AnAbsentRankIsAbortedNotAwaited) {
