@@ -1,10 +1,10 @@
 // The collectives as CUDA kernels: the engines' device form (coll/ring_engine.h,
 // coll/direct_engine.h) with a thread block as the thread group. One launch covers every block
-// the call needs: a channel of one rank per block, several ranks in one launch when one host
-// thread drives the ranks that share a GPU (CUDA does not promise that separately launched
-// kernels run at the same time, and these blocks wait for each other). Each block's work comes
-// in the launch's parameters (__grid_constant__), so a call allocates nothing and copies nothing
-// before it runs, and a CUDA graph can capture it.
+// the call needs: a channel of one rank per block, and may carry several ranks (CUDA does not
+// promise that separately launched kernels run at the same time, and these blocks wait for each
+// other; a CUDA communicator launches a kernel per rank so far: docs/cuda.md). Each block's work
+// comes in the launch's parameters (__grid_constant__), so a call allocates nothing and copies
+// nothing before it runs, and a CUDA graph can capture it.
 #pragma once
 
 #include <cuda/std/cstdint>
@@ -53,12 +53,12 @@ struct RingBlock {
   Ports ports;
   const T* scale;  // PreMulSum: the rank's scalar where the kernel reads it (device memory)
   T scaleValue;    // ... or its value, when scale is null
+  int* failed;     // set when a wait of this block gave up (abort or timeout): its rank's word
 };
 
 template <class T, class Ports>
 struct RingLaunch {
   uint64_t timeoutNs;
-  int* failed;  // per block: set when a wait gave up (abort or timeout)
   RingBlock<T, Ports> blocks[kMaxLaunchBlocks];
 };
 
@@ -69,13 +69,12 @@ struct DirectBlock {
   size_t count;
   int divisor;
   DirectArrival* arrivals;  // the channel's, one per rank
-  uint32_t arrived;         // this rank's arrivals before the call
+  int* failed;              // set when a wait of this block gave up
 };
 
 template <class T>
 struct DirectLaunch {
   uint64_t timeoutNs;
-  int* failed;
   const uint32_t* abort;  // the host sets it to stop every wait
   const T* inputs[kMaxLaunchBlocks];
   T* outputs[kMaxLaunchBlocks];
@@ -94,7 +93,7 @@ __global__ void ringKernel(const __grid_constant__ RingLaunch<typename R::Storag
   if (!runChannelOnViews<R, kPrescaled>(group, block.call, block.channel, block.nChannels,
                                         block.ports, scale) &&
       threadIdx.x == 0)
-    launch.failed[blockIdx.x] = 1;
+    *block.failed = 1;
 }
 
 // The direct all-pairs all-reduce, reduce-scatter and all-gather.
@@ -105,10 +104,10 @@ __global__ void directKernel(const __grid_constant__ DirectLaunch<typename R::St
   BlockGroup group(launch.timeoutNs);
   const DirectCall<T> call{block.collective, block.nranks,  block.rank,  launch.inputs,
                            launch.outputs,   launch.scales, block.count, block.divisor};
-  DirectBarrier barrier{block.arrivals, launch.abort, block.arrived};
+  DirectBarrier barrier{block.arrivals, launch.abort};
   if (!runDirect<R, kPrescaled>(group, call, block.channel, block.nChannels, barrier) &&
       threadIdx.x == 0)
-    launch.failed[blockIdx.x] = 1;
+    *block.failed = 1;
 }
 #endif
 

@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "coll/call_tag.h"
+#include "coll/ring_call.h"
 #include "coll/ring_engine.h"
 #include "kernels/host_reduce.h"
 
@@ -114,16 +115,7 @@ void runRingAs(CollContext& ctx, const CollArgs& a, const CallTag& tag) {
   const SimdMover<T> move{kernels::reduceFn(a.type, a.op, streamSlots),
                           kernels::reduceFn(a.type, a.op, streamOut), streamSlots, streamOut};
   ConnectorPorts ports{prev, next, tag, *ctx.dog, streamSlots};
-  const RingCall<T> call{a.coll,
-                         n,
-                         ctx.rank,
-                         a.root,
-                         static_cast<const T*>(a.sendbuff),
-                         static_cast<T*>(a.recvbuff),
-                         a.count,
-                         a.count,
-                         a.op == braidAvg ? n : 1,
-                         ctx.ringOrder.data()};
+  const RingCall<T> call = ringCallOf<T>(a, n, ctx.rank, ctx.ringOrder.data());
   OneThread thread;
   const auto start = std::chrono::steady_clock::now();
   runRing(thread, move, call, ports);

@@ -94,20 +94,17 @@ CommOptions optionsFrom(const braidConfig_t* config, int rank, bool* blocking) {
   if (options.minChannels < 1 || options.maxChannels < options.minChannels)
     fail(braidInvalidArgument, "rank {}: {} are {} and {}: expected 1 <= min <= max", rank,
          channelsFrom, options.minChannels, options.maxChannels);
-  if (device == "cuda") {
-    const std::string unavailable = braid::cudaUnavailableReason();
-    if (!unavailable.empty())
-      fail(braidUnhandledCudaError,
-           "rank {}: device 'cuda' was requested but no CUDA device can be used here: {}; use "
-           "device 'cpu'",
-           rank, unavailable);
-    fail(braidInvalidUsage,
-         "rank {}: device 'cuda' was requested, but CUDA communicators are not implemented yet "
-         "(docs/cuda.md); use device 'cpu'",
-         rank);
-  }
-  if (device != "cpu" && device != "auto")
+  if (device != "cpu" && device != "auto" && device != "cuda")
     fail(braidInvalidArgument, "rank {}: device '{}' is not one of auto, cpu, cuda", rank, device);
+  // As NCCL: a communicator on the current CUDA device where one can be used ("auto").
+  const std::string unavailable = device == "cpu" ? "" : braid::cudaUnavailableReason();
+  if (device == "cuda" && !unavailable.empty())
+    fail(braidUnhandledCudaError,
+         "rank {}: device 'cuda' was requested but no CUDA device can be used here: {}; use "
+         "device 'cpu'",
+         rank, unavailable);
+  options.cuda = device != "cpu" && unavailable.empty();
+  if (options.cuda) options.cudaDevice = braid::currentCudaDevice();  // the caller's, as NCCL
   return options;
 }
 
@@ -161,6 +158,8 @@ braidComm* initChild(const braidComm& parent, const std::vector<int>& members,
   bool blocking = true;
   CommOptions options = parent.options();
   if (config) options = optionsFrom(&*config, newRank, &blocking);
+  // Children are made on group workers: the parent's device, not the worker thread's.
+  if (options.cuda) options.cudaDevice = parent.options().cudaDevice;
   // The split's config decides where it says; else the parent's.
   auto chosen = [&](int braidConfig_t::*field, bool CommOptions::*inherited) {
     if (config && (*config).*field != BRAID_CONFIG_UNDEF_INT) return (*config).*field != 0;
@@ -253,6 +252,8 @@ braidResult_t personalized(Personalized kind, const char* fn, const void* sendbu
       fail(braidInvalidArgument,
            "{} on rank {}: recvbuff is NULL but count is {} (expected {} bytes)", fn, rank, count,
            recvBytes);
+    if (count != 0 && sends) comm->checkBuffer(fn, "sendbuff", sendbuff);
+    if (count != 0 && receives) comm->checkBuffer(fn, "recvbuff", recvbuff);
     if (kind == Personalized::AlltoAll && overlaps(sendbuff, sendBytes, recvbuff, recvBytes))
       fail(braidInvalidArgument,
            "{} on rank {}: sendbuff and recvbuff overlap (expected disjoint buffers: AlltoAll has "
@@ -284,6 +285,7 @@ braidResult_t personalized(Personalized kind, const char* fn, const void* sendbu
       for (const CollArgs& a : ops) threadGroup().ops.push_back({comm, {a, stream}});
       return;
     }
+    if (comm->onDevice()) return comm->launch(ops, stream);
     if (stream != nullptr) return submitToStream(Batch{comm, stream, std::move(ops)});
     runBatch(comm, ops);
   });
@@ -367,7 +369,10 @@ braidResult_t braidCommInitAll(braidComm_t* comms, int ndev, const int* devlist)
     std::vector<PendingInit> inits;
     std::vector<std::unique_ptr<braidComm>> owned;
     for (int r = 0; r < ndev; ++r) {
-      owned.push_back(std::make_unique<braidComm>(r, ndev, optionsFrom(nullptr, r, &blocking)));
+      CommOptions options = optionsFrom(nullptr, r, &blocking);
+      // As NCCL: rank r on CUDA device devlist[r], else device r.
+      if (options.cuda) options.cudaDevice = devlist != nullptr ? devlist[r] : r;
+      owned.push_back(std::make_unique<braidComm>(r, ndev, std::move(options)));
       inits.push_back({owned.back().get(), id});
     }
     initializeAll(inits);
@@ -603,7 +608,7 @@ braidResult_t braidCommCuDevice(const braidComm_t comm, int* device) {
   return guarded(comm, [&] {
     checkComm(comm, "braidCommCuDevice");
     if (device == nullptr) fail(braidInvalidArgument, "braidCommCuDevice: device is NULL");
-    *device = -1;  // a CPU communicator
+    *device = comm->cudaDevice();  // -1: a CPU communicator
   });
 }
 

@@ -21,6 +21,7 @@ void checkComm(const braidComm* comm, const char* fn) {
 }
 
 void checkStream(const braidComm* comm, const char* fn, braidStream_t stream) {
+  if (comm->onDevice()) return;  // a cudaStream_t, NULL the default stream
   if (stream != nullptr && !braid::HostStream::isLive(stream))
     fail(braidInvalidArgument,
          "{} on rank {}: stream {} is not a braid host stream (a CPU communicator takes NULL or a "
@@ -73,6 +74,8 @@ void validate(const braidComm* comm, const CollArgs& a, braidStream_t stream) {
     fail(braidInvalidArgument,
          "{} on rank {}: recvbuff is NULL but count is {} (expected {} bytes)", fn, rank, a.count,
          recvBytes);
+  if (needSend) comm->checkBuffer(fn, "sendbuff", a.sendbuff);
+  if (needRecv) comm->checkBuffer(fn, "recvbuff", a.recvbuff);
   if (!needSend || !needRecv || a.sendbuff == a.recvbuff) {
     // Equal pointers are the in-place form of reduce-scatter and all-gather on rank 0 only.
     if (perRank && needSend && needRecv && rank != 0)

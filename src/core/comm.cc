@@ -48,6 +48,27 @@ uint64_t randomNonce() {
   return nonce;
 }
 
+const char* collectiveName(braid::Collective c) {
+  switch (c) {
+    case braid::Collective::AllReduce: return "allreduce";
+    case braid::Collective::ReduceScatter: return "reducescatter";
+    case braid::Collective::AllGather: return "allgather";
+    case braid::Collective::Broadcast: return "broadcast";
+    case braid::Collective::Reduce: return "reduce";
+    case braid::Collective::Send: return "send";
+    case braid::Collective::Recv: return "recv";
+    case braid::Collective::Gather: return "gather";
+    case braid::Collective::Scatter: return "scatter";
+  }
+  return "?";
+}
+
+// Sends and receives, and the markers of the gathers and scatters built of them.
+bool isPointToPoint(braid::Collective c) {
+  return c == braid::Collective::Send || c == braid::Collective::Recv ||
+         c == braid::Collective::Gather || c == braid::Collective::Scatter;
+}
+
 // Busy-poll iterations per wait when this host has more ranks than cores.
 constexpr int64_t kOversubscribedSpins = 64;
 
@@ -139,6 +160,8 @@ void braidComm::initialize(const braid::BootstrapId& id, const braidComm* shareF
     ownCpus(self.cpus);
     std::string blob(reinterpret_cast<const char*>(&self), sizeof self);
     bootstrap_ = braid::Bootstrap::join(id, rank_, nranks_, blob, deadline);
+    const braidUniqueId encoded = id.encode();
+    cliqueId_ = braid::fnv1a(std::string_view(encoded.internal, sizeof encoded.internal));
     peers_.resize(nranks_);
     for (int r = 0; r < nranks_; ++r) {
       const std::string& info = bootstrap_->infos()[r];
@@ -180,6 +203,7 @@ void braidComm::initialize(const braid::BootstrapId& id, const braidComm* shareF
       spins = std::min(spins, kOversubscribedSpins);
     planRings(geometry);
     scratch_.resize(directMaxBytes_);
+    if (options_.cuda) connectDevice(deadline);
     // Chooses the host kernels now, so a bad BRAID_SIMD fails init rather than a collective.
     const char* isa = braid::kernels::isaName();
     BRAID_INFO(braid::log::kInit, "rank {}/{} ready{}{}, host kernels {}", rank_, nranks_,
@@ -197,6 +221,128 @@ void braidComm::initialize(const braid::BootstrapId& id, const braidComm* shareF
     ready_.store(true, std::memory_order_release);
   }
   readyCv_.notify_all();
+}
+
+// A CUDA communicator's channels: the planner's rings (repeated where it made fewer), four
+// unless the channel bounds say otherwise.
+constexpr int kDeviceChannels = 4;
+
+void braidComm::connectDevice(const Clock::time_point& deadline) {
+  const int channels =
+      std::min(std::clamp(kDeviceChannels, options_.minChannels, options_.maxChannels),
+               braid::kMaxDeviceChannels);
+  deviceChannels_ = channels;
+  braid::CudaCommSetup setup;
+  setup.rank = rank_;
+  setup.nranks = nranks_;
+  setup.hostHash = peers_[rank_].hostHash;
+  setup.device = options_.cudaDevice;
+  setup.channels = channels;
+  for (int ch = 0; ch < channels; ++ch)
+    setup.ringOrders.push_back(plan_.channels[ch % plan_.channels.size()].order);
+  setup.timeoutMs = options_.timeoutMs;
+  setup.allGather = [&](void* data, size_t bytes) { bootstrap_->allGather(data, bytes, deadline); };
+  cuda_ = braid::CudaComm::connect(setup);
+}
+
+int braidComm::cudaDevice() {
+  waitReady();
+  return cuda_ != nullptr ? cuda_->device() : -1;
+}
+
+void braidComm::checkBuffer(const char* fn, const char* name, const void* p) const {
+  if (options_.cuda) {
+    if (cuda_ != nullptr) cuda_->checkBuffer(fn, name, p);
+    return;
+  }
+  braid::checkHostBuffer(fn, rank_, name, p);
+}
+
+// asyncError_ turns braidSuccess only after init has set cuda_, so reading it first is safe while
+// a non-blocking init still runs.
+braidResult_t braidComm::asyncError() {
+  if (asyncError_.load() == braidSuccess && cuda_ != nullptr)
+    if (std::optional<Error> failure = cuda_->failure()) {
+      recordError(*failure);
+      markFailed(failure->what());
+      asyncError_ = failure->code();
+    }
+  return asyncError_.load();
+}
+
+void braidComm::failIfDeviceFailed(const char* opName) {
+  const braidResult_t earlier = asyncError();
+  if (earlier != braidSuccess)
+    fail(earlier, "rank {}: the communicator failed earlier and cannot run {}; the first error: {}",
+         rank_, opName, lastError());
+}
+
+// Calls are queued on the stream and not waited for: the kernels' failures surface through
+// braidCommGetAsyncError and the next call.
+void braidComm::launch(std::span<const braid::CollArgs> ops, braidStream_t stream) {
+  waitReady();
+  for (size_t i = 0; i < ops.size();) {
+    const braid::CollArgs& a = ops[i];
+    failIfDeviceFailed(collectiveName(a.coll));
+    if (isPointToPoint(a.coll)) {
+      size_t end = i;
+      while (end < ops.size() && isPointToPoint(ops[end].coll)) ++end;
+      cuda_->launchSendRecv(ops.subspan(i, end - i), stream);
+      i = end;
+      continue;
+    }
+    braid::CudaScalar scalar;
+    const braid::CudaCall call = deviceCall(a, stream, scalar);
+    braid::launchCollectives(std::span(&call, 1));
+    ++i;
+  }
+}
+
+braid::CudaCall braidComm::deviceCall(const braid::CollArgs& a, braidStream_t stream,
+                                      braid::CudaScalar& scalar) {
+  if (a.op < braidNumOps) return {cuda_.get(), a, nullptr, stream};
+  PreMulSum op;
+  {
+    std::lock_guard<std::mutex> lock(opsMutex_);
+    op = ops_.at(static_cast<int>(a.op));  // the API checked that it exists
+  }
+  if (op.isImmediate)
+    std::memcpy(&scalar.bits, op.immediate, braid::kernels::typeSize(op.type));
+  else
+    scalar.onDevice = op.scalar;
+  braid::CollArgs sum = a;
+  sum.op = braidSum;
+  return {cuda_.get(), sum, &scalar, stream};
+}
+
+bool braidComm::canLaunchTogether(std::span<braidComm* const> comms,
+                                  std::span<const braid::CollArgs> calls) {
+  int blocks = 0;
+  for (braidComm* c : comms) c->waitReady();  // their channels and ids are known once ready
+  for (size_t i = 0; i < comms.size(); ++i) {
+    const braidComm& c = *comms[i];
+    const braid::CollArgs &a = calls[i], &b = calls[0];
+    if (!c.onDevice() || c.cliqueId_ != comms[0]->cliqueId_ ||
+        c.options_.cudaDevice != comms[0]->options_.cudaDevice || isPointToPoint(a.coll) ||
+        a.coll != b.coll || a.type != b.type || a.count != b.count || a.root != b.root ||
+        (a.op < braidNumOps) != (b.op < braidNumOps) || (a.op < braidNumOps && a.op != b.op))
+      return false;
+    blocks += c.deviceChannels_;
+  }
+  return blocks <= braid::kMaxDeviceChannels;
+}
+
+void braidComm::launchTogether(std::span<braidComm* const> comms,
+                               std::span<const braid::CollArgs> calls,
+                               std::span<const braidStream_t> streams) {
+  std::vector<braid::CudaScalar> scalars(comms.size());
+  std::vector<braid::CudaCall> launch;
+  for (size_t i = 0; i < comms.size(); ++i) {
+    comms[i]->waitReady();
+    comms[i]->failIfDeviceFailed(collectiveName(calls[i].coll));
+    launch.push_back(comms[i]->deviceCall(calls[i], streams[i], scalars[i]));
+  }
+  braid::launchCollectives(launch);
 }
 
 namespace {
@@ -347,23 +493,6 @@ void braidComm::runOperation(const char* opName, Body&& body) {
     throw e;
   }
 }
-
-namespace {
-const char* collectiveName(braid::Collective c) {
-  switch (c) {
-    case braid::Collective::AllReduce: return "allreduce";
-    case braid::Collective::ReduceScatter: return "reducescatter";
-    case braid::Collective::AllGather: return "allgather";
-    case braid::Collective::Broadcast: return "broadcast";
-    case braid::Collective::Reduce: return "reduce";
-    case braid::Collective::Send: return "send";
-    case braid::Collective::Recv: return "recv";
-    case braid::Collective::Gather: return "gather";
-    case braid::Collective::Scatter: return "scatter";
-  }
-  return "?";
-}
-}  // namespace
 
 braid::CollContext braidComm::context() {
   braid::CollContext ctx;
@@ -537,12 +666,14 @@ void braidComm::deregisterBuffer(void* handle, bool window, const char* fn) {
 void braidComm::finalize() {
   waitQueuedDrained();
   waitReady();
+  if (cuda_ != nullptr) cuda_->synchronize();
   bootstrap_->barrier(deadlineFromNow());
 }
 
 void braidComm::abort(const char* call) {
   markFailed(fmt::format("rank {} called {}", rank_, call));
   asyncError_ = braidRemoteError;
+  if (ready_.load(std::memory_order_acquire) && cuda_ != nullptr) cuda_->abort();
   waitQueuedDrained();
   // An operation running on another thread sees the failure flag at its next poll and returns;
   // the communicator must outlive it.

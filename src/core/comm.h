@@ -19,6 +19,7 @@
 #include "braid/braid.h"
 #include "coll/host_executor.h"
 #include "core/bootstrap.h"
+#include "core/cuda_comm.h"
 #include "plan/model.h"
 #include "plan/plan.h"
 #include "transport/transport.h"
@@ -30,6 +31,8 @@ struct CommOptions {
   int maxChannels = 1;
   bool splitShare = false;   // children of braidCommSplit share this communicator's links
   bool shrinkShare = false;  // children of braidCommShrink (without BRAID_SHRINK_ABORT) too
+  bool cuda = false;         // a CUDA communicator, on cudaDevice
+  int cudaDevice = -1;
 };
 
 struct braidComm : public braid::Watchdog {
@@ -65,6 +68,23 @@ struct braidComm : public braid::Watchdog {
   void run(const braid::CollArgs& args);
   void runSendRecv(std::span<const braid::CollArgs> ops);
 
+  // A CUDA communicator: its device, and its calls queued on a CUDA stream (consecutive sends
+  // and receives as one group), returning at once.
+  bool onDevice() const { return options_.cuda; }
+  int cudaDevice();
+  void launch(std::span<const braid::CollArgs> ops, braidStream_t stream);
+  // Collectives of several ranks of one CUDA communicator driven by one thread (a group), call i
+  // of comms[i] on streams[i]: whether they can go in one launch (same communicator and GPU, the
+  // same collective, few enough channels), and that launch.
+  static bool canLaunchTogether(std::span<braidComm* const> comms,
+                                std::span<const braid::CollArgs> calls);
+  static void launchTogether(std::span<braidComm* const> comms,
+                             std::span<const braid::CollArgs> calls,
+                             std::span<const braidStream_t> streams);
+  // Fails unless `p` is memory of this communicator's kind (device memory of its GPU on a CUDA
+  // communicator, host memory on a CPU one).
+  void checkBuffer(const char* fn, const char* name, const void* p) const;
+
   // Operations queued on host streams but not finished; finalize/destroy wait for them.
   void beginQueued() { queued_.fetch_add(1); }
   void endQueued();
@@ -86,7 +106,7 @@ struct braidComm : public braid::Watchdog {
   void* registerBuffer(void* buff, size_t size, bool window);
   void deregisterBuffer(void* handle, bool window, const char* fn);
 
-  braidResult_t asyncError() const { return asyncError_.load(); }
+  braidResult_t asyncError();
   void recordError(const braid::Error& e);
   std::string lastError() const;
 
@@ -175,6 +195,14 @@ struct braidComm : public braid::Watchdog {
   };
   std::mutex registrationsMutex_;
   std::vector<std::unique_ptr<Registration>> registrations_;
+
+  std::unique_ptr<braid::CudaComm> cuda_;  // a CUDA communicator's device side, once ready
+  int deviceChannels_ = 0;
+  uint64_t cliqueId_ = 0;  // the same on every rank of this communicator (its bootstrap id)
+  void connectDevice(const braid::Clock::time_point& deadline);
+  braid::CudaCall deviceCall(const braid::CollArgs& args, braidStream_t stream,
+                             braid::CudaScalar& scalar);
+  void failIfDeviceFailed(const char* opName);
 
   std::atomic<braidResult_t> asyncError_{braidSuccess};
   mutable std::mutex errorMutex_;

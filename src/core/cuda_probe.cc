@@ -8,7 +8,9 @@
 
 namespace braid {
 
-std::string cudaUnavailableReason() {
+namespace {
+
+std::string askTheRuntime() {
 #if BRAID_HAVE_CUDA
   int devices = 0;
   const cudaError_t error = cudaGetDeviceCount(&devices);
@@ -19,6 +21,14 @@ std::string cudaUnavailableReason() {
 #else
   return "this build of braid has no CUDA (no nvcc was found when it was built)";
 #endif
+}
+
+}  // namespace
+
+// Asked once: where the driver is missing, every later question would get the same answer.
+std::string cudaUnavailableReason() {
+  static const std::string reason = askTheRuntime();
+  return reason;
 }
 
 }  // namespace braid

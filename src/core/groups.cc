@@ -79,6 +79,44 @@ void runNow(std::vector<Batch>& batches) {
       [&](size_t i) { runBatch(batches[i].comm, batches[i].ops); });
 }
 
+// A group's operations of CUDA communicators. Where the group drives several ranks of one
+// communicator and every rank makes the same collectives, the k-th of every rank goes in one
+// launch (their blocks wait for each other, and CUDA does not promise that kernels launched apart
+// run together); otherwise each rank's operations are launched on its own stream.
+void launchOnDevices(const std::vector<Batch>& device) {
+  std::vector<braidComm*> comms;
+  std::vector<braidStream_t> streams;
+  for (const Batch& b : device) {
+    comms.push_back(b.comm);
+    streams.push_back(b.stream);
+  }
+  auto callsAt = [&](size_t k) {
+    std::vector<CollArgs> calls;
+    for (const Batch& b : device) calls.push_back(b.ops[k]);
+    return calls;
+  };
+  bool together = device.size() > 1;
+  for (const Batch& b : device) together = together && b.ops.size() == device[0].ops.size();
+  for (size_t k = 0; together && k < device[0].ops.size(); ++k)
+    together = braidComm::canLaunchTogether(comms, callsAt(k));
+  if (!together) {
+    // Kernels of ranks that wait for each other must not queue behind each other on one stream.
+    for (size_t i = 0; i < device.size(); ++i)
+      for (size_t j = i + 1; j < device.size(); ++j)
+        if (device[i].stream == device[j].stream &&
+            device[i].comm->options().cudaDevice == device[j].comm->options().cudaDevice)
+          fail(braidInvalidUsage,
+               "braidGroupEnd: ranks {} and {} of CUDA communicators have operations on the same "
+               "stream {} in one group: each kernel would wait behind the other (expected a stream "
+               "per rank)",
+               device[i].comm->rank(), device[j].comm->rank(), device[i].stream);
+    for (const Batch& b : device) b.comm->launch(b.ops, b.stream);
+    return;
+  }
+  for (size_t k = 0; k < device[0].ops.size(); ++k)
+    braidComm::launchTogether(comms, callsAt(k), streams);
+}
+
 GroupState& threadGroup() {
   thread_local GroupState group;
   return group;
@@ -110,9 +148,9 @@ void endGroup() {
   initializeAll(inits);
   makeChildren(children);
 
-  std::vector<Batch> now, queued;
+  std::vector<Batch> now, queued, device;
   for (auto& [comm, op] : ops) {
-    std::vector<Batch>& list = op.second == nullptr ? now : queued;
+    std::vector<Batch>& list = comm->onDevice() ? device : op.second == nullptr ? now : queued;
     auto it =
         std::find_if(list.begin(), list.end(), [&](const Batch& b) { return b.comm == comm; });
     if (it == list.end()) {
@@ -135,6 +173,7 @@ void endGroup() {
              "links (splitShare/shrinkShare; rank {} of one, rank {} of the other): they take "
              "turns, so they cannot run in one group (expected separate groups)",
              now[i].comm->rank(), now[j].comm->rank());
+  launchOnDevices(device);
   for (Batch& b : queued) submitToStream(std::move(b));
   runNow(now);
 }
@@ -146,15 +185,16 @@ braidResult_t enqueue(const CollArgs& args, braidComm* comm, braidStream_t strea
       threadGroup().ops.push_back({comm, {args, stream}});
       return;
     }
+    // Run now, or a kernel that must finish before the matching call is made.
+    const bool completesAlone = comm->onDevice() || stream == nullptr;
+    if (isSendRecv(args) && args.root == comm->rank() && args.count != 0 && completesAlone)
+      fail(braidInvalidUsage,
+           "{} on rank {}: a send to or receive from self outside a group can never complete "
+           "(put the matching send and receive in one braidGroupStart/braidGroupEnd)",
+           apiName(args.coll), comm->rank());
+    if (comm->onDevice()) return comm->launch(std::span<const CollArgs>(&args, 1), stream);
     if (stream != nullptr) return submitToStream(Batch{comm, stream, {args}});
-    if (isSendRecv(args)) {
-      if (args.root == comm->rank() && args.count != 0)
-        fail(braidInvalidUsage,
-             "{} on rank {}: a send to or receive from self outside a group can never complete "
-             "(put the matching send and receive in one braidGroupStart/braidGroupEnd)",
-             apiName(args.coll), comm->rank());
-      return comm->runSendRecv(std::span<const CollArgs>(&args, 1));
-    }
+    if (isSendRecv(args)) return comm->runSendRecv(std::span<const CollArgs>(&args, 1));
     comm->run(args);
   });
 }

@@ -4,74 +4,24 @@
 // collective of the algorithm x dtype x op at counts 0 .. beyond the FIFO, in place and not) and
 // its check against the multirank grid's independent reference, buffers poisoned before each run.
 // Where no CUDA device is present every test is skipped, saying so.
-#include <cuda_runtime_api.h>
-#include <gtest/gtest.h>
-
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "coll/device_kernels.cuh"
 #include "coll/device_launch.h"
-#include "device/device_cases.h"
+#include "gpu/gpu_common.h"
 
 namespace braid_test {
 namespace {
 
 constexpr uint64_t kTimeoutNs = 20'000'000'000;  // a device wait gives up after 20 s
 
-std::string cudaFailure(cudaError_t e, const char* what) {
-  return std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
-}
-#define CUDA_CHECK(call)                                                          \
-  do {                                                                            \
-    const cudaError_t cudaCheckError = (call);                                    \
-    ASSERT_EQ(cudaCheckError, cudaSuccess) << cudaFailure(cudaCheckError, #call); \
-  } while (0)
-
-// Device memory released at the end of the test.
-class DeviceArena {
- public:
-  ~DeviceArena() {
-    for (void* p : blocks_) cudaFree(p);
-  }
-  void* take(size_t bytes) {
-    void* p = nullptr;
-    if (cudaMalloc(&p, bytes == 0 ? 1 : bytes) != cudaSuccess) return nullptr;
-    blocks_.push_back(p);
-    return p;
-  }
-
- private:
-  std::vector<void*> blocks_;
-};
-
-// One rank's buffers in device memory, mirroring the host layout (device_cases.h) byte for byte.
-struct DeviceRank {
-  unsigned char* inputStorage = nullptr;
-  unsigned char* outputStorage = nullptr;
-  unsigned char* input = nullptr;
-  unsigned char* output = nullptr;
-};
-
-// Where the host layout's pointer p (inside `storage`) lies in the device copy.
-unsigned char* mirror(const std::vector<unsigned char>& storage, const unsigned char* p,
-                      unsigned char* device) {
-  return p == nullptr || storage.empty() || p < storage.data() ||
-                 p >= storage.data() + storage.size()
-             ? nullptr
-             : device + (p - storage.data());
-}
-
 class GpuKernels : public testing::TestWithParam<Shape> {
  protected:
   void SetUp() override {
-    int devices = 0;
-    const cudaError_t e = cudaGetDeviceCount(&devices);
-    if (e != cudaSuccess || devices == 0)
-      GTEST_SKIP() << "no CUDA device here ("
-                   << (e != cudaSuccess ? cudaFailure(e, "cudaGetDeviceCount") : "0 devices")
-                   << "): the device kernels run only on a GPU";
+    const std::string none = noCudaDevice();
+    if (!none.empty()) GTEST_SKIP() << none << ": the device kernels run only on a GPU";
   }
 };
 
@@ -84,22 +34,7 @@ void runCase(const Shape& shape, const Case& c, DeviceArena& arena, cudaStream_t
   std::vector<DeviceRank> dev(n);
   for (int r = 0; r < n; ++r) {
     layoutRank(c, r, n, host[r]);
-    const auto& h = host[r];
-    dev[r].inputStorage = static_cast<unsigned char*>(arena.take(h.inputStorage.size()));
-    dev[r].outputStorage = static_cast<unsigned char*>(arena.take(h.outputStorage.size()));
-    ASSERT_TRUE(dev[r].inputStorage && dev[r].outputStorage) << "cudaMalloc failed";
-    if (!h.inputStorage.empty())
-      CUDA_CHECK(cudaMemcpy(dev[r].inputStorage, h.inputStorage.data(), h.inputStorage.size(),
-                            cudaMemcpyHostToDevice));
-    if (!h.outputStorage.empty())
-      CUDA_CHECK(cudaMemcpy(dev[r].outputStorage, h.outputStorage.data(), h.outputStorage.size(),
-                            cudaMemcpyHostToDevice));
-    auto at = [&](const unsigned char* p) {
-      unsigned char* in = mirror(h.inputStorage, p, dev[r].inputStorage);
-      return in != nullptr ? in : mirror(h.outputStorage, p, dev[r].outputStorage);
-    };
-    dev[r].input = at(h.input);
-    dev[r].output = at(h.output);
+    ASSERT_TRUE(toDevice(host[r], arena, dev[r])) << "cudaMalloc or cudaMemcpy failed";
   }
   int* failed = static_cast<int*>(arena.take(sizeof(int) * braid::kMaxLaunchBlocks));
   CUDA_CHECK(cudaMemset(failed, 0, sizeof(int) * braid::kMaxLaunchBlocks));
@@ -122,15 +57,21 @@ void runCase(const Shape& shape, const Case& c, DeviceArena& arena, cudaStream_t
       CUDA_CHECK(cudaMemset(abort, 0, sizeof(uint32_t)));
       braid::DirectLaunch<T> launch{};
       launch.timeoutNs = kTimeoutNs;
-      launch.failed = failed;
       launch.abort = abort;
       for (int r = 0; r < n; ++r) {
         launch.inputs[r] = reinterpret_cast<const T*>(dev[r].input);
         launch.outputs[r] = reinterpret_cast<T*>(dev[r].output);
         launch.scales[r] = premulScalar<T>(r);
         for (int ch = 0; ch < channels; ++ch)
-          launch.blocks[r * channels + ch] = {
-              c.collective, n, r, ch, channels, c.count, divisor, arrivals + ch * n, 0};
+          launch.blocks[r * channels + ch] = {c.collective,
+                                              n,
+                                              r,
+                                              ch,
+                                              channels,
+                                              c.count,
+                                              divisor,
+                                              arrivals + ch * n,
+                                              failed + r * channels + ch};
       }
       void* args[] = {&launch};
       CUDA_CHECK(cudaLaunchKernel(kernel, dim3(blocks), dim3(shape.threads), args, 0, stream));
@@ -152,7 +93,6 @@ void runCase(const Shape& shape, const Case& c, DeviceArena& arena, cudaStream_t
       using Ports = decltype(ports);
       braid::RingLaunch<T, Ports> launch{};
       launch.timeoutNs = kTimeoutNs;
-      launch.failed = failed;
       const bool p2p = c.collective == Collective::Send;
       for (int r = 0; r < n; ++r)
         for (int ch = 0; ch < channels; ++ch) {
@@ -177,6 +117,7 @@ void runCase(const Shape& shape, const Case& c, DeviceArena& arena, cudaStream_t
                              static_cast<uint32_t>(shape.slots)};
           block.scale = nullptr;
           block.scaleValue = premulScalar<T>(r);
+          block.failed = failed + r * channels + ch;
         }
       void* args[] = {&launch};
       CUDA_CHECK(cudaLaunchKernel(kernel, dim3(blocks), dim3(shape.threads), args, 0, stream));
@@ -194,14 +135,8 @@ void runCase(const Shape& shape, const Case& c, DeviceArena& arena, cudaStream_t
     EXPECT_EQ(failures[b], 0) << describe(c, shape) << ": block " << b << " (rank " << b / channels
                               << ") gave up waiting";
   for (int r = 0; r < n; ++r) {
-    auto& h = host[r];
-    if (!h.inputStorage.empty())
-      CUDA_CHECK(cudaMemcpy(h.inputStorage.data(), dev[r].inputStorage, h.inputStorage.size(),
-                            cudaMemcpyDeviceToHost));
-    if (!h.outputStorage.empty())
-      CUDA_CHECK(cudaMemcpy(h.outputStorage.data(), dev[r].outputStorage, h.outputStorage.size(),
-                            cudaMemcpyDeviceToHost));
-    const std::string wrong = checkRank(c, r, n, h);
+    ASSERT_TRUE(toHost(dev[r], host[r])) << "cudaMemcpy failed";
+    const std::string wrong = checkRank(c, r, n, host[r]);
     EXPECT_TRUE(wrong.empty()) << describe(c, shape) << ": " << wrong;
   }
 }

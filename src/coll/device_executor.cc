@@ -1,0 +1,147 @@
+#include "coll/device_executor.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+
+#include "base/error.h"
+#include "coll/device_kernels.cuh"
+#include "coll/device_launch.h"
+#include "coll/ring_call.h"
+#include "kernels/host_reduce.h"
+#include "transport/cuda_check.h"
+
+namespace braid {
+namespace {
+
+// Calls f with a value of the storage type of `type`.
+template <class F>
+void withStorage(braidDataType_t type, F&& f) {
+  switch (type) {
+    case braidInt8: return f(int8_t{});
+    case braidUint8:
+    case braidFloat8e4m3:
+    case braidFloat8e5m2: return f(uint8_t{});
+    case braidFloat16:
+    case braidBfloat16: return f(uint16_t{});
+    case braidInt32: return f(int32_t{});
+    case braidUint32: return f(uint32_t{});
+    case braidFloat32: return f(float{});
+    case braidInt64: return f(int64_t{});
+    case braidUint64: return f(uint64_t{});
+    case braidFloat64: return f(double{});
+    default: fail(braidInvalidArgument, "datatype {} has no device kernel", static_cast<int>(type));
+  }
+}
+
+void launch(const void* kernel, int blocks, int threads, void* params, void* stream,
+            const char* what, int rank) {
+  void* args[] = {params};
+  checkCuda(cudaLaunchKernel(kernel, dim3(blocks), dim3(threads), args, 0,
+                             static_cast<cudaStream_t>(stream)),
+            fmt::format("rank {}: {}: cudaLaunchKernel", rank, what));
+}
+
+template <class T, class Ports>
+void launchRing(std::span<const DeviceRankCall> ranks, DeviceProtocol protocol, const void* kernel,
+                void* stream) {
+  RingLaunch<T, Ports> params{};
+  params.timeoutNs = ranks.front().ctx->timeoutNs;
+  int blocks = 0;
+  for (const DeviceRankCall& r : ranks) {
+    const P2pLinks& links = *r.ctx->links;
+    const int n = links.nranks(), rank = links.rank(), channels = links.geometry().channels;
+    for (int ch = 0; ch < channels; ++ch) {
+      RingBlock<T, Ports>& block = params.blocks[blocks++];
+      block.call = ringCallOf<T>(r.args, n, rank, links.ringOrder(ch));
+      block.channel = ch;
+      block.nChannels = channels;
+      block.ports.in = links.ringFifo(rank, ch, protocol).recvView();
+      block.ports.out = links.ringFifo(links.ringNext(ch), ch, protocol).sendView();
+      if (r.scale != nullptr) {
+        block.scale = static_cast<const T*>(r.scale->onDevice);
+        std::memcpy(&block.scaleValue, &r.scale->bits, sizeof(T));
+      }
+      block.failed = r.ctx->failed + ch;
+    }
+  }
+  launch(kernel, blocks, ranks.front().ctx->threads, &params, stream, "collective",
+         ranks.front().ctx->links->rank());
+}
+
+}  // namespace
+
+int deviceLaunchBlocks() {
+  return kMaxLaunchBlocks;
+}
+
+void launchCollective(std::span<const DeviceRankCall> ranks, void* stream) {
+  const DeviceRankCall& first = ranks.front();
+  const CollArgs& a = first.args;
+  int blocks = 0;
+  for (const DeviceRankCall& r : ranks) {
+    blocks += r.ctx->links->geometry().channels;
+    if (r.args.coll != a.coll || r.args.type != a.type || r.args.op != a.op ||
+        r.args.count != a.count || (r.scale == nullptr) != (first.scale == nullptr))
+      fail(braidInternalError, "rank {}: ranks of one launch make different calls",
+           r.ctx->links->rank());
+  }
+  if (blocks > kMaxLaunchBlocks)
+    fail(braidInternalError, "rank {}: {} blocks in one launch (at most {})",
+         first.ctx->links->rank(), blocks, kMaxLaunchBlocks);
+  if (a.count == 0) return;  // every rank skips it alike; the FIFOs are untouched
+  const size_t bytes = a.count * kernels::typeSize(a.type);
+  const bool lowLatency = bytes <= first.ctx->lowLatencyMaxBytes;
+  const void* kernel =
+      deviceKernel(lowLatency ? DeviceAlgorithm::LowLatency : DeviceAlgorithm::Simple, a.type, a.op,
+                   first.scale != nullptr);
+  if (kernel == nullptr)
+    fail(braidInvalidArgument, "rank {}: no device kernel for datatype {} and op {}",
+         first.ctx->links->rank(), static_cast<int>(a.type), static_cast<int>(a.op));
+  withStorage(a.type, [&](auto element) {
+    using T = decltype(element);
+    if (lowLatency)
+      launchRing<T, LlPorts>(ranks, DeviceProtocol::LowLatency, kernel, stream);
+    else
+      launchRing<T, FifoViewPorts>(ranks, DeviceProtocol::Simple, kernel, stream);
+  });
+}
+
+// Sends and receives move bytes: every one runs as a uint8_t send or receive of its bytes, each
+// through the FIFO of its pair of ranks, a block each.
+void launchSendRecv(const DeviceCollContext& ctx, std::span<const CollArgs> ops, void* stream) {
+  const P2pLinks& links = *ctx.links;
+  const int rank = links.rank(), n = links.nranks();
+  if (ops.empty()) return;
+  if (ops.size() > static_cast<size_t>(kMaxLaunchBlocks))
+    fail(braidInternalError, "rank {}: {} sends and receives in one launch (at most {})", rank,
+         ops.size(), kMaxLaunchBlocks);
+  RingLaunch<uint8_t, FifoViewPorts> params{};
+  params.timeoutNs = ctx.timeoutNs;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const CollArgs& a = ops[i];
+    const size_t bytes = a.count * kernels::typeSize(a.type);
+    RingBlock<uint8_t, FifoViewPorts>& block = params.blocks[i];
+    const bool send = a.coll == Collective::Send;
+    block.call = {a.coll,
+                  n,
+                  rank,
+                  a.root,
+                  static_cast<const uint8_t*>(a.sendbuff),
+                  static_cast<uint8_t*>(a.recvbuff),
+                  bytes,
+                  bytes,
+                  1};
+    block.channel = 0;
+    block.nChannels = 1;
+    block.failed = ctx.failed + i;
+    if (send)
+      block.ports.out = links.pairFifo(a.root, rank).sendView();
+    else
+      block.ports.in = links.pairFifo(rank, a.root).recvView();
+  }
+  const void* kernel = deviceKernel(DeviceAlgorithm::Simple, braidUint8, braidSum, false);
+  launch(kernel, static_cast<int>(ops.size()), ctx.threads, &params, stream, "send/recv", rank);
+}
+
+}  // namespace braid

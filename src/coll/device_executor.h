@@ -1,0 +1,53 @@
+// Runs a CUDA communicator's collectives and sends/receives as kernels (coll/device_kernels.cuh)
+// on the caller's stream, over the P2P transport's FIFOs: one launch per call, a block per
+// channel (per operation for sends and receives), everything the blocks need in the launch's
+// parameters. A launch allocates nothing, copies nothing and never waits for the device, so the
+// calls are stream-ordered and a CUDA graph can capture them; the kernels take up the FIFOs'
+// counters where the previous call left them, so a replayed graph continues correctly.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "coll/host_executor.h"
+#include "transport/p2p.h"
+
+namespace braid {
+
+struct DeviceCollContext {
+  const P2pLinks* links = nullptr;
+  uint64_t timeoutNs = 0;  // every device wait gives up after this long
+  int* failed = nullptr;   // deviceLaunchBlocks() words: a block sets its own when a wait gave up
+  size_t lowLatencyMaxBytes = 0;  // calls up to this many bytes use the low-latency protocol
+  int threads = 256;              // per block
+};
+
+// PreMulSum's scalar for this rank: read by the kernel from device memory (braidScalarDevice),
+// or its bytes (braidScalarHostImmediate).
+struct DeviceScale {
+  const void* onDevice = nullptr;
+  uint64_t bits = 0;
+};
+
+// The most blocks one launch carries: sends and receives (a block each), or ranks x channels.
+int deviceLaunchBlocks();
+
+// One rank's part of a collective launch: args.op is a braidRedOp_t below braidNumOps, or
+// braidSum with `scale` set (PreMulSum).
+struct DeviceRankCall {
+  const DeviceCollContext* ctx = nullptr;
+  CollArgs args;
+  const DeviceScale* scale = nullptr;
+};
+
+// One collective of one rank, or of several ranks of a communicator in one launch (their blocks
+// then run together: one host thread driving ranks that wait for each other). Every rank's call
+// must be the same collective, datatype, operator and count, and their channels together at most
+// deviceLaunchBlocks().
+void launchCollective(std::span<const DeviceRankCall> ranks, void* stream);
+// Sends and receives of one group, at most deviceLaunchBlocks(), at most one per peer and
+// direction (operations of one peer and direction go in separate launches, in issue order).
+void launchSendRecv(const DeviceCollContext& ctx, std::span<const CollArgs> ops, void* stream);
+
+}  // namespace braid

@@ -1,0 +1,328 @@
+#include "core/cuda_comm.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+
+#include "base/random.h"
+#include "core/cuda_probe.h"
+
+#if BRAID_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "coll/device_executor.h"
+#include "coll/device_kernels.cuh"
+#include "transport/cuda_check.h"
+#include "transport/p2p.h"
+#endif
+
+namespace braid {
+
+#if BRAID_HAVE_CUDA
+static_assert(kMaxDeviceChannels <= kMaxLaunchBlocks);
+
+namespace {
+
+// FIFO sizes of a CUDA communicator. Simple: 8 slots of 128 KiB per channel (a ring step moves a
+// slot; NCCL's is 512 KiB, tune on a GPU). Low-latency: 8 slots of 16 KiB lines, 8 KiB of data
+// each. Calls up to 64 KiB use the low-latency protocol.
+constexpr size_t kSimpleSlotBytes = 128 << 10;
+constexpr uint32_t kSimpleSlots = 8;
+constexpr size_t kLlSlotBytes = 16 << 10;
+constexpr uint32_t kLlSlots = 8;
+constexpr size_t kLowLatencyMaxBytes = 64 << 10;
+constexpr int kThreadsPerBlock = 256;
+
+// CUDA communicators alive in this process: device memory handed to a CPU communicator is looked
+// for only where there are some (the question needs a CUDA context, which a CPU-only process on a
+// GPU machine should not pay for).
+std::atomic<int> liveCudaComms{0};
+
+// Tells processes apart where pids may repeat (containers in separate pid namespaces share the
+// host's network namespace): drawn once per process.
+uint64_t processNonce() {
+  static const uint64_t nonce = [] {
+    uint64_t n = 0;
+    fillRandom(&n, sizeof n);
+    return n;
+  }();
+  return nonce;
+}
+
+const char* memoryKind(const cudaPointerAttributes& attributes) {
+  switch (attributes.type) {
+    case cudaMemoryTypeUnregistered: return "pageable host memory";
+    case cudaMemoryTypeHost: return "pinned host memory";
+    case cudaMemoryTypeDevice: return "device memory";
+    case cudaMemoryTypeManaged: return "managed memory";
+  }
+  return "memory of unknown kind";
+}
+
+cudaPointerAttributes attributesOf(const void* p) {
+  cudaPointerAttributes attributes{};
+  checkCuda(cudaPointerGetAttributes(&attributes, p), "cudaPointerGetAttributes");
+  return attributes;
+}
+
+// The communicator's device made current for a launch (a thread may drive ranks of several
+// GPUs), the caller's restored after.
+class OnDevice {
+ public:
+  OnDevice(int device, int rank) {
+    checkCuda(cudaGetDevice(&previous_), fmt::format("rank {}: cudaGetDevice", rank));
+    if (previous_ == device) return;
+    checkCuda(cudaSetDevice(device), fmt::format("rank {}: cudaSetDevice({})", rank, device));
+    switched_ = true;
+  }
+  ~OnDevice() {
+    if (switched_) cudaSetDevice(previous_);
+  }
+  OnDevice(const OnDevice&) = delete;
+  OnDevice& operator=(const OnDevice&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool switched_ = false;
+};
+
+class CudaCommImpl final : public CudaComm {
+ public:
+  // Init may run on another thread than the caller's (groups, non-blocking init), so the device
+  // comes in the setup, taken on the caller's thread; this thread's current device is restored.
+  explicit CudaCommImpl(const CudaCommSetup& setup) : rank_(setup.rank), device_(setup.device) {
+    const OnDevice on(device_, rank_);
+    for (cudaEvent_t* event : {&lastCall_, &join_})
+      checkCuda(cudaEventCreateWithFlags(event, cudaEventDisableTiming),
+                fmt::format("rank {}: cudaEventCreateWithFlags", rank_));
+    // The words a block sets when its wait gives up: mapped host memory, so the host reads them
+    // at any time without a copy or a wait.
+    checkCuda(cudaHostAlloc(reinterpret_cast<void**>(&failed_), sizeof(int) * kMaxLaunchBlocks,
+                            cudaHostAllocMapped),
+              fmt::format("rank {}: cudaHostAlloc", rank_));
+    std::fill(failed_, failed_ + kMaxLaunchBlocks, 0);
+    int* failedOnDevice = nullptr;
+    checkCuda(cudaHostGetDevicePointer(reinterpret_cast<void**>(&failedOnDevice), failed_, 0),
+              fmt::format("rank {}: cudaHostGetDevicePointer", rank_));
+    DeviceFifoGeometry geometry{setup.channels, kSimpleSlotBytes, kSimpleSlots, kLlSlotBytes,
+                                kLlSlots};
+    links_ =
+        P2pLinks::connect(setup.rank, setup.nranks,
+                          {setup.hostHash, processNonce(), static_cast<int32_t>(getpid()), device_},
+                          geometry, setup.ringOrders, setup.allGather);
+    ctx_.links = links_.get();
+    ctx_.timeoutNs = static_cast<uint64_t>(setup.timeoutMs) * 1'000'000;
+    ctx_.failed = failedOnDevice;
+    ctx_.lowLatencyMaxBytes = kLowLatencyMaxBytes;
+    ctx_.threads = kThreadsPerBlock;
+    timeoutMs_ = setup.timeoutMs;
+    ++liveCudaComms;
+  }
+  // This rank's kernels end (each bounded by its deadline, at once after abort()) before the
+  // FIFOs and the words they write are freed.
+  ~CudaCommImpl() override {
+    const OnDevice on(device_, rank_);
+    cudaEventSynchronize(lastCall_);
+    links_.reset();
+    if (failed_ != nullptr) cudaFreeHost(failed_);
+    cudaEventDestroy(lastCall_);
+    cudaEventDestroy(join_);
+    --liveCudaComms;
+  }
+
+  int device() const override { return device_; }
+
+  void checkBuffer(const char* fn, const char* name, const void* p) const override {
+    const cudaPointerAttributes a = attributesOf(p);
+    const bool reachable =
+        a.type == cudaMemoryTypeManaged || (a.type == cudaMemoryTypeDevice && a.device == device_);
+    if (reachable) return;
+    if (a.type == cudaMemoryTypeDevice)
+      fail(braidInvalidArgument,
+           "{} on rank {}: {} {} is device memory of CUDA device {} (expected device memory of "
+           "this communicator's CUDA device {})",
+           fn, rank_, name, p, a.device, device_);
+    fail(braidInvalidArgument,
+         "{} on rank {}: {} {} is {} (expected device memory of CUDA device {}: this is a CUDA "
+         "communicator)",
+         fn, rank_, name, p, memoryKind(a), device_);
+  }
+
+  // Operations of one peer and direction complete in issue order, and each pair of ranks has one
+  // FIFO per direction: the k-th operation of every peer and direction goes in the k-th launch
+  // (every rank cuts alike, so launch k of one rank meets launch k of its peers).
+  void launchSendRecv(std::span<const CollArgs> ops, void* stream) override {
+    const OnDevice on(device_, rank_);
+    std::vector<std::vector<CollArgs>> waves;
+    std::map<std::pair<int, bool>, size_t> seen;
+    for (const CollArgs& a : ops) {
+      if (a.coll != Collective::Send && a.coll != Collective::Recv) continue;  // root markers
+      const size_t wave = seen[{a.root, a.coll == Collective::Send}]++;
+      if (waves.size() <= wave) waves.resize(wave + 1);
+      waves[wave].push_back(a);
+    }
+    for (const std::vector<CollArgs>& wave : waves)  // all checked before any is launched
+      if (wave.size() > static_cast<size_t>(deviceLaunchBlocks()))
+        fail(braidInvalidUsage,
+             "rank {}: {} sends and receives with distinct peers in one group; a CUDA "
+             "communicator runs at most {} at once so far (expected fewer peers per group)",
+             rank_, wave.size(), deviceLaunchBlocks());
+    const bool captured = afterLastCall(stream);
+    for (const std::vector<CollArgs>& wave : waves) braid::launchSendRecv(ctx_, wave, stream);
+    recordCall(stream, captured);
+  }
+
+  std::optional<Error> failure() const override {
+    for (int b = 0; b < kMaxLaunchBlocks; ++b)
+      if (__atomic_load_n(&failed_[b], __ATOMIC_ACQUIRE) != 0) {
+        if (aborted_)
+          return Error(braidRemoteError,
+                       fmt::format("rank {}: a kernel stopped waiting because the communicator "
+                                   "was aborted",
+                                   rank_));
+        return Error(braidTimeout,
+                     fmt::format("rank {}: block {} of a kernel gave up after {} ms waiting for "
+                                 "a peer (its ring neighbours, or the peers of its sends and "
+                                 "receives)",
+                                 rank_, b, timeoutMs_));
+      }
+    return std::nullopt;
+  }
+
+  void abort() override {
+    const OnDevice on(device_, rank_);
+    aborted_ = true;
+    links_->abort();
+  }
+
+  void synchronize() override {
+    checkCuda(cudaEventSynchronize(lastCall_),
+              fmt::format("rank {}: cudaEventSynchronize of its last call", rank_));
+  }
+
+ private:
+  friend void ::braid::launchCollectives(std::span<const CudaCall> calls);
+
+  // A rank's calls share its FIFOs and take up their counters where the previous call left them,
+  // so they must run one after another even on different streams: a call on another stream than
+  // the last waits for the last call's event, and every call records it. A stream being captured
+  // into a graph is left alone (an event from outside the capture cannot be waited on there):
+  // the graph orders its own calls, and mixing captured and uncaptured streams is the user's.
+  // Returns whether `stream` is being captured.
+  bool afterLastCall(void* stream) {
+    auto s = static_cast<cudaStream_t>(stream);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    checkCuda(cudaStreamIsCapturing(s, &capture),
+              fmt::format("rank {}: cudaStreamIsCapturing", rank_));
+    const bool captured = capture != cudaStreamCaptureStatusNone;
+    if (!captured && hasLastStream_ && lastStream_ != s)
+      checkCuda(cudaStreamWaitEvent(s, lastCall_, 0),
+                fmt::format("rank {}: cudaStreamWaitEvent", rank_));
+    return captured;
+  }
+  void recordCall(void* stream, bool captured) {
+    if (captured) return;
+    auto s = static_cast<cudaStream_t>(stream);
+    checkCuda(cudaEventRecord(lastCall_, s), fmt::format("rank {}: cudaEventRecord", rank_));
+    lastStream_ = s;
+    hasLastStream_ = true;
+  }
+
+  cudaEvent_t lastCall_ = nullptr;
+  cudaEvent_t join_ = nullptr;  // joins the streams of ranks launched together
+  cudaStream_t lastStream_ = nullptr;
+  bool hasLastStream_ = false;
+  int rank_;
+  int device_ = -1;
+  int timeoutMs_ = 0;
+  int* failed_ = nullptr;
+  std::atomic<bool> aborted_{false};
+  std::unique_ptr<P2pLinks> links_;
+  DeviceCollContext ctx_;
+};
+
+}  // namespace
+
+std::unique_ptr<CudaComm> CudaComm::connect(const CudaCommSetup& setup) {
+  return std::make_unique<CudaCommImpl>(setup);
+}
+
+// The launch goes on the first rank's stream: every other rank's stream joins it before (its
+// queued work precedes the call) and waits for it after (its later work follows the call), by
+// events, which a graph capture turns into edges.
+void launchCollectives(std::span<const CudaCall> calls) {
+  auto& first = static_cast<CudaCommImpl&>(*calls.front().comm);
+  const OnDevice on(first.device_, first.rank_);
+  const auto firstStream = static_cast<cudaStream_t>(calls.front().stream);
+  std::vector<DeviceScale> scales(calls.size());
+  std::vector<DeviceRankCall> ranks;
+  std::vector<bool> captured;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    auto& comm = static_cast<CudaCommImpl&>(*calls[i].comm);
+    if (comm.device_ != first.device_)
+      fail(braidInternalError, "rank {}: ranks of one launch are on different devices", comm.rank_);
+    if (calls[i].scalar != nullptr) scales[i] = {calls[i].scalar->onDevice, calls[i].scalar->bits};
+    ranks.push_back({&comm.ctx_, calls[i].args, calls[i].scalar != nullptr ? &scales[i] : nullptr});
+    captured.push_back(comm.afterLastCall(calls[i].stream));
+    const auto stream = static_cast<cudaStream_t>(calls[i].stream);
+    if (stream == firstStream) continue;
+    checkCuda(cudaEventRecord(comm.join_, stream),
+              fmt::format("rank {}: cudaEventRecord", comm.rank_));
+    checkCuda(cudaStreamWaitEvent(firstStream, comm.join_, 0),
+              fmt::format("rank {}: cudaStreamWaitEvent", comm.rank_));
+  }
+  launchCollective(ranks, firstStream);
+  if (calls.size() > 1)
+    checkCuda(cudaEventRecord(first.join_, firstStream),
+              fmt::format("rank {}: cudaEventRecord", first.rank_));
+  for (size_t i = 0; i < calls.size(); ++i) {
+    auto& comm = static_cast<CudaCommImpl&>(*calls[i].comm);
+    const auto stream = static_cast<cudaStream_t>(calls[i].stream);
+    if (stream != firstStream)
+      checkCuda(cudaStreamWaitEvent(stream, first.join_, 0),
+                fmt::format("rank {}: cudaStreamWaitEvent", comm.rank_));
+    comm.recordCall(calls[i].stream, captured[i]);
+  }
+}
+
+int currentCudaDevice() {
+  int device = 0;
+  checkCuda(cudaGetDevice(&device), "cudaGetDevice");
+  return device;
+}
+
+// Never throws for the question itself: a runtime that cannot answer (a child forked after its
+// parent used CUDA) means the buffer is taken for host memory.
+void checkHostBuffer(const char* fn, int rank, const char* name, const void* p) {
+  if (liveCudaComms.load(std::memory_order_relaxed) == 0 || p == nullptr) return;
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  if (a.type == cudaMemoryTypeDevice)
+    fail(braidInvalidArgument,
+         "{} on rank {}: {} {} is device memory of CUDA device {} (expected host memory: this is "
+         "a CPU communicator)",
+         fn, rank, name, p, a.device);
+}
+
+#else
+
+std::unique_ptr<CudaComm> CudaComm::connect(const CudaCommSetup& setup) {
+  fail(braidInvalidUsage, "rank {}: {}", setup.rank, cudaUnavailableReason());
+}
+
+void launchCollectives(std::span<const CudaCall>) {}
+
+void checkHostBuffer(const char*, int, const char*, const void*) {}
+
+int currentCudaDevice() {
+  return -1;
+}
+
+#endif
+
+}  // namespace braid

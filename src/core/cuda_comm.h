@@ -1,0 +1,82 @@
+// A CUDA communicator's device side: its CUDA device, the P2P transport's FIFOs, the words its
+// kernels set when a wait gives up, and the launches of its calls on the caller's stream. Holds
+// no CUDA type in its interface, so the communicator compiles without the toolkit; where the
+// build has no CUDA, connect() fails saying so (and no communicator gets that far: the device
+// "cuda" is refused first).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "coll/host_executor.h"
+
+namespace braid {
+
+// A launch carries a block per channel, at most coll/device_kernels.cuh's kMaxLaunchBlocks.
+constexpr int kMaxDeviceChannels = 32;
+
+struct CudaCommSetup {
+  int rank = 0;
+  int nranks = 1;
+  uint64_t hostHash = 0;
+  int device = 0;  // the CUDA device (the caller's current one: currentCudaDevice())
+  int channels = 1;
+  std::vector<std::vector<int>> ringOrders;  // per channel
+  int timeoutMs = 0;
+  std::function<void(void*, size_t)> allGather;  // over the bootstrap
+};
+
+// PreMulSum's scalar as a call of a CUDA communicator reads it.
+struct CudaScalar {
+  const void* onDevice = nullptr;  // braidScalarDevice: read by the kernel
+  uint64_t bits = 0;               // braidScalarHostImmediate: its bytes
+};
+
+class CudaComm {
+ public:
+  // Every rank of the communicator calls it, on its current CUDA device.
+  static std::unique_ptr<CudaComm> connect(const CudaCommSetup& setup);
+  virtual ~CudaComm() = default;
+
+  virtual int device() const = 0;
+  // Fails (braidInvalidArgument) unless `p` is memory this communicator's device can use:
+  // "sendbuff 0x... is pageable host memory (expected device memory of CUDA device 0)".
+  virtual void checkBuffer(const char* fn, const char* name, const void* p) const = 0;
+  // Queues a group's sends and receives on `stream`; returns without waiting for the device.
+  virtual void launchSendRecv(std::span<const CollArgs> ops, void* stream) = 0;
+  // A device wait of this rank that gave up (timeout, or the FIFOs aborted), as an error.
+  virtual std::optional<Error> failure() const = 0;
+  // Stops every device wait on this rank's FIFOs (braidCommAbort), without waiting.
+  virtual void abort() = 0;
+  // Waits for this rank's last call (finalize), its kernels bounded by their deadline.
+  virtual void synchronize() = 0;
+};
+
+// One rank's collective: args.op a built-in operator, or braidSum with `scalar` for PreMulSum.
+struct CudaCall {
+  CudaComm* comm = nullptr;
+  CollArgs args;
+  const CudaScalar* scalar = nullptr;
+  void* stream = nullptr;  // cudaStream_t
+};
+
+// Queues the same collective of one rank, or of several ranks of one communicator in this process
+// on one GPU, in one launch (their blocks wait for each other, and CUDA does not promise that
+// kernels launched apart run together); each stays ordered on its own stream. Returns without
+// waiting for the device.
+void launchCollectives(std::span<const CudaCall> calls);
+
+// The calling thread's current CUDA device (where a communicator made now goes, as in NCCL).
+int currentCudaDevice();
+
+// On a CPU communicator: fails (braidInvalidArgument) if `p` is CUDA device memory, asked where
+// this process has CUDA communicators (and so CUDA contexts) of its own.
+void checkHostBuffer(const char* fn, int rank, const char* name, const void* p);
+
+}  // namespace braid

@@ -1,0 +1,126 @@
+// What the GPU tests of CUDA communicators share: a rank's communicator on the current device,
+// the cases (the device form's, plus messages beyond the low-latency limit and the FIFOs), and
+// one case run on device buffers through the public API and checked against the multirank
+// grid's independent reference.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "braid/braid.h"
+#include "gpu/gpu_common.h"
+
+namespace braid_test {
+
+inline constexpr int kTimeoutMs = 30000;
+
+inline braidResult_t initCudaRank(braidComm_t* comm, int nranks, const braidUniqueId& id, int rank,
+                                  int timeoutMs = kTimeoutMs) {
+  braidConfig_t config = BRAID_CONFIG_INITIALIZER;
+  config.device = "cuda";
+  config.timeoutMs = timeoutMs;
+  return braidCommInitRankConfig(comm, nranks, id, rank, &config);
+}
+
+inline std::string describe(braidResult_t result, braidComm_t comm) {
+  return std::string(braidGetErrorString(result)) + ": " + braidGetLastError(comm);
+}
+
+// A rank on device 0 with a stream of its own and its CUDA communicator; "" or what failed.
+struct CudaRank {
+  cudaStream_t stream = nullptr;
+  braidComm_t comm = nullptr;
+};
+inline std::string openCudaRank(int nranks, const braidUniqueId& id, int rank, CudaRank& out,
+                                int timeoutMs = kTimeoutMs) {
+  if (cudaSetDevice(0) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&out.stream, cudaStreamNonBlocking) != cudaSuccess)
+    return "cudaSetDevice or cudaStreamCreate failed";
+  const braidResult_t r = initCudaRank(&out.comm, nranks, id, rank, timeoutMs);
+  return r == braidSuccess ? "" : "init: " + describe(r, nullptr);
+}
+// Finalizes and destroys what openCudaRank made.
+inline void closeCudaRank(CudaRank& rank) {
+  if (rank.comm != nullptr) {
+    braidCommFinalize(rank.comm);
+    braidCommDestroy(rank.comm);
+  }
+  if (rank.stream != nullptr) cudaStreamDestroy(rank.stream);
+}
+
+// One case on this rank: buffers to the device, the call on the stream, the stream waited for,
+// the buffers back and checked. Every rank of the communicator calls it with the same case.
+inline void runCase(const Case& c, int rank, int n, braidComm_t comm, cudaStream_t stream,
+                    std::vector<std::string>& failures) {
+  RankBuffers host;
+  layoutRank(c, rank, n, host);
+  DeviceArena arena;
+  DeviceRank dev;
+  if (!toDevice(host, arena, dev)) return failures.push_back("cudaMalloc or cudaMemcpy failed");
+  braidRedOp_t op = c.op;
+  bool premul = c.op == kPreMulSum;
+  if (premul) {
+    visitDtype(c.type, [&](auto element) {
+      using T = decltype(element);
+      T scalar = premulScalar<T>(rank);
+      braidRedOpCreatePreMulSum(&op, &scalar, c.type, braidScalarHostImmediate, comm);
+    });
+  }
+  const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+  braidResult_t r = braidSuccess;
+  switch (c.collective) {
+    case Collective::AllReduce:
+      r = braidAllReduce(dev.input, dev.output, c.count, c.type, op, comm, stream);
+      break;
+    case Collective::ReduceScatter:
+      r = braidReduceScatter(dev.input, dev.output, c.count, c.type, op, comm, stream);
+      break;
+    case Collective::AllGather:
+      r = braidAllGather(dev.input, dev.output, c.count, c.type, comm, stream);
+      break;
+    case Collective::Broadcast:
+      r = braidBroadcast(dev.input, dev.output, c.count, c.type, c.root, comm, stream);
+      break;
+    case Collective::Reduce:
+      r = braidReduce(dev.input, dev.output, c.count, c.type, op, c.root, comm, stream);
+      break;
+    default:  // send to the next rank, receive from the previous one
+      braidGroupStart();
+      braidSend(dev.input, c.count, c.type, next, comm, stream);
+      braidRecv(dev.output, c.count, c.type, prev, comm, stream);
+      r = braidGroupEnd();
+  }
+  const std::string what = describe(c, Shape{n, 0, 0, 0, Algorithm::Simple});
+  if (r != braidSuccess) return failures.push_back(what + ": " + describe(r, comm));
+  if (cudaStreamSynchronize(stream) != cudaSuccess)
+    return failures.push_back(what + ": cudaStreamSynchronize failed");
+  braidResult_t async = braidSuccess;
+  braidCommGetAsyncError(comm, &async);
+  if (async != braidSuccess) return failures.push_back(what + ": " + describe(async, comm));
+  if (premul) braidRedOpDestroy(op, comm);
+  if (!toHost(dev, host)) return failures.push_back(what + ": cudaMemcpy failed");
+  const std::string wrong = checkRank(c, rank, n, host);
+  if (!wrong.empty()) failures.push_back(what + ": " + wrong);
+}
+
+// The device form's cases (every collective x dtype x op at counts 0 .. a few thousand: the
+// low-latency protocol), and messages beyond the low-latency limit and the FIFOs (Simple), a
+// few dtypes and ops each.
+inline std::vector<Case> commCases(int n) {
+  std::vector<Case> cases = casesFor(Shape{n, 2, 256, 8, Algorithm::Simple});
+  for (Collective collective :
+       {Collective::AllReduce, Collective::ReduceScatter, Collective::AllGather,
+        Collective::Broadcast, Collective::Reduce, Collective::Send}) {
+    if (collective == Collective::Send && n == 1) continue;
+    for (auto [type, op] : {std::pair{braidFloat32, braidSum}, std::pair{braidBfloat16, braidAvg},
+                            std::pair{braidInt8, braidMax}})
+      for (size_t count : {size_t{100'003}, size_t{(1 << 22) + 5}}) {
+        const braidRedOp_t used = reduces(collective) ? op : braidSum;
+        cases.push_back({collective, type, used, count, n - 1, mixBits(9, 0, cases.size())});
+      }
+  }
+  return cases;
+}
+
+}  // namespace braid_test

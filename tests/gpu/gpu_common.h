@@ -1,0 +1,104 @@
+// What the GPU tests share: CUDA failures as test failures, the skip where no device is, device
+// memory released at the end of a test, and a rank's buffers of a device-form case
+// (device/device_cases.h) mirrored into device memory byte for byte.
+#pragma once
+
+#include <cuda_runtime.h>  // the C++ API too (typed cudaMalloc)
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "device/device_cases.h"
+
+namespace braid_test {
+
+inline std::string cudaFailure(cudaError_t e, const char* what) {
+  return std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+}
+#define CUDA_CHECK(call)                                                          \
+  do {                                                                            \
+    const cudaError_t cudaCheckError = (call);                                    \
+    ASSERT_EQ(cudaCheckError, cudaSuccess) << cudaFailure(cudaCheckError, #call); \
+  } while (0)
+
+// Why no CUDA device can be used here, or "" when one can.
+inline std::string noCudaDevice() {
+  int devices = 0;
+  const cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess) return "no CUDA device here (" + cudaFailure(e, "cudaGetDeviceCount") + ")";
+  return devices == 0 ? "no CUDA device here (0 devices)" : "";
+}
+
+// Device memory released at the end of the test.
+class DeviceArena {
+ public:
+  DeviceArena() = default;
+  DeviceArena(const DeviceArena&) = delete;
+  DeviceArena& operator=(const DeviceArena&) = delete;
+  ~DeviceArena() {
+    for (void* p : blocks_) cudaFree(p);
+  }
+  void* take(size_t bytes) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes == 0 ? 1 : bytes) != cudaSuccess) return nullptr;
+    blocks_.push_back(p);
+    return p;
+  }
+
+ private:
+  std::vector<void*> blocks_;
+};
+
+// One rank's buffers of a case in device memory, laid out as the host's (RankBuffers).
+struct DeviceRank {
+  unsigned char* inputStorage = nullptr;
+  unsigned char* outputStorage = nullptr;
+  unsigned char* input = nullptr;
+  unsigned char* output = nullptr;
+};
+
+// Where the host layout's pointer p (inside `storage`) lies in the device copy.
+inline unsigned char* mirror(const std::vector<unsigned char>& storage, const unsigned char* p,
+                             unsigned char* device) {
+  return p == nullptr || storage.empty() || p < storage.data() ||
+                 p >= storage.data() + storage.size()
+             ? nullptr
+             : device + (p - storage.data());
+}
+
+// Copies host buffers h (inputs and poisoned outputs) into new device memory; false when an
+// allocation or copy failed.
+inline bool toDevice(const RankBuffers& h, DeviceArena& arena, DeviceRank& d) {
+  d.inputStorage = static_cast<unsigned char*>(arena.take(h.inputStorage.size()));
+  d.outputStorage = static_cast<unsigned char*>(arena.take(h.outputStorage.size()));
+  if (d.inputStorage == nullptr || d.outputStorage == nullptr) return false;
+  if (!h.inputStorage.empty() &&
+      cudaMemcpy(d.inputStorage, h.inputStorage.data(), h.inputStorage.size(),
+                 cudaMemcpyHostToDevice) != cudaSuccess)
+    return false;
+  if (!h.outputStorage.empty() &&
+      cudaMemcpy(d.outputStorage, h.outputStorage.data(), h.outputStorage.size(),
+                 cudaMemcpyHostToDevice) != cudaSuccess)
+    return false;
+  auto at = [&](const unsigned char* p) {
+    unsigned char* in = mirror(h.inputStorage, p, d.inputStorage);
+    return in != nullptr ? in : mirror(h.outputStorage, p, d.outputStorage);
+  };
+  d.input = at(h.input);
+  d.output = at(h.output);
+  return true;
+}
+
+// Copies the device buffers back over h, for checkRank.
+inline bool toHost(const DeviceRank& d, RankBuffers& h) {
+  if (!h.inputStorage.empty() &&
+      cudaMemcpy(h.inputStorage.data(), d.inputStorage, h.inputStorage.size(),
+                 cudaMemcpyDeviceToHost) != cudaSuccess)
+    return false;
+  return h.outputStorage.empty() ||
+         cudaMemcpy(h.outputStorage.data(), d.outputStorage, h.outputStorage.size(),
+                    cudaMemcpyDeviceToHost) == cudaSuccess;
+}
+
+}  // namespace braid_test

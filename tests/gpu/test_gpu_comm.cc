@@ -1,0 +1,310 @@
+// CUDA communicators through the public API on a GPU: R ranks as threads of this process sharing
+// the current device, each with its own stream (NCCL refuses this; braid supports it, and it is
+// how everything is tested on a one-GPU machine). The device form's cases (device/device_cases.h)
+// plus large messages on device buffers, checked against the multirank grid's independent reference
+// with outputs poisoned; stream ordering; graph capture and replay; host memory refused; a missing
+// peer turned into braidTimeout; one thread driving every rank in one launch. Two processes
+// through CUDA IPC: test_gpu_ipc.cc. Where no CUDA device is present every test is skipped,
+// saying so.
+#include <atomic>
+#include <barrier>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpu/comm_cases.h"
+
+namespace braid_test {
+namespace {
+
+// Runs body(rank, comm, stream) on n threads, each with a CUDA communicator on device 0 and a
+// stream of its own; failures are collected, each prefixed with its rank.
+using RankBody = std::function<void(int rank, braidComm_t comm, cudaStream_t stream,
+                                    std::vector<std::string>& failures)>;
+std::vector<std::string> runRanks(int n, const RankBody& body, int timeoutMs = kTimeoutMs) {
+  braidUniqueId id;
+  if (braidGetUniqueId(&id) != braidSuccess) return {"braidGetUniqueId failed"};
+  std::mutex mutex;
+  std::vector<std::string> all;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < n; ++rank)
+    threads.emplace_back([&, rank] {
+      std::vector<std::string> failures;
+      CudaRank me;
+      if (const std::string failed = openCudaRank(n, id, rank, me, timeoutMs); !failed.empty())
+        failures.push_back(failed);
+      else
+        body(rank, me.comm, me.stream, failures);
+      closeCudaRank(me);
+      std::lock_guard<std::mutex> lock(mutex);
+      for (const std::string& f : failures)
+        all.push_back("rank " + std::to_string(rank) + ": " + f);
+    });
+  for (auto& t : threads) t.join();
+  return all;
+}
+
+class CudaComm : public testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string none = noCudaDevice();
+    if (!none.empty()) GTEST_SKIP() << none << ": CUDA communicators need a GPU";
+  }
+};
+
+class CudaCommRanks : public CudaComm, public testing::WithParamInterface<int> {};
+
+TEST_P(CudaCommRanks, EveryCollectiveMatchesTheReference) {
+  const int n = GetParam();
+  const std::vector<Case> cases = commCases(n);
+  std::barrier<> between(n);
+  std::atomic<bool> stop{false};
+  const auto failures = runRanks(
+      n, [&](int rank, braidComm_t comm, cudaStream_t stream, std::vector<std::string>& failures) {
+        int device = -2;
+        if (braidCommCuDevice(comm, &device) != braidSuccess || device != 0)
+          failures.push_back("braidCommCuDevice gave " + std::to_string(device) + ", expected 0");
+        for (const Case& c : cases) {
+          runCase(c, rank, n, comm, stream, failures);
+          if (failures.size() > 5) stop = true;
+          between.arrive_and_wait();  // every rank checked before the next case's buffers
+          if (stop) break;            // read after the barrier by every rank: all stop together
+        }
+      });
+  for (const std::string& f : failures) ADD_FAILURE() << f;
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, CudaCommRanks, testing::Values(1, 2, 4, 8),
+                         [](const testing::TestParamInfo<int>& info) {
+                           return std::to_string(info.param) + "ranks";
+                         });
+
+// One thread drives every rank of the GPU (braidCommInitAll, then one group per call): the k-th
+// collective of every rank goes in one launch, so the ranks' blocks run together. Each rank on a
+// stream of its own, and all ranks on one stream (which one launch makes possible).
+TEST_F(CudaComm, OneThreadDrivesEveryRankInOneLaunch) {
+  for (int n : {2, 4, 8})
+    for (bool oneStream : {false, true}) {
+      SCOPED_TRACE(std::to_string(n) + " ranks" + (oneStream ? ", one stream" : ""));
+      std::vector<int> devices(n, 0);
+      std::vector<braidComm_t> comms(n);
+      ASSERT_EQ(braidCommInitAll(comms.data(), n, devices.data()), braidSuccess)
+          << braidGetLastError(nullptr);
+      std::vector<cudaStream_t> streams(n);
+      for (int r = 0; r < n; ++r)
+        CUDA_CHECK(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking));
+      for (const Case& c : commCases(n)) {
+        if (c.collective == Collective::Send || c.type != braidFloat32 || c.op == kPreMulSum)
+          continue;
+        DeviceArena arena;
+        std::vector<RankBuffers> host(n);
+        std::vector<DeviceRank> dev(n);
+        for (int r = 0; r < n; ++r) {
+          layoutRank(c, r, n, host[r]);
+          ASSERT_TRUE(toDevice(host[r], arena, dev[r]));
+        }
+        braidGroupStart();
+        for (int r = 0; r < n; ++r) {
+          cudaStream_t s = oneStream ? streams[0] : streams[r];
+          switch (c.collective) {
+            case Collective::AllReduce:
+              braidAllReduce(dev[r].input, dev[r].output, c.count, c.type, c.op, comms[r], s);
+              break;
+            case Collective::ReduceScatter:
+              braidReduceScatter(dev[r].input, dev[r].output, c.count, c.type, c.op, comms[r], s);
+              break;
+            case Collective::AllGather:
+              braidAllGather(dev[r].input, dev[r].output, c.count, c.type, comms[r], s);
+              break;
+            case Collective::Broadcast:
+              braidBroadcast(dev[r].input, dev[r].output, c.count, c.type, c.root, comms[r], s);
+              break;
+            default:
+              braidReduce(dev[r].input, dev[r].output, c.count, c.type, c.op, c.root, comms[r], s);
+          }
+        }
+        const braidResult_t r = braidGroupEnd();
+        ASSERT_EQ(r, braidSuccess) << describe(r, nullptr);
+        for (cudaStream_t s : streams) CUDA_CHECK(cudaStreamSynchronize(s));
+        for (int rank = 0; rank < n; ++rank) {
+          ASSERT_TRUE(toHost(dev[rank], host[rank]));
+          const std::string wrong = checkRank(c, rank, n, host[rank]);
+          ASSERT_TRUE(wrong.empty())
+              << describe(c, Shape{n, 0, 0, 0, Algorithm::Simple}) << ": " << wrong;
+        }
+      }
+      for (int r = 0; r < n; ++r) {
+        braidCommDestroy(comms[r]);
+        cudaStreamDestroy(streams[r]);
+      }
+    }
+}
+
+// Work queued before a call is seen by it, and work queued after it sees its result: rounds of
+// copy in, all-reduce, copy out with no wait between them, alternating between two streams of
+// the rank (a rank's calls share its FIFOs, so a call on the other stream must wait for the last
+// one), each round with buffers of its own.
+TEST_F(CudaComm, CallsKeepTheStreamsOrder) {
+  constexpr int kRanks = 2, kRounds = 8;
+  constexpr size_t kCount = 300'001;  // Simple protocol, several slots per channel
+  const auto failures = runRanks(kRanks, [&](int rank, braidComm_t comm, cudaStream_t stream,
+                                             std::vector<std::string>& failures) {
+    const size_t bytes = kCount * sizeof(float);
+    cudaStream_t other = nullptr;
+    float *in = nullptr, *out = nullptr, *hostIn = nullptr, *hostOut = nullptr;
+    if (cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking) ||
+        cudaMalloc(&in, bytes * kRounds) || cudaMalloc(&out, bytes * kRounds) ||
+        cudaMallocHost(&hostIn, bytes * kRounds) || cudaMallocHost(&hostOut, bytes * kRounds))
+      return failures.push_back("allocation failed");
+    for (int round = 0; round < kRounds; ++round)
+      for (size_t i = 0; i < kCount; ++i)
+        hostIn[round * kCount + i] = static_cast<float>((rank + 1) * (round + 1) + i % 7);
+    std::memset(hostOut, 0xa5, bytes * kRounds);
+    for (int round = 0; round < kRounds; ++round) {
+      cudaStream_t s = round % 2 == 0 ? stream : other;
+      const size_t at = round * kCount;
+      cudaMemcpyAsync(in + at, hostIn + at, bytes, cudaMemcpyHostToDevice, s);
+      const braidResult_t r =
+          braidAllReduce(in + at, out + at, kCount, braidFloat32, braidSum, comm, s);
+      if (r != braidSuccess) return failures.push_back("allreduce: " + describe(r, comm));
+      cudaMemcpyAsync(hostOut + at, out + at, bytes, cudaMemcpyDeviceToHost, s);
+    }
+    if (cudaStreamSynchronize(stream) != cudaSuccess || cudaStreamSynchronize(other) != cudaSuccess)
+      return failures.push_back("cudaStreamSynchronize failed");
+    for (int round = 0; round < kRounds && failures.empty(); ++round)
+      for (size_t i = 0; i < kCount; ++i) {
+        // ranks 1 and 2 (as rank + 1) summed
+        const float want = static_cast<float>(3 * (round + 1) + 2 * (i % 7));
+        if (hostOut[round * kCount + i] != want) {
+          failures.push_back("round " + std::to_string(round) + " element " + std::to_string(i) +
+                             " is " + std::to_string(hostOut[round * kCount + i]) + ", expected " +
+                             std::to_string(want));
+          break;
+        }
+      }
+    cudaStreamDestroy(other);
+    cudaFree(in);
+    cudaFree(out);
+    cudaFreeHost(hostIn);
+    cudaFreeHost(hostOut);
+  });
+  for (const std::string& f : failures) ADD_FAILURE() << f;
+}
+
+// A call captured in a CUDA graph replays: the kernels take up the FIFOs' counters where the
+// previous replay left them. Small (low-latency) and large (Simple) all-reduces, 3 replays.
+TEST_F(CudaComm, CapturedCallsReplay) {
+  constexpr int kRanks = 2, kReplays = 3;
+  for (size_t count : {size_t{1000}, size_t{1'000'003}}) {
+    SCOPED_TRACE("count " + std::to_string(count));
+    const auto failures = runRanks(kRanks, [&](int rank, braidComm_t comm, cudaStream_t stream,
+                                               std::vector<std::string>& failures) {
+      const size_t bytes = count * sizeof(float);
+      float *in = nullptr, *out = nullptr, *hostIn = nullptr, *hostOut = nullptr;
+      if (cudaMalloc(&in, bytes) || cudaMalloc(&out, bytes) || cudaMallocHost(&hostIn, bytes) ||
+          cudaMallocHost(&hostOut, bytes))
+        return failures.push_back("allocation failed");
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
+        return failures.push_back("cudaStreamBeginCapture failed");
+      cudaMemcpyAsync(in, hostIn, bytes, cudaMemcpyHostToDevice, stream);
+      const braidResult_t r = braidAllReduce(in, out, count, braidFloat32, braidSum, comm, stream);
+      cudaMemcpyAsync(hostOut, out, bytes, cudaMemcpyDeviceToHost, stream);
+      if (cudaStreamEndCapture(stream, &graph) != cudaSuccess || r != braidSuccess ||
+          cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)
+        return failures.push_back("capture failed: " + describe(r, comm));
+      for (int replay = 0; replay < kReplays && failures.empty(); ++replay) {
+        for (size_t i = 0; i < count; ++i)
+          hostIn[i] = static_cast<float>(rank * 100 + replay * 10 + i % 5);
+        std::memset(hostOut, 0xa5, bytes);
+        if (cudaGraphLaunch(exec, stream) != cudaSuccess ||
+            cudaStreamSynchronize(stream) != cudaSuccess)
+          return failures.push_back("cudaGraphLaunch failed");
+        for (size_t i = 0; i < count; ++i) {
+          const float want = static_cast<float>(100 + 2 * (replay * 10 + i % 5));
+          if (hostOut[i] != want) {
+            failures.push_back("replay " + std::to_string(replay) + " element " +
+                               std::to_string(i) + " is " + std::to_string(hostOut[i]) +
+                               ", expected " + std::to_string(want));
+            break;
+          }
+        }
+      }
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      cudaFree(in);
+      cudaFree(out);
+      cudaFreeHost(hostIn);
+      cudaFreeHost(hostOut);
+    });
+    for (const std::string& f : failures) ADD_FAILURE() << f;
+  }
+}
+
+// Host memory on a CUDA communicator, and device memory on a CPU one, are refused by name.
+TEST_F(CudaComm, BuffersOfTheWrongKindAreRefused) {
+  const auto failures = runRanks(1, [&](int, braidComm_t comm, cudaStream_t stream,
+                                        std::vector<std::string>& failures) {
+    std::vector<float> pageable(64);
+    float* pinned = nullptr;
+    float* device = nullptr;
+    if (cudaMallocHost(&pinned, 256) || cudaMalloc(&device, 256))
+      return failures.push_back("allocation failed");
+    auto refused = [&](const void* send, void* recv, const char* kind) {
+      const braidResult_t r = braidAllReduce(send, recv, 64, braidFloat32, braidSum, comm, stream);
+      const std::string error = braidGetLastError(comm);
+      if (r != braidInvalidArgument || error.find(kind) == std::string::npos)
+        failures.push_back(std::string(kind) + " was not refused by name: " + describe(r, comm));
+    };
+    refused(pageable.data(), device, "sendbuff");
+    refused(pageable.data(), device, "pageable host memory");
+    refused(device, pinned, "recvbuff");
+    refused(device, pinned, "pinned host memory");
+
+    braidConfig_t config = BRAID_CONFIG_INITIALIZER;
+    config.device = "cpu";
+    braidUniqueId id;
+    braidComm_t cpu = nullptr;
+    braidGetUniqueId(&id);
+    if (braidCommInitRankConfig(&cpu, 1, id, 0, &config) != braidSuccess)
+      return failures.push_back("CPU communicator: " + describe(braidInternalError, nullptr));
+    const braidResult_t r =
+        braidAllReduce(device, pageable.data(), 64, braidFloat32, braidSum, cpu, nullptr);
+    const std::string error = braidGetLastError(cpu);
+    if (r != braidInvalidArgument || error.find("device memory") == std::string::npos)
+      failures.push_back("device memory on a CPU communicator: " + describe(r, cpu));
+    braidCommDestroy(cpu);
+    cudaFreeHost(pinned);
+    cudaFree(device);
+  });
+  for (const std::string& f : failures) ADD_FAILURE() << f;
+}
+
+// A rank that never makes its call: the other's kernel gives up at the timeout, and the
+// communicator says so (braidTimeout) instead of hanging the stream.
+TEST_F(CudaComm, AMissingPeerBecomesATimeout) {
+  constexpr int kShortTimeoutMs = 2000;
+  const auto failures = runRanks(
+      2,
+      [&](int rank, braidComm_t comm, cudaStream_t stream, std::vector<std::string>& failures) {
+        if (rank == 1) return;  // never calls
+        float* buffer = nullptr;
+        if (cudaMalloc(&buffer, 4096 * sizeof(float))) return failures.push_back("cudaMalloc");
+        braidAllReduce(buffer, buffer, 4096, braidFloat32, braidSum, comm, stream);
+        cudaStreamSynchronize(stream);
+        braidResult_t async = braidSuccess;
+        braidCommGetAsyncError(comm, &async);
+        if (async != braidTimeout)
+          failures.push_back("expected braidTimeout, got " + describe(async, comm));
+        cudaFree(buffer);
+      },
+      kShortTimeoutMs);
+  for (const std::string& f : failures) ADD_FAILURE() << f;
+}
+
+}  // namespace
+}  // namespace braid_test

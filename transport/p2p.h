@@ -1,0 +1,97 @@
+// The CUDA P2P transport: FIFOs in the receiving GPU's memory, written by the sending rank's
+// kernel and read by the receiving rank's. Each rank allocates every FIFO it receives on in one
+// device allocation: per channel a ring FIFO for each protocol (the Simple protocol's slots and
+// the low-latency protocol's lines never share a buffer: stale Simple bytes could look like a
+// flag), and per peer a FIFO for sends and receives. Ranks of one process reach a peer's
+// allocation by its pointer, ranks of another process on the same host by a CUDA IPC handle;
+// where the two GPUs differ, peer access is enabled. Ranks on other hosts are not reached yet
+// (their hops need FIFOs in pinned host memory moved by the net proxy): connect() says so.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "transport/fifo_view.h"
+
+namespace braid {
+
+enum class DeviceProtocol : uint8_t { Simple, LowLatency };
+
+// How big the FIFOs of a CUDA communicator are.
+struct DeviceFifoGeometry {
+  int channels = 1;
+  size_t simpleSlotBytes = 0;
+  uint32_t simpleSlots = 0;
+  size_t llSlotBytes = 0;  // half of them data (LlPorts)
+  uint32_t llSlots = 0;
+};
+
+// Where one rank is, as its peers need to know it.
+struct DeviceRankPlace {
+  uint64_t hostHash = 0;      // same host (and network namespace)
+  uint64_t processNonce = 0;  // same process: pointers are valid as they are
+  int32_t pid = 0;            // for messages
+  int32_t device = -1;        // CUDA device ordinal in that process
+};
+
+// One FIFO in device memory, as the views take it.
+struct DeviceFifo {
+  FifoWords* words = nullptr;
+  uint8_t* slots = nullptr;
+  size_t slotBytes = 0;
+  uint32_t nSlots = 0;
+  FifoSendView sendView() const { return {words, slots, slotBytes, nSlots}; }
+  FifoRecvView recvView() const { return {words, slots, slotBytes, nSlots}; }
+};
+
+class P2pLinks {
+ public:
+  // Every rank of `nranks` calls it, with the same geometry: allocates this rank's FIFOs on its
+  // device (`self.device`, the current one), exchanges where they are with `allGather` (bytes
+  // per rank, every rank's slice filled in place), and opens every peer's. `ringOrders`
+  // (channels x nranks) is kept in device memory for the kernels (RingCall::ringOrder).
+  static std::unique_ptr<P2pLinks> connect(int rank, int nranks, const DeviceRankPlace& self,
+                                           const DeviceFifoGeometry& geometry,
+                                           const std::vector<std::vector<int>>& ringOrders,
+                                           const std::function<void(void*, size_t)>& allGather);
+  ~P2pLinks();
+  P2pLinks(const P2pLinks&) = delete;
+  P2pLinks& operator=(const P2pLinks&) = delete;
+
+  const DeviceFifoGeometry& geometry() const { return geometry_; }
+  // The ring FIFO `receiver` receives on for `channel` (its predecessor on that channel writes it).
+  DeviceFifo ringFifo(int receiver, int channel, DeviceProtocol protocol) const;
+  // The FIFO `receiver` receives on from `sender` in sends and receives.
+  DeviceFifo pairFifo(int receiver, int sender) const;
+  // The ring order of `channel` in device memory (nranks ints), and who follows this rank on it.
+  const int* ringOrder(int channel) const;
+  int ringNext(int channel) const;
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  // Sets the abort word of every FIFO this rank receives or sends on, from the host and without
+  // waiting for the device: every kernel waiting on them gives up. Best effort: a failure is
+  // logged.
+  void abort();
+
+ private:
+  P2pLinks() = default;
+  DeviceFifo fifoAt(int receiver, size_t offset, size_t slotBytes, uint32_t slots) const;
+  size_t simpleFifoBytes() const;
+  size_t llFifoBytes() const;
+
+  int rank_ = 0;
+  int nranks_ = 0;
+  DeviceFifoGeometry geometry_;
+  size_t areaBytes_ = 0;
+  void* own_ = nullptr;          // this rank's allocation
+  std::vector<uint8_t*> areas_;  // every rank's allocation, as this process reaches it
+  std::vector<bool> opened_;     // ... through an IPC handle this rank must close
+  std::vector<std::vector<int>> hostRingOrders_;
+  int* ringOrders_ = nullptr;    // channels x nranks, device memory
+  void* abortStream_ = nullptr;  // cudaStream_t for abort()'s stores
+};
+
+}  // namespace braid
