@@ -529,13 +529,26 @@ TEST(BraidPerf, EnvPrintsTheTunablesInUse) {
       << bad.err;
 }
 
+// --device cuda: ranks as threads on the GPU, buffers in its memory; where no GPU can be used,
+// the run fails (exit 3) in one line with the communicator's reason.
+TEST(BraidPerf, DeviceCudaRunsOrSaysWhyNot) {
+  const PerfRun run = runPerf("allreduce --device cuda -t 2 -b 8 -e 64K -f 8");
+  if (run.exitCode == 0) {
+    EXPECT_NE(run.out.find("Out of bounds values : 0 OK"), std::string::npos) << run.out;
+    return;
+  }
+  EXPECT_EQ(run.exitCode, 3) << run.err;
+  EXPECT_NE(run.err.find("device 'cuda' was requested but no CUDA device can be used here"),
+            std::string::npos)
+      << run.err;
+}
+
 TEST(BraidPerf, BadFlagsExitTwoWithOneLine) {
   for (const char* args :
        {"", "gather", "allreduce -d foo", "allreduce -o xor", "allreduce -b 1K -e 8",
         "allreduce -b 2 -e 8", "allreduce -d double -b 4 -e 8", "allreduce -b 1X", "allreduce -t 0",
         "allreduce --np 0", "allreduce -n 0", "allreduce -c 2", "allreduce --bogus",
-        "broadcast -r 2 --np 2", "allreduce --device cuda", "allreduce --device gpu",
-        "allreduce -f 1 -i 0"}) {
+        "broadcast -r 2 --np 2", "allreduce --device gpu", "allreduce -f 1 -i 0"}) {
     const PerfRun run = runPerf(args);
     EXPECT_EQ(run.exitCode, 2) << args << "\n" << run.err;
     EXPECT_EQ(run.out, "") << args;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "perf/bench.h"
+#include "perf/cuda_memory.h"
 
 namespace braid_perf {
 namespace {
@@ -105,6 +106,7 @@ int runRankThreads(const Options& o, const LaunchInfo& launch, const braidUnique
     threads.emplace_back([&, t] {
       const int rank = firstRank + t;
       status[t] = runRank(o, launch, fmt::format("rank {}", rank), [&](braidComm_t* comm) {
+        if (o.device == "cuda") cuda::selectDevice(rank);  // this host's ranks share its GPUs
         braidConfig_t config = communicatorConfig(o);
         return braidCommInitRankConfig(comm, nranks, id, rank, &config);
       });

@@ -80,9 +80,7 @@ void validate(const Options& o) {
     throw UsageError(
         fmt::format("-t {}: need at least one rank (thread) per process", o.threadsPerProcess));
   if (o.root < 0) throw UsageError(fmt::format("-r {}: the root must be a rank (>= 0)", o.root));
-  if (o.device == "cuda")
-    throw UsageError("--device cuda: braid-perf does not drive CUDA buffers yet; use --device cpu");
-  if (o.device != "cpu")
+  if (o.device != "cpu" && o.device != "cuda")
     throw UsageError(fmt::format("--device {}: unknown device; expected cpu or cuda", o.device));
   if (o.timeoutSeconds < 1)
     throw UsageError(

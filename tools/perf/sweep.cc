@@ -31,6 +31,51 @@ HostBuffer allocateTouched(size_t bytes) {
   return HostBuffer(p);
 }
 
+// The calls' send and receive buffers: host memory, or the communicator's device memory with
+// host mirrors (same offsets) where inputs are filled and outputs checked.
+class Buffers {
+ public:
+  Buffers(BenchComm& comm, size_t bytes)
+      : comm_(comm),
+        onDevice_(comm.buffersOnDevice()),
+        bytes_(bytes),
+        hostSend_(allocateTouched(bytes)),
+        hostRecv_(allocateTouched(bytes)) {
+    send_ = onDevice_ ? static_cast<char*>(comm.allocateBuffer(bytes)) : hostSend_.get();
+    recv_ = onDevice_ ? static_cast<char*>(comm.allocateBuffer(bytes)) : hostRecv_.get();
+  }
+  ~Buffers() {
+    if (!onDevice_) return;
+    comm_.freeBuffer(send_);
+    comm_.freeBuffer(recv_);
+  }
+  Buffers(const Buffers&) = delete;
+  Buffers& operator=(const Buffers&) = delete;
+
+  char* send() const { return send_; }
+  char* recv() const { return recv_; }
+  // Where p (in send() or recv()) is mirrored on the host.
+  char* mirror(char* p) const {
+    if (!onDevice_) return p;
+    const bool inRecv = p >= recv_ && p <= recv_ + bytes_;
+    return inRecv ? hostRecv_.get() + (p - recv_) : hostSend_.get() + (p - send_);
+  }
+  void upload(char* p, size_t bytes) {
+    if (onDevice_ && bytes > 0) comm_.upload(p, mirror(p), bytes);
+  }
+  void download(char* p, size_t bytes) {
+    if (onDevice_ && bytes > 0) comm_.download(mirror(p), p, bytes);
+  }
+
+ private:
+  BenchComm& comm_;
+  const bool onDevice_;
+  const size_t bytes_;
+  HostBuffer hostSend_, hostRecv_;
+  char* send_ = nullptr;
+  char* recv_ = nullptr;
+};
+
 class Sweeps {
  public:
   Sweeps(const Options& options, BenchComm& comm)
@@ -39,8 +84,7 @@ class Sweeps {
         comm_(comm),
         rank_(comm.rank()),
         nranks_(comm.nranks()),
-        send_(allocateTouched(o_.maxBytes)),
-        recv_(allocateTouched(o_.maxBytes)) {}
+        buffers_(comm, o_.maxBytes) {}
 
   int64_t run(RunInfo info) {
     info.ranks = comm_.rankInfo();
@@ -56,10 +100,10 @@ class Sweeps {
 
  private:
   char* sendPointer(const Layout& l, size_t typeSize, bool inPlace) const {
-    return inPlace ? recv_.get() + l.sendInPlaceOffset * rank_ * typeSize : send_.get();
+    return inPlace ? buffers_.recv() + l.sendInPlaceOffset * rank_ * typeSize : buffers_.send();
   }
   char* recvPointer(const Layout& l, size_t typeSize, bool inPlace) const {
-    return recv_.get() + (inPlace ? l.recvInPlaceOffset * rank_ * typeSize : 0);
+    return buffers_.recv() + (inPlace ? l.recvInPlaceOffset * rank_ * typeSize : 0);
   }
 
   void launch(const Layout& l, braidDataType_t type, braidRedOp_t op, bool inPlace) {
@@ -72,14 +116,20 @@ class Sweeps {
   int64_t checkedRun(const Layout& l, braidDataType_t type, braidRedOp_t op, bool inPlace) {
     const ValueModel model(type, op, nranks_, ++checkSeed_);
     const size_t typeSize = datatypeInfo(type).size;
-    poisonElements(recv_.get(), inPlace ? l.inPlaceExtent(rank_) : l.recvCount, type);
-    fillElements(sendPointer(l, typeSize, inPlace), l.sendCount, type,
+    const size_t poisoned = inPlace ? l.inPlaceExtent(rank_) : l.recvCount;
+    char* send = sendPointer(l, typeSize, inPlace);
+    char* recv = recvPointer(l, typeSize, inPlace);
+    poisonElements(buffers_.mirror(buffers_.recv()), poisoned, type);
+    fillElements(buffers_.mirror(send), l.sendCount, type,
                  [&](size_t i) { return coll_.input(model, l, rank_, i); });
+    buffers_.upload(buffers_.recv(), poisoned * typeSize);
+    buffers_.upload(send, l.sendCount * typeSize);
     launch(l, type, op, inPlace);
     comm_.complete();
     if (!coll_.hasOutput(rank_, o_.root)) return 0;
+    buffers_.download(recv, l.recvCount * typeSize);
     return static_cast<int64_t>(countWrongElements(
-        recvPointer(l, typeSize, inPlace), l.recvCount, type,
+        buffers_.mirror(recv), l.recvCount, type,
         [&](size_t i) { return coll_.expected(model, l, rank_, nranks_, o_.root, i); }));
   }
 
@@ -132,7 +182,7 @@ class Sweeps {
   BenchComm& comm_;
   const int rank_;
   const int nranks_;
-  HostBuffer send_, recv_;
+  Buffers buffers_;
   uint64_t checkSeed_ = 0;
   int64_t wrongTotal_ = 0;
   std::optional<Reporter> reporter_;

@@ -33,6 +33,14 @@ class BenchComm {
   virtual void complete() {}
   // The planner's predicted busbw for a row of `bytes`, or -1 where there is none.
   virtual double predictedBusbw(size_t bytes) { return -1; }
+  // Where the calls' buffers live: host memory, unless the communicator is on a device. Then
+  // they are its memory, and the sweeps fill inputs and check outputs in host mirrors copied up
+  // and down.
+  virtual bool buffersOnDevice() const { return false; }
+  virtual void* allocateBuffer(size_t bytes) { return nullptr; }
+  virtual void freeBuffer(void* buffer) {}
+  virtual void upload(void* buffer, const void* host, size_t bytes) {}
+  virtual void download(void* host, const void* buffer, size_t bytes) {}
 };
 
 // Runs every datatype x op sweep the options ask for; rank 0 prints with `run` as the header

@@ -1,0 +1,93 @@
+#include "perf/cuda_memory.h"
+
+#include <fmt/format.h>
+
+#include "perf/options.h"
+
+#if BRAID_PERF_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace braid_perf::cuda {
+
+#if BRAID_PERF_CUDA
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw RunError(
+        fmt::format("{} failed: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e)));
+}
+
+}  // namespace
+
+// Where no device can be used, nothing is selected: the communicator's init then says why.
+void selectDevice(int localRank) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) return;
+  check(cudaSetDevice(localRank % devices), "cudaSetDevice");
+}
+
+void* allocate(size_t bytes) {
+  void* p = nullptr;
+  check(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc");
+  check(cudaMemset(p, 0, bytes == 0 ? 1 : bytes), "cudaMemset");
+  return p;
+}
+
+void release(void* p) {
+  cudaFree(p);
+}
+
+void upload(void* device, const void* host, size_t bytes) {
+  check(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the device");
+}
+
+void download(void* host, const void* device, size_t bytes) {
+  check(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy from the device");
+}
+
+void* createStream() {
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  return stream;
+}
+
+void destroyStream(void* stream) {
+  cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+}
+
+void synchronize(void* stream) {
+  check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize");
+}
+
+#else
+
+namespace {
+[[noreturn]] void unavailable() {
+  throw RunError("--device cuda: this braid-perf was built without CUDA (no nvcc at build time)");
+}
+}  // namespace
+
+void selectDevice(int) {}
+void* allocate(size_t) {
+  unavailable();
+}
+void release(void*) {}
+void upload(void*, const void*, size_t) {
+  unavailable();
+}
+void download(void*, const void*, size_t) {
+  unavailable();
+}
+void* createStream() {
+  unavailable();
+}
+void destroyStream(void*) {}
+void synchronize(void*) {
+  unavailable();
+}
+
+#endif
+
+}  // namespace braid_perf::cuda
