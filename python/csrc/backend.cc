@@ -1,0 +1,429 @@
+// braid as a torch.distributed backend: a c10d::Backend over one braid communicator of CPU
+// ranks. The communicator's unique id travels through the group's c10d store; every operation
+// runs braid's blocking call on the calling thread and returns a Work that is already complete
+// (or holds braid's error, which wait() and its future raise with braid's sentence).
+#include <pybind11/chrono.h>
+#include <torch/extension.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <vector>
+
+#include "braid/braid.h"
+
+namespace braid_torch {
+namespace {
+
+braidDataType_t braidType(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return braidFloat32;
+    case at::kDouble: return braidFloat64;
+    case at::kHalf: return braidFloat16;
+    case at::kBFloat16: return braidBfloat16;
+    case at::kChar: return braidInt8;
+    case at::kByte:
+    case at::kBool: return braidUint8;
+    case at::kInt: return braidInt32;
+    case at::kLong: return braidInt64;
+    case at::kFloat8_e4m3fn: return braidFloat8e4m3;
+    case at::kFloat8_e5m2: return braidFloat8e5m2;
+    default:
+      throw std::invalid_argument("braid backend: tensors of type " +
+                                  std::string(c10::toString(t.scalar_type())) +
+                                  " are not supported (expected a float, integer or bool type)");
+  }
+}
+
+// A tensor as a braid call reads and writes it: itself when contiguous on the CPU, else a
+// contiguous copy whose contents are copied back where it is an output (as torch's own backends).
+struct Flat {
+  at::Tensor user, flat;
+  explicit Flat(const at::Tensor& t) : user(t) {
+    TORCH_CHECK(t.device().is_cpu(), "braid backend: tensor on ", t.device(),
+                " (expected a CPU tensor; CUDA tensors "
+                "go through CUDA communicators, not yet wired to this backend)");
+    flat = t.is_contiguous() ? t : t.contiguous();
+  }
+  void* data() const { return flat.data_ptr(); }
+  size_t count() const { return static_cast<size_t>(flat.numel()); }
+  void writeBack() {
+    if (!flat.is_same(user)) user.copy_(flat);
+  }
+};
+
+// An operation that ran to its end before the call returned: complete, holding its outputs, or
+// braid's error, which wait() (as every blocking torch.distributed call makes) and the future
+// raise.
+class DoneWork : public c10d::Work {
+ public:
+  DoneWork(std::vector<at::Tensor> outputs, std::exception_ptr error)
+      : outputs_(std::move(outputs)),
+        future_(c10::make_intrusive<c10::ivalue::Future>(
+            c10::ListType::create(c10::TensorType::get()))) {
+    if (error)
+      future_->setError(error);
+    else
+      future_->markCompleted(c10::IValue(outputs_));
+    finish(error);
+  }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class BraidBackend : public c10d::Backend {
+ public:
+  BraidBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+               std::chrono::milliseconds timeout)
+      : c10d::Backend(rank, size) {
+    braidUniqueId id;
+    const std::string key = "braid_torch/unique_id";
+    if (rank == 0) {
+      check(braidGetUniqueId(&id), "braidGetUniqueId");
+      store->set(key, std::vector<uint8_t>(id.internal, id.internal + sizeof id.internal));
+    } else {
+      const std::vector<uint8_t> bytes = store->get(key);
+      TORCH_CHECK(bytes.size() == sizeof id.internal, "braid backend: the store's unique id has ",
+                  bytes.size(), " bytes (expected ", sizeof id.internal, ")");
+      std::memcpy(id.internal, bytes.data(), bytes.size());
+    }
+    braidConfig_t config = BRAID_CONFIG_INITIALIZER;
+    config.device = "cpu";
+    config.commName = "torch";
+    if (timeout.count() > 0) config.timeoutMs = static_cast<int>(timeout.count());
+    check(braidCommInitRankConfig(&comm_, size, id, rank, &config), "braidCommInitRankConfig");
+  }
+  ~BraidBackend() override {
+    if (comm_ != nullptr) braidCommDestroy(comm_);
+  }
+
+  const std::string getBackendName() const override { return "braid"; }
+
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override {
+    return run(tensors, [&] {
+      for (const at::Tensor& t : tensors) {
+        Flat f(t);
+        reduceCall(t, opts.reduceOp, [&](braidRedOp_t op) {
+          return braidAllReduce(f.data(), f.data(), f.count(), braidType(t), op, comm_, nullptr);
+        });
+        f.writeBack();
+      }
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override {
+    return allreduce(tensors, opts);
+  }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override {
+    return run(tensors, [&] {
+      for (const at::Tensor& t : tensors) {
+        Flat f(t);
+        check(braidBroadcast(f.data(), f.data(), f.count(), braidType(t),
+                             static_cast<int>(opts.rootRank), comm_, nullptr),
+              "braidBroadcast");
+        f.writeBack();
+      }
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override {
+    return run(tensors, [&] {
+      for (const at::Tensor& t : tensors) {
+        Flat f(t);
+        reduceCall(t, opts.reduceOp, [&](braidRedOp_t op) {
+          return braidReduce(f.data(), f.data(), f.count(), braidType(t), op,
+                             static_cast<int>(opts.rootRank), comm_, nullptr);
+        });
+        f.writeBack();
+      }
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override {
+    std::vector<at::Tensor> results;
+    for (auto& list : outputs) results.insert(results.end(), list.begin(), list.end());
+    return run(results, [&] {
+      TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1 &&
+                      outputs[0].size() == static_cast<size_t>(size_),
+                  "braid backend: allgather takes one input and a list of ", size_, " outputs");
+      Flat in(inputs[0]);
+      at::Tensor gathered =
+          at::empty({static_cast<int64_t>(size_) * in.flat.numel()}, in.flat.options());
+      check(braidAllGather(in.data(), gathered.data_ptr(), in.count(), braidType(in.flat), comm_,
+                           nullptr),
+            "braidAllGather");
+      for (int r = 0; r < size_; ++r)
+        outputs[0][r].copy_(
+            gathered.narrow(0, r * in.flat.numel(), in.flat.numel()).view(outputs[0][r].sizes()));
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override {
+    std::vector<at::Tensor> results{output};
+    return run(results, [&] { allGatherInto(output, input); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override {
+    return run(outputs, [&] {
+      for (size_t i = 0; i < outputs.size(); ++i) allGatherInto(outputs[i], inputs[i]);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override {
+    return run(outputs, [&] {
+      TORCH_CHECK(outputs.size() == 1 && inputs.size() == 1 &&
+                      inputs[0].size() == static_cast<size_t>(size_),
+                  "braid backend: reduce_scatter takes one output and a list of ", size_,
+                  " inputs");
+      std::vector<at::Tensor> flat;
+      for (const at::Tensor& t : inputs[0]) flat.push_back(t.reshape({-1}));
+      at::Tensor input = at::cat(flat);
+      reduceScatterInto(outputs[0], input, opts.reduceOp);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override {
+    std::vector<at::Tensor> results{output};
+    return run(results, [&] { reduceScatterInto(output, input, opts.reduceOp); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override {
+    return run(outputs, [&] {
+      for (size_t i = 0; i < outputs.size(); ++i)
+        reduceScatterInto(outputs[i], inputs[i], opts.reduceOp);
+    });
+  }
+
+  // Even or uneven splits (in elements of the first dimension), as grouped sends and receives.
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplits,
+                                               std::vector<int64_t>& inputSplits,
+                                               const c10d::AllToAllOptions& opts) override {
+    std::vector<at::Tensor> results{output};
+    return run(results, [&] {
+      Flat in(input), out(output);
+      const int64_t inRow =
+          input.dim() == 0 ? 1 : input.numel() / std::max<int64_t>(1, input.size(0));
+      const int64_t outRow =
+          output.dim() == 0 ? 1 : output.numel() / std::max<int64_t>(1, output.size(0));
+      auto splits = [&](const std::vector<int64_t>& given, const at::Tensor& t) {
+        std::vector<int64_t> rows(size_, t.dim() == 0 ? 0 : t.size(0) / size_);
+        if (!given.empty()) rows = given;
+        TORCH_CHECK(static_cast<int>(rows.size()) == size_, "braid backend: ", rows.size(),
+                    " split sizes for ", size_, " ranks");
+        return rows;
+      };
+      const std::vector<int64_t> inRows = splits(inputSplits, input),
+                                 outRows = splits(outputSplits, output);
+      const size_t elem = in.flat.element_size();
+      const braidDataType_t type = braidType(input);
+      check(braidGroupStart(), "braidGroupStart");
+      int64_t inAt = 0, outAt = 0;
+      for (int p = 0; p < size_; ++p) {
+        braidSend(static_cast<char*>(in.data()) + inAt * inRow * elem, inRows[p] * inRow, type, p,
+                  comm_, nullptr);
+        braidRecv(static_cast<char*>(out.data()) + outAt * outRow * elem, outRows[p] * outRow, type,
+                  p, comm_, nullptr);
+        inAt += inRows[p];
+        outAt += outRows[p];
+      }
+      check(braidGroupEnd(), "alltoall (braidGroupEnd)");
+      out.writeBack();
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override {
+    return run(outputs, [&] {
+      std::vector<Flat> in, out;
+      for (const at::Tensor& t : inputs) in.emplace_back(t);
+      for (const at::Tensor& t : outputs) out.emplace_back(t);
+      check(braidGroupStart(), "braidGroupStart");
+      for (int p = 0; p < size_; ++p) {
+        braidSend(in[p].data(), in[p].count(), braidType(inputs[p]), p, comm_, nullptr);
+        braidRecv(out[p].data(), out[p].count(), braidType(outputs[p]), p, comm_, nullptr);
+      }
+      check(braidGroupEnd(), "alltoall (braidGroupEnd)");
+      for (Flat& f : out) f.writeBack();
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override {
+    std::vector<at::Tensor> results;
+    for (auto& list : outputs) results.insert(results.end(), list.begin(), list.end());
+    return run(results, [&] {
+      const int root = static_cast<int>(opts.rootRank);
+      Flat in(inputs.at(0));
+      check(braidGroupStart(), "braidGroupStart");
+      std::vector<Flat> out;
+      if (rank_ == root) {
+        for (const at::Tensor& t : outputs.at(0)) out.emplace_back(t);
+        for (int p = 0; p < size_; ++p)
+          braidRecv(out[p].data(), out[p].count(), braidType(in.flat), p, comm_, nullptr);
+      }
+      braidSend(in.data(), in.count(), braidType(in.flat), root, comm_, nullptr);
+      check(braidGroupEnd(), "gather (braidGroupEnd)");
+      for (Flat& f : out) f.writeBack();
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override {
+    return run(outputs, [&] {
+      const int root = static_cast<int>(opts.rootRank);
+      Flat out(outputs.at(0));
+      check(braidGroupStart(), "braidGroupStart");
+      std::vector<Flat> in;
+      if (rank_ == root) {
+        for (const at::Tensor& t : inputs.at(0)) in.emplace_back(t);
+        for (int p = 0; p < size_; ++p)
+          braidSend(in[p].data(), in[p].count(), braidType(out.flat), p, comm_, nullptr);
+      }
+      braidRecv(out.data(), out.count(), braidType(out.flat), root, comm_, nullptr);
+      check(braidGroupEnd(), "scatter (braidGroupEnd)");
+      out.writeBack();
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank,
+                                      int tag) override {
+    return run(tensors, [&] {
+      Flat f(tensors.at(0));
+      check(braidSend(f.data(), f.count(), braidType(f.flat), dstRank, comm_, nullptr),
+            "braidSend");
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank,
+                                      int tag) override {
+    return run(tensors, [&] {
+      Flat f(tensors.at(0));
+      check(braidRecv(f.data(), f.count(), braidType(f.flat), srcRank, comm_, nullptr),
+            "braidRecv");
+      f.writeBack();
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
+    std::vector<at::Tensor> none;
+    return run(none, [&] {
+      uint8_t byte = 0;
+      check(braidAllReduce(&byte, &byte, 1, braidUint8, braidSum, comm_, nullptr),
+            "barrier (braidAllReduce)");
+    });
+  }
+
+ private:
+  void check(braidResult_t result, const char* what) const {
+    if (result != braidSuccess)
+      throw std::runtime_error(std::string("braid backend: ") + what + " failed: " +
+                               braidGetErrorString(result) + ": " + braidGetLastError(comm_));
+  }
+
+  // Runs the body now; the Work holds `outputs`, or the error the body threw.
+  template <typename Body>
+  c10::intrusive_ptr<c10d::Work> run(const std::vector<at::Tensor>& outputs, Body&& body) {
+    std::exception_ptr error;
+    try {
+      body();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    return c10::make_intrusive<DoneWork>(outputs, error);
+  }
+
+  // A reducing call with torch's operator: PREMUL_SUM as braid's PreMulSum operator with the
+  // factor in the tensor's type; bitwise operators are refused.
+  template <typename Call>
+  void reduceCall(const at::Tensor& t, const c10d::ReduceOp& op, Call&& call) {
+    switch (op.op_) {
+      case c10d::ReduceOp::SUM: return check(call(braidSum), "reduction");
+      case c10d::ReduceOp::AVG: return check(call(braidAvg), "reduction");
+      case c10d::ReduceOp::PRODUCT: return check(call(braidProd), "reduction");
+      case c10d::ReduceOp::MIN: return check(call(braidMin), "reduction");
+      case c10d::ReduceOp::MAX: return check(call(braidMax), "reduction");
+      case c10d::ReduceOp::PREMUL_SUM: {
+        auto* supplement = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+        TORCH_CHECK(supplement != nullptr, "braid backend: PREMUL_SUM without its factor");
+        at::Tensor factor = supplement->tensor_factor.defined()
+                                ? supplement->tensor_factor.to(at::kCPU, t.scalar_type())
+                                : at::scalar_tensor(supplement->double_factor, t.options());
+        braidRedOp_t premul;
+        check(braidRedOpCreatePreMulSum(&premul, factor.data_ptr(), braidType(t),
+                                        braidScalarHostImmediate, comm_),
+              "braidRedOpCreatePreMulSum");
+        const braidResult_t result = call(premul);
+        braidRedOpDestroy(premul, comm_);
+        return check(result, "reduction");
+      }
+      default:
+        TORCH_CHECK(false, "braid backend: reduce op ", static_cast<int>(op.op_),
+                    " is not supported (expected SUM, AVG, PRODUCT, MIN, MAX or PREMUL_SUM)");
+    }
+  }
+
+  void allGatherInto(at::Tensor& output, const at::Tensor& input) {
+    Flat in(input), out(output);
+    TORCH_CHECK(out.count() == in.count() * size_,
+                "braid backend: all_gather_into_tensor output has ", out.count(),
+                " elements (expected ", in.count() * size_, ")");
+    check(braidAllGather(in.data(), out.data(), in.count(), braidType(input), comm_, nullptr),
+          "braidAllGather");
+    out.writeBack();
+  }
+
+  void reduceScatterInto(at::Tensor& output, const at::Tensor& input, const c10d::ReduceOp& op) {
+    Flat in(input), out(output);
+    TORCH_CHECK(in.count() == out.count() * size_, "braid backend: reduce_scatter input has ",
+                in.count(), " elements (expected ", out.count() * size_, ")");
+    reduceCall(output, op, [&](braidRedOp_t o) {
+      return braidReduceScatter(in.data(), out.data(), out.count(), braidType(output), o, comm_,
+                                nullptr);
+    });
+    out.writeBack();
+  }
+
+  braidComm_t comm_ = nullptr;
+};
+
+c10::intrusive_ptr<c10d::Backend> createBackend(const c10::intrusive_ptr<c10d::Store>& store,
+                                                int rank, int size,
+                                                const std::chrono::duration<float>& timeout) {
+  return c10::make_intrusive<BraidBackend>(
+      store, rank, size, std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+}
+
+}  // namespace
+}  // namespace braid_torch
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("create_backend", &braid_torch::createBackend,
+        "A braid communicator of this group's ranks as a c10d backend");
+}

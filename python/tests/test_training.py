@@ -1,0 +1,143 @@
+"""Training through the braid backend: DDP for 50 steps ends at the parameters Gloo's run from
+the same seed ends at; FSDP2 (fully_shard) likewise; a run launched by torchrun; a rank that
+dies makes the others raise braid's error within the timeout instead of hanging."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+STEPS = 50
+
+
+def make_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(32, 64), nn.Tanh(), nn.Linear(64, 8))
+
+
+def batch(rank, step):
+    g = torch.Generator().manual_seed(7919 * step + rank)
+    return torch.randn(16, 32, generator=g), torch.randn(16, 8, generator=g)
+
+
+def train(model, rank):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    for step in range(STEPS):
+        x, y = batch(rank, step)
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def ddp_against_gloo(rank, size):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    gloo = dist.new_group(backend="gloo")
+    with_braid = train(DDP(make_model()), rank)  # the default group: braid
+    with_gloo = train(DDP(make_model(), process_group=gloo), rank)
+    torch.testing.assert_close(with_braid, with_gloo, rtol=1e-6, atol=1e-7)
+    # Every rank ends at the same parameters.
+    first = with_braid.clone()
+    dist.broadcast(first, src=0)
+    assert torch.equal(first, with_braid)
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_ddp_matches_gloo(run_ranks, size):
+    run_ranks(size, ddp_against_gloo)
+
+
+def fsdp_against_gloo(rank, size):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    gloo = dist.new_group(backend="gloo")
+    results = []
+    for group in (None, gloo):
+        model = make_model()
+        mesh = init_device_mesh("cpu", (size,)) if group is None else \
+            torch.distributed.device_mesh.DeviceMesh.from_group(group, "cpu")
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        params = train(model, rank)  # local shards
+        results.append(params)
+    torch.testing.assert_close(results[0], results[1], rtol=1e-6, atol=1e-7)
+
+
+def test_fsdp2_matches_gloo(run_ranks):
+    run_ranks(2, fsdp_against_gloo)
+
+
+def dies_or_waits(rank, size):
+    if rank == 1:
+        os._exit(0)  # gone without a word
+    t = torch.ones(1000)
+    start = time.monotonic()
+    with pytest.raises(Exception) as error:
+        dist.all_reduce(t)
+    assert time.monotonic() - start < 30, "the survivor waited past its timeout"
+    assert "braid" in str(error.value), str(error.value)
+
+
+def test_a_dead_rank_is_an_error_not_a_hang(run_ranks):
+    import torch.multiprocessing as mp
+
+    # The spawner sees rank 1's exit too; only rank 0's assertion matters.
+    try:
+        run_ranks(2, dies_or_waits, timeout_s=10)
+    except mp.ProcessExitedException as e:
+        assert e.error_index == 1 or e.exit_code == 0, str(e)
+
+
+SCRIPT = """
+import torch, torch.distributed as dist
+import braid_torch  # registers "braid"
+dist.init_process_group("braid")
+t = torch.full((4,), float(dist.get_rank() + 1))
+dist.all_reduce(t)
+n = dist.get_world_size()
+assert torch.equal(t, torch.full((4,), float(n * (n + 1) // 2))), t
+print("rank", dist.get_rank(), "ok")
+dist.destroy_process_group()
+"""
+
+
+def test_torchrun_launches_it(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    result = subprocess.run(
+        [torchrun, "--standalone", "--nproc-per-node", "3", str(script)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env={**os.environ, "BRAID_DEVICE": "cpu"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("ok") == 3, result.stdout
+
+
+def test_the_readme_example_trains(tmp_path):
+    """The README's torch script, as a user would copy it, under torchrun with 2 processes."""
+    import re
+
+    readme = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
+    with open(readme) as f:
+        code = re.search(r"```python\n(.*?)```", f.read(), re.S).group(1)
+    script = tmp_path / "readme_train.py"
+    script.write_text(code)
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    result = subprocess.run(
+        [torchrun, "--standalone", "--nproc-per-node", "2", str(script)],
+        capture_output=True, text=True, timeout=180, cwd=tmp_path,
+        env={**os.environ, "BRAID_DEVICE": "cpu"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    loss = float(re.search(r"loss ([0-9.]+)", result.stdout).group(1))
+    assert loss < 1.0, result.stdout  # untrained: about 32 (the target is a sum of 32 normals)
