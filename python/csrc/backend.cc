@@ -1,13 +1,20 @@
 // braid as a torch.distributed backend: a c10d::Backend over one braid communicator of CPU
 // ranks. The communicator's unique id travels through the group's c10d store; every operation
-// runs braid's blocking call on the calling thread and returns a Work that is already complete
-// (or holds braid's error, which wait() and its future raise with braid's sentence).
+// is queued on the backend's thread, where it runs braid's blocking call, and returns a Work that
+// completes there (or holds braid's error, which wait() and its future raise with braid's
+// sentence).
 #include <pybind11/chrono.h>
 #include <torch/extension.h>
 
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -56,15 +63,16 @@ struct Flat {
   }
 };
 
-// An operation that ran to its end before the call returned: complete, holding its outputs, or
-// braid's error, which wait() (as every blocking torch.distributed call makes) and the future
-// raise.
-class DoneWork : public c10d::Work {
+// An operation queued on the backend's thread: pending until that thread has run it, then
+// complete with its outputs, or with braid's error, which wait() (as every blocking
+// torch.distributed call makes) and the future raise.
+class AsyncWork : public c10d::Work {
  public:
-  DoneWork(std::vector<at::Tensor> outputs, std::exception_ptr error)
+  explicit AsyncWork(std::vector<at::Tensor> outputs)
       : outputs_(std::move(outputs)),
         future_(c10::make_intrusive<c10::ivalue::Future>(
-            c10::ListType::create(c10::TensorType::get()))) {
+            c10::ListType::create(c10::TensorType::get()))) {}
+  void complete(std::exception_ptr error) {
     if (error)
       future_->setError(error);
     else
@@ -77,6 +85,73 @@ class DoneWork : public c10d::Work {
  private:
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+// The backend's operations, in issue order and one at a time: on a thread of their own, so that
+// the caller goes on (DDP's backward pass while its buckets are reduced) until it waits; or, for
+// a call that will be waited for at once, on the caller's thread when nothing is queued (a
+// hand-over to another thread costs more than a small all-reduce). Drains before it ends.
+class OperationQueue {
+ public:
+  OperationQueue() : thread_([this] { loop(); }) {}
+  ~OperationQueue() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  void push(std::function<void()> op) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ops_.push_back(std::move(op));
+    }
+    wake_.notify_all();
+  }
+  // Runs op here if nothing is queued or running; false (op not run) otherwise.
+  bool runHereIfIdle(const std::function<void()>& op) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (running_ || !ops_.empty()) return false;
+      running_ = true;
+    }
+    op();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      running_ = false;
+    }
+    wake_.notify_all();
+    return true;
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::function<void()> op;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return (stop_ || !ops_.empty()) && !running_; });
+        if (ops_.empty()) return;
+        op = std::move(ops_.front());
+        ops_.pop_front();
+        running_ = true;
+      }
+      op();
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        running_ = false;
+      }
+      wake_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> ops_;
+  bool running_ = false;  // an operation runs, on either thread
+  bool stop_ = false;
+  std::thread thread_;  // last: starts once the rest exists
 };
 
 class BraidBackend : public c10d::Backend {
@@ -102,14 +177,20 @@ class BraidBackend : public c10d::Backend {
     check(braidCommInitRankConfig(&comm_, size, id, rank, &config), "braidCommInitRankConfig");
   }
   ~BraidBackend() override {
+    stopQueue();
     if (comm_ != nullptr) braidCommDestroy(comm_);
   }
+
+  // destroy_process_group: every queued operation runs, then the queue's thread ends, while the
+  // interpreter is whole (that thread takes the GIL to release tensors Python also holds; at
+  // exit the interpreter would end it there instead).
+  void shutdown() override { stopQueue(); }
 
   const std::string getBackendName() const override { return "braid"; }
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
-    return run(tensors, [&] {
+    return run(tensors, opts.asyncOp, [=, this]() mutable {
       for (const at::Tensor& t : tensors) {
         Flat f(t);
         reduceCall(t, opts.reduceOp, [&](braidRedOp_t op) {
@@ -127,7 +208,7 @@ class BraidBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override {
-    return run(tensors, [&] {
+    return run(tensors, opts.asyncOp, [=, this]() mutable {
       for (const at::Tensor& t : tensors) {
         Flat f(t);
         check(braidBroadcast(f.data(), f.data(), f.count(), braidType(t),
@@ -140,7 +221,7 @@ class BraidBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
                                         const c10d::ReduceOptions& opts) override {
-    return run(tensors, [&] {
+    return run(tensors, opts.asyncOp, [=, this]() mutable {
       for (const at::Tensor& t : tensors) {
         Flat f(t);
         reduceCall(t, opts.reduceOp, [&](braidRedOp_t op) {
@@ -157,7 +238,7 @@ class BraidBackend : public c10d::Backend {
                                            const c10d::AllgatherOptions& opts) override {
     std::vector<at::Tensor> results;
     for (auto& list : outputs) results.insert(results.end(), list.begin(), list.end());
-    return run(results, [&] {
+    return run(results, opts.asyncOp, [=, this]() mutable {
       TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1 &&
                       outputs[0].size() == static_cast<size_t>(size_),
                   "braid backend: allgather takes one input and a list of ", size_, " outputs");
@@ -176,13 +257,13 @@ class BraidBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override {
     std::vector<at::Tensor> results{output};
-    return run(results, [&] { allGatherInto(output, input); });
+    return run(results, opts.asyncOp, [=, this]() mutable { allGatherInto(output, input); });
   }
 
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts) override {
-    return run(outputs, [&] {
+    return run(outputs, opts.asyncOp, [=, this]() mutable {
       for (size_t i = 0; i < outputs.size(); ++i) allGatherInto(outputs[i], inputs[i]);
     });
   }
@@ -190,7 +271,7 @@ class BraidBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override {
-    return run(outputs, [&] {
+    return run(outputs, opts.asyncOp, [=, this]() mutable {
       TORCH_CHECK(outputs.size() == 1 && inputs.size() == 1 &&
                       inputs[0].size() == static_cast<size_t>(size_),
                   "braid backend: reduce_scatter takes one output and a list of ", size_,
@@ -205,13 +286,14 @@ class BraidBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
       at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override {
     std::vector<at::Tensor> results{output};
-    return run(results, [&] { reduceScatterInto(output, input, opts.reduceOp); });
+    return run(results, opts.asyncOp,
+               [=, this]() mutable { reduceScatterInto(output, input, opts.reduceOp); });
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::ReduceScatterOptions& opts) override {
-    return run(outputs, [&] {
+    return run(outputs, opts.asyncOp, [=, this]() mutable {
       for (size_t i = 0; i < outputs.size(); ++i)
         reduceScatterInto(outputs[i], inputs[i], opts.reduceOp);
     });
@@ -223,7 +305,7 @@ class BraidBackend : public c10d::Backend {
                                                std::vector<int64_t>& inputSplits,
                                                const c10d::AllToAllOptions& opts) override {
     std::vector<at::Tensor> results{output};
-    return run(results, [&] {
+    return run(results, opts.asyncOp, [=, this]() mutable {
       Flat in(input), out(output);
       const int64_t inRow =
           input.dim() == 0 ? 1 : input.numel() / std::max<int64_t>(1, input.size(0));
@@ -258,7 +340,7 @@ class BraidBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override {
-    return run(outputs, [&] {
+    return run(outputs, opts.asyncOp, [=, this]() mutable {
       std::vector<Flat> in, out;
       for (const at::Tensor& t : inputs) in.emplace_back(t);
       for (const at::Tensor& t : outputs) out.emplace_back(t);
@@ -277,7 +359,7 @@ class BraidBackend : public c10d::Backend {
                                         const c10d::GatherOptions& opts) override {
     std::vector<at::Tensor> results;
     for (auto& list : outputs) results.insert(results.end(), list.begin(), list.end());
-    return run(results, [&] {
+    return run(results, opts.asyncOp, [=, this]() mutable {
       const int root = static_cast<int>(opts.rootRank);
       Flat in(inputs.at(0));
       check(braidGroupStart(), "braidGroupStart");
@@ -296,7 +378,7 @@ class BraidBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
                                          std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts) override {
-    return run(outputs, [&] {
+    return run(outputs, opts.asyncOp, [=, this]() mutable {
       const int root = static_cast<int>(opts.rootRank);
       Flat out(outputs.at(0));
       check(braidGroupStart(), "braidGroupStart");
@@ -314,7 +396,7 @@ class BraidBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank,
                                       int tag) override {
-    return run(tensors, [&] {
+    return run(tensors, true, [=, this]() mutable {
       Flat f(tensors.at(0));
       check(braidSend(f.data(), f.count(), braidType(f.flat), dstRank, comm_, nullptr),
             "braidSend");
@@ -323,7 +405,7 @@ class BraidBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank,
                                       int tag) override {
-    return run(tensors, [&] {
+    return run(tensors, true, [=, this]() mutable {
       Flat f(tensors.at(0));
       check(braidRecv(f.data(), f.count(), braidType(f.flat), srcRank, comm_, nullptr),
             "braidRecv");
@@ -333,7 +415,7 @@ class BraidBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
     std::vector<at::Tensor> none;
-    return run(none, [&] {
+    return run(none, opts.asyncOp, [=, this]() mutable {
       uint8_t byte = 0;
       check(braidAllReduce(&byte, &byte, 1, braidUint8, braidSum, comm_, nullptr),
             "barrier (braidAllReduce)");
@@ -347,16 +429,35 @@ class BraidBackend : public c10d::Backend {
                                braidGetErrorString(result) + ": " + braidGetLastError(comm_));
   }
 
-  // Runs the body now; the Work holds `outputs`, or the error the body threw.
-  template <typename Body>
-  c10::intrusive_ptr<c10d::Work> run(const std::vector<at::Tensor>& outputs, Body&& body) {
-    std::exception_ptr error;
-    try {
-      body();
-    } catch (...) {
-      error = std::current_exception();
+  // Drains and ends the operation queue; the GIL, if this thread holds it, is let go meanwhile.
+  void stopQueue() {
+    if (queue_ == nullptr) return;
+    if (PyGILState_Check()) {
+      pybind11::gil_scoped_release released;
+      queue_.reset();
+    } else {
+      queue_.reset();
     }
-    return c10::make_intrusive<DoneWork>(outputs, error);
+  }
+
+  // Runs the body (which holds copies of what it uses) on the operation queue, or here when the
+  // call is not asynchronous and nothing is queued; the Work completes with `outputs`, or with
+  // the error the body threw.
+  template <typename Body>
+  c10::intrusive_ptr<c10d::Work> run(std::vector<at::Tensor> outputs, bool asyncOp, Body body) {
+    TORCH_CHECK(queue_ != nullptr, "braid backend: the process group was shut down");
+    auto work = c10::make_intrusive<AsyncWork>(std::move(outputs));
+    std::function<void()> op = [work, body]() mutable {
+      std::exception_ptr error;
+      try {
+        body();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      work->complete(error);
+    };
+    if (asyncOp || !queue_->runHereIfIdle(op)) queue_->push(std::move(op));
+    return work;
   }
 
   // A reducing call with torch's operator: PREMUL_SUM as braid's PreMulSum operator with the
@@ -411,6 +512,7 @@ class BraidBackend : public c10d::Backend {
   }
 
   braidComm_t comm_ = nullptr;
+  std::unique_ptr<OperationQueue> queue_ = std::make_unique<OperationQueue>();
 };
 
 c10::intrusive_ptr<c10d::Backend> createBackend(const c10::intrusive_ptr<c10d::Store>& store,
