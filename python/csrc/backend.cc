@@ -193,9 +193,12 @@ class BraidBackend : public c10d::Backend {
     return run(tensors, opts.asyncOp, [=, this]() mutable {
       for (const at::Tensor& t : tensors) {
         Flat f(t);
-        reduceCall(t, opts.reduceOp, [&](braidRedOp_t op) {
-          return braidAllReduce(f.data(), f.data(), f.count(), braidType(t), op, comm_, nullptr);
-        });
+        if (isBitwise(opts.reduceOp))
+          f.flat.copy_(bitwiseOverRanks(f.flat, opts.reduceOp).view_as(f.flat));
+        else
+          reduceCall(t, opts.reduceOp, [&](braidRedOp_t op) {
+            return braidAllReduce(f.data(), f.data(), f.count(), braidType(t), op, comm_, nullptr);
+          });
         f.writeBack();
       }
     });
@@ -224,10 +227,15 @@ class BraidBackend : public c10d::Backend {
     return run(tensors, opts.asyncOp, [=, this]() mutable {
       for (const at::Tensor& t : tensors) {
         Flat f(t);
-        reduceCall(t, opts.reduceOp, [&](braidRedOp_t op) {
-          return braidReduce(f.data(), f.data(), f.count(), braidType(t), op,
-                             static_cast<int>(opts.rootRank), comm_, nullptr);
-        });
+        if (isBitwise(opts.reduceOp)) {
+          at::Tensor reduced = bitwiseOverRanks(f.flat, opts.reduceOp);
+          if (rank_ == opts.rootRank) f.flat.copy_(reduced.view_as(f.flat));
+        } else {
+          reduceCall(t, opts.reduceOp, [&](braidRedOp_t op) {
+            return braidReduce(f.data(), f.data(), f.count(), braidType(t), op,
+                               static_cast<int>(opts.rootRank), comm_, nullptr);
+          });
+        }
         f.writeBack();
       }
     });
@@ -236,21 +244,31 @@ class BraidBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                            std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions& opts) override {
+    TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1,
+                "braid backend: allgather takes one input and one list of outputs");
+    return allgather_coalesced(outputs, inputs, opts);
+  }
+
+  // Input i gathered into the list outputs[i] (a tensor per rank).
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override {
     std::vector<at::Tensor> results;
     for (auto& list : outputs) results.insert(results.end(), list.begin(), list.end());
     return run(results, opts.asyncOp, [=, this]() mutable {
-      TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1 &&
-                      outputs[0].size() == static_cast<size_t>(size_),
-                  "braid backend: allgather takes one input and a list of ", size_, " outputs");
-      Flat in(inputs[0]);
-      at::Tensor gathered =
-          at::empty({static_cast<int64_t>(size_) * in.flat.numel()}, in.flat.options());
-      check(braidAllGather(in.data(), gathered.data_ptr(), in.count(), braidType(in.flat), comm_,
-                           nullptr),
-            "braidAllGather");
-      for (int r = 0; r < size_; ++r)
-        outputs[0][r].copy_(
-            gathered.narrow(0, r * in.flat.numel(), in.flat.numel()).view(outputs[0][r].sizes()));
+      TORCH_CHECK(outputs.size() == inputs.size(), "braid backend: ", inputs.size(), " inputs but ",
+                  outputs.size(), " output lists");
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        TORCH_CHECK(outputs[i].size() == static_cast<size_t>(size_),
+                    "braid backend: ", outputs[i].size(), " outputs for input ", i, " (expected ",
+                    size_, ")");
+        const at::Tensor in = inputs[i].contiguous().reshape({-1});
+        at::Tensor gathered = at::empty({static_cast<int64_t>(size_) * in.numel()}, in.options());
+        allGatherInto(gathered, in);
+        for (int r = 0; r < size_; ++r)
+          outputs[i][r].copy_(
+              gathered.narrow(0, r * in.numel(), in.numel()).view(outputs[i][r].sizes()));
+      }
     });
   }
 
@@ -460,8 +478,34 @@ class BraidBackend : public c10d::Backend {
     return work;
   }
 
+  static bool isBitwise(const c10d::ReduceOp& op) {
+    return op.op_ == c10d::ReduceOp::BAND || op.op_ == c10d::ReduceOp::BOR ||
+           op.op_ == c10d::ReduceOp::BXOR;
+  }
+
+  // BAND, BOR and BXOR, which braid has no operator for: every rank's input (contiguous)
+  // gathered, then combined here in rank order, flat. Integer and bool tensors, as Gloo.
+  at::Tensor bitwiseOverRanks(const at::Tensor& input, const c10d::ReduceOp& op) {
+    TORCH_CHECK(!input.is_floating_point(), "braid backend: bitwise reduce op on a ",
+                input.scalar_type(), " tensor (expected an integer or bool tensor)");
+    at::Tensor all = at::empty({static_cast<int64_t>(size_), input.numel()}, input.options());
+    check(braidAllGather(input.data_ptr(), all.data_ptr(), static_cast<size_t>(input.numel()),
+                         braidType(input), comm_, nullptr),
+          "braidAllGather (bitwise reduction)");
+    at::Tensor reduced = all[0].clone();
+    for (int r = 1; r < size_; ++r) {
+      if (op.op_ == c10d::ReduceOp::BAND)
+        reduced.bitwise_and_(all[r]);
+      else if (op.op_ == c10d::ReduceOp::BOR)
+        reduced.bitwise_or_(all[r]);
+      else
+        reduced.bitwise_xor_(all[r]);
+    }
+    return reduced;
+  }
+
   // A reducing call with torch's operator: PREMUL_SUM as braid's PreMulSum operator with the
-  // factor in the tensor's type; bitwise operators are refused.
+  // factor in the tensor's type.
   template <typename Call>
   void reduceCall(const at::Tensor& t, const c10d::ReduceOp& op, Call&& call) {
     switch (op.op_) {
@@ -486,7 +530,8 @@ class BraidBackend : public c10d::Backend {
       }
       default:
         TORCH_CHECK(false, "braid backend: reduce op ", static_cast<int>(op.op_),
-                    " is not supported (expected SUM, AVG, PRODUCT, MIN, MAX or PREMUL_SUM)");
+                    " is not supported (expected SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM, BAND, "
+                    "BOR or BXOR)");
     }
   }
 
@@ -504,10 +549,15 @@ class BraidBackend : public c10d::Backend {
     Flat in(input), out(output);
     TORCH_CHECK(in.count() == out.count() * size_, "braid backend: reduce_scatter input has ",
                 in.count(), " elements (expected ", out.count() * size_, ")");
-    reduceCall(output, op, [&](braidRedOp_t o) {
-      return braidReduceScatter(in.data(), out.data(), out.count(), braidType(output), o, comm_,
-                                nullptr);
-    });
+    if (isBitwise(op)) {
+      const int64_t n = out.flat.numel();
+      out.flat.copy_(bitwiseOverRanks(in.flat, op).narrow(0, rank_ * n, n).view_as(out.flat));
+    } else {
+      reduceCall(output, op, [&](braidRedOp_t o) {
+        return braidReduceScatter(in.data(), out.data(), out.count(), braidType(output), o, comm_,
+                                  nullptr);
+      });
+    }
     out.writeBack();
   }
 

@@ -58,6 +58,18 @@ def check_all_reduce(rank, size):
             if not dtype.is_floating_point:
                 want = want.to(dtype)  # integers wrap, as the reduction does in the type
             assert_close(t, want, dtype, f"all_reduce {dtype} {op}")
+    # Bitwise operators on integers and bools.
+    for dtype in [torch.int32, torch.uint8, torch.bool]:
+        inputs = [rank_input(r, shape, torch.int64, salt=12).to(dtype) * (r + 3) for r in range(size)]
+        for op, combine in ((dist.ReduceOp.BAND, torch.bitwise_and),
+                            (dist.ReduceOp.BOR, torch.bitwise_or),
+                            (dist.ReduceOp.BXOR, torch.bitwise_xor)):
+            t = inputs[rank].clone()
+            dist.all_reduce(t, op=op)
+            want = inputs[0]
+            for other in inputs[1:]:
+                want = combine(want, other)
+            assert torch.equal(t, want), f"all_reduce {dtype} {op}"
     # PREMUL_SUM: every input times the factor, then summed.
     inputs = [rank_input(r, shape, torch.float32, salt=9) for r in range(size)]
     t = inputs[rank].clone()
@@ -107,6 +119,12 @@ def check_gathers(rank, size):
         dist.all_gather(outs, mine)
         for r in range(size):
             assert torch.equal(outs[r], rank_input(r, (11,), dtype, salt=8)), f"all_gather {dtype}"
+        outs = [[torch.full((11,), POISON).to(dtype) for _ in range(size)] for _ in range(2)]
+        dist.all_gather_coalesced(outs, [mine, mine * 2])
+        for r in range(size):
+            theirs = rank_input(r, (11,), dtype, salt=8)
+            assert torch.equal(outs[0][r], theirs) and torch.equal(outs[1][r], theirs * 2), \
+                f"all_gather_coalesced {dtype}"
         flat = torch.full((size * 11,), POISON).to(dtype)
         dist.all_gather_into_tensor(flat, mine)
         want = torch.cat([rank_input(r, (11,), dtype, salt=8) for r in range(size)])
@@ -123,6 +141,20 @@ def check_reduce_scatters(rank, size):
     dist.reduce_scatter(out, list(inputs[rank].chunk(size)), op=dist.ReduceOp.AVG)
     assert_close(out, reduce_reference(inputs, dist.ReduceOp.AVG)[rank * 13:(rank + 1) * 13],
                  torch.float32, "reduce_scatter")
+    ints = [rank_input(r, (size * 5,), torch.int64, salt=13) * (r + 1) for r in range(size)]
+    want = ints[0]
+    for other in ints[1:]:
+        want = torch.bitwise_xor(want, other)
+    out = torch.full((5,), POISON, dtype=torch.int64)
+    dist.reduce_scatter_tensor(out, ints[rank], op=dist.ReduceOp.BXOR)
+    assert torch.equal(out, want[rank * 5:(rank + 1) * 5]), "reduce_scatter_tensor BXOR"
+    t = ints[rank][:5].clone()
+    dist.reduce(t, dst=0, op=dist.ReduceOp.BOR)
+    if rank == 0:
+        want = ints[0][:5]
+        for other in ints[1:]:
+            want = torch.bitwise_or(want, other[:5])
+        assert torch.equal(t, want), "reduce BOR"
 
 
 def check_all_to_all(rank, size):
