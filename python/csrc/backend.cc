@@ -412,22 +412,44 @@ class BraidBackend : public c10d::Backend {
     });
   }
 
+  // A send or receive alone waits for its peer on the backend's thread; between startCoalescing
+  // and endCoalescing (batch_isend_irecv) they wait and run together, as one braid group, so
+  // that no order among them can deadlock.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank,
                                       int tag) override {
-    return run(tensors, true, [=, this]() mutable {
-      Flat f(tensors.at(0));
-      check(braidSend(f.data(), f.count(), braidType(f.flat), dstRank, comm_, nullptr),
-            "braidSend");
-    });
+    return pointToPoint(true, tensors.at(0), dstRank);
   }
 
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank,
                                       int tag) override {
+    return pointToPoint(false, tensors.at(0), srcRank);
+  }
+
+  bool supportsCoalescing() const override { return true; }
+
+  void startCoalescing() override {
+    std::lock_guard<std::mutex> lock(coalescingMutex_);
+    coalescing_ = true;
+  }
+
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override {
+    std::vector<PointToPoint> ops;
+    {
+      std::lock_guard<std::mutex> lock(coalescingMutex_);
+      coalescing_ = false;
+      ops.swap(coalesced_);
+    }
+    std::vector<at::Tensor> tensors;
+    for (const PointToPoint& op : ops) tensors.push_back(op.tensor);
     return run(tensors, true, [=, this]() mutable {
-      Flat f(tensors.at(0));
-      check(braidRecv(f.data(), f.count(), braidType(f.flat), srcRank, comm_, nullptr),
-            "braidRecv");
-      f.writeBack();
+      std::exception_ptr error;
+      try {
+        runPointToPoint(ops);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      for (PointToPoint& op : ops) op.work->complete(error);
+      if (error) std::rethrow_exception(error);
     });
   }
 
@@ -476,6 +498,42 @@ class BraidBackend : public c10d::Backend {
     };
     if (asyncOp || !queue_->runHereIfIdle(op)) queue_->push(std::move(op));
     return work;
+  }
+
+  struct PointToPoint {
+    bool send;
+    at::Tensor tensor;
+    int peer;
+    c10::intrusive_ptr<AsyncWork> work;  // the caller's, completed with the group
+  };
+
+  c10::intrusive_ptr<c10d::Work> pointToPoint(bool send, const at::Tensor& tensor, int peer) {
+    {
+      std::lock_guard<std::mutex> lock(coalescingMutex_);
+      if (coalescing_) {
+        auto work = c10::make_intrusive<AsyncWork>(std::vector<at::Tensor>{tensor});
+        coalesced_.push_back({send, tensor, peer, work});
+        return work;
+      }
+    }
+    std::vector<PointToPoint> ops{{send, tensor, peer, nullptr}};
+    return run({tensor}, true, [=, this]() mutable { runPointToPoint(ops); });
+  }
+
+  void runPointToPoint(std::vector<PointToPoint>& ops) {
+    std::vector<Flat> flats;
+    for (const PointToPoint& op : ops) flats.emplace_back(op.tensor);
+    check(braidGroupStart(), "braidGroupStart");
+    for (size_t i = 0; i < ops.size(); ++i) {
+      Flat& f = flats[i];
+      if (ops[i].send)
+        braidSend(f.data(), f.count(), braidType(f.flat), ops[i].peer, comm_, nullptr);
+      else
+        braidRecv(f.data(), f.count(), braidType(f.flat), ops[i].peer, comm_, nullptr);
+    }
+    check(braidGroupEnd(), "send/recv (braidGroupEnd)");
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (!ops[i].send) flats[i].writeBack();
   }
 
   static bool isBitwise(const c10d::ReduceOp& op) {
@@ -562,6 +620,9 @@ class BraidBackend : public c10d::Backend {
   }
 
   braidComm_t comm_ = nullptr;
+  std::mutex coalescingMutex_;
+  bool coalescing_ = false;              // under coalescingMutex_
+  std::vector<PointToPoint> coalesced_;  // under coalescingMutex_
   std::unique_ptr<OperationQueue> queue_ = std::make_unique<OperationQueue>();
 };
 

@@ -193,6 +193,19 @@ def check_point_to_point(rank, size):
         dist.recv(got, src=prev)
         dist.send(mine, dst=nxt)
     assert torch.equal(got, rank_input(prev, (1000,), torch.float32, salt=11)), "send/recv"
+    # Both ways round the ring at once, larger than braid's FIFOs: one batch, so no order among
+    # its sends and receives can deadlock.
+    big = rank_input(rank, (1 << 20,), torch.float32, salt=14)
+    from_prev = torch.full((1 << 20,), float(POISON))
+    from_next = torch.full((1 << 20,), float(POISON))
+    works = dist.batch_isend_irecv([
+        dist.P2POp(dist.isend, big, nxt), dist.P2POp(dist.isend, big * 2, prev),
+        dist.P2POp(dist.irecv, from_prev, prev), dist.P2POp(dist.irecv, from_next, nxt)])
+    for work in works:
+        work.wait()
+    assert torch.equal(from_prev, rank_input(prev, (1 << 20,), torch.float32, salt=14)), "batch"
+    assert torch.equal(from_next, rank_input(nxt, (1 << 20,), torch.float32, salt=14) * 2), \
+        "batch, other way"
     dist.barrier()
 
 
