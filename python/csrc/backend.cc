@@ -3,9 +3,11 @@
 // is queued on the backend's thread, where it runs braid's blocking call, and returns a Work that
 // completes there (or holds braid's error, which wait() and its future raise with braid's
 // sentence).
+#include <ATen/ThreadLocalState.h>
 #include <pybind11/chrono.h>
 #include <torch/extension.h>
 
+#include <climits>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -18,6 +20,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Utils.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
@@ -72,12 +75,13 @@ class AsyncWork : public c10d::Work {
       : outputs_(std::move(outputs)),
         future_(c10::make_intrusive<c10::ivalue::Future>(
             c10::ListType::create(c10::TensorType::get()))) {}
+  // The Work first, so that the future's callbacks see it completed.
   void complete(std::exception_ptr error) {
+    finish(error);
     if (error)
       future_->setError(error);
     else
       future_->markCompleted(c10::IValue(outputs_));
-    finish(error);
   }
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
@@ -109,6 +113,9 @@ class OperationQueue {
     }
     wake_.notify_all();
   }
+  // Whether the caller is the queue's thread (a future's callback, run as an operation completes).
+  bool onQueueThread() const { return std::this_thread::get_id() == thread_.get_id(); }
+
   // Runs op here if nothing is queued or running; false (op not run) otherwise.
   bool runHereIfIdle(const std::function<void()>& op) {
     {
@@ -173,7 +180,8 @@ class BraidBackend : public c10d::Backend {
     braidConfig_t config = BRAID_CONFIG_INITIALIZER;
     config.device = "cpu";
     config.commName = "torch";
-    if (timeout.count() > 0) config.timeoutMs = static_cast<int>(timeout.count());
+    if (timeout.count() > 0)
+      config.timeoutMs = static_cast<int>(std::min<int64_t>(timeout.count(), INT_MAX));
     check(braidCommInitRankConfig(&comm_, size, id, rank, &config), "braidCommInitRankConfig");
   }
   ~BraidBackend() override {
@@ -255,13 +263,14 @@ class BraidBackend : public c10d::Backend {
                                                      const c10d::AllgatherOptions& opts) override {
     std::vector<at::Tensor> results;
     for (auto& list : outputs) results.insert(results.end(), list.begin(), list.end());
+    TORCH_CHECK(outputs.size() == inputs.size(), "braid backend: ", inputs.size(), " inputs but ",
+                outputs.size(), " output lists");
+    for (size_t i = 0; i < inputs.size(); ++i)
+      TORCH_CHECK(outputs[i].size() == static_cast<size_t>(size_),
+                  "braid backend: ", outputs[i].size(), " outputs for input ", i, " (expected ",
+                  size_, ")");
     return run(results, opts.asyncOp, [=, this]() mutable {
-      TORCH_CHECK(outputs.size() == inputs.size(), "braid backend: ", inputs.size(), " inputs but ",
-                  outputs.size(), " output lists");
       for (size_t i = 0; i < inputs.size(); ++i) {
-        TORCH_CHECK(outputs[i].size() == static_cast<size_t>(size_),
-                    "braid backend: ", outputs[i].size(), " outputs for input ", i, " (expected ",
-                    size_, ")");
         const at::Tensor in = inputs[i].contiguous().reshape({-1});
         at::Tensor gathered = at::empty({static_cast<int64_t>(size_) * in.numel()}, in.options());
         allGatherInto(gathered, in);
@@ -289,11 +298,14 @@ class BraidBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override {
+    // Checked here, on every rank alike, not where the operation runs.
+    TORCH_CHECK(
+        outputs.size() == 1 && inputs.size() == 1 && inputs[0].size() == static_cast<size_t>(size_),
+        "braid backend: reduce_scatter takes one output and a list of ", size_, " inputs");
+    for (const at::Tensor& t : inputs[0])
+      TORCH_CHECK(t.numel() == outputs[0].numel(), "braid backend: reduce_scatter input of ",
+                  t.numel(), " elements (expected the output's ", outputs[0].numel(), ")");
     return run(outputs, opts.asyncOp, [=, this]() mutable {
-      TORCH_CHECK(outputs.size() == 1 && inputs.size() == 1 &&
-                      inputs[0].size() == static_cast<size_t>(size_),
-                  "braid backend: reduce_scatter takes one output and a list of ", size_,
-                  " inputs");
       std::vector<at::Tensor> flat;
       for (const at::Tensor& t : inputs[0]) flat.push_back(t.reshape({-1}));
       at::Tensor input = at::cat(flat);
@@ -322,35 +334,33 @@ class BraidBackend : public c10d::Backend {
                                                std::vector<int64_t>& outputSplits,
                                                std::vector<int64_t>& inputSplits,
                                                const c10d::AllToAllOptions& opts) override {
+    c10d::checkSplitSizes(inputSplits, input, size_);
+    c10d::checkSplitSizes(outputSplits, output, size_);
+    const braidDataType_t type = braidType(input);
+    TORCH_CHECK(output.scalar_type() == input.scalar_type(), "braid backend: all_to_all output ",
+                output.scalar_type(), " and input ", input.scalar_type(), " differ");
+    auto rowsOf = [&](const std::vector<int64_t>& given, const at::Tensor& t) {
+      return given.empty() ? std::vector<int64_t>(size_, t.size(0) / size_) : given;
+    };
+    const std::vector<int64_t> inRows = rowsOf(inputSplits, input),
+                               outRows = rowsOf(outputSplits, output);
     std::vector<at::Tensor> results{output};
     return run(results, opts.asyncOp, [=, this]() mutable {
       Flat in(input), out(output);
-      const int64_t inRow =
-          input.dim() == 0 ? 1 : input.numel() / std::max<int64_t>(1, input.size(0));
-      const int64_t outRow =
-          output.dim() == 0 ? 1 : output.numel() / std::max<int64_t>(1, output.size(0));
-      auto splits = [&](const std::vector<int64_t>& given, const at::Tensor& t) {
-        std::vector<int64_t> rows(size_, t.dim() == 0 ? 0 : t.size(0) / size_);
-        if (!given.empty()) rows = given;
-        TORCH_CHECK(static_cast<int>(rows.size()) == size_, "braid backend: ", rows.size(),
-                    " split sizes for ", size_, " ranks");
-        return rows;
-      };
-      const std::vector<int64_t> inRows = splits(inputSplits, input),
-                                 outRows = splits(outputSplits, output);
+      const int64_t inRow = input.size(0) == 0 ? 0 : input.numel() / input.size(0);
+      const int64_t outRow = output.size(0) == 0 ? 0 : output.numel() / output.size(0);
       const size_t elem = in.flat.element_size();
-      const braidDataType_t type = braidType(input);
-      check(braidGroupStart(), "braidGroupStart");
+      std::vector<Transfer> transfers;
       int64_t inAt = 0, outAt = 0;
       for (int p = 0; p < size_; ++p) {
-        braidSend(static_cast<char*>(in.data()) + inAt * inRow * elem, inRows[p] * inRow, type, p,
-                  comm_, nullptr);
-        braidRecv(static_cast<char*>(out.data()) + outAt * outRow * elem, outRows[p] * outRow, type,
-                  p, comm_, nullptr);
+        transfers.push_back({true, static_cast<char*>(in.data()) + inAt * inRow * elem,
+                             static_cast<size_t>(inRows[p] * inRow), type, p});
+        transfers.push_back({false, static_cast<char*>(out.data()) + outAt * outRow * elem,
+                             static_cast<size_t>(outRows[p] * outRow), type, p});
         inAt += inRows[p];
         outAt += outRows[p];
       }
-      check(braidGroupEnd(), "alltoall (braidGroupEnd)");
+      exchange(transfers, "all_to_all");
       out.writeBack();
     });
   }
@@ -358,16 +368,23 @@ class BraidBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override {
+    TORCH_CHECK(inputs.size() == static_cast<size_t>(size_) && outputs.size() == inputs.size(),
+                "braid backend: all_to_all takes ", size_, " inputs and ", size_, " outputs (got ",
+                inputs.size(), " and ", outputs.size(), ")");
+    for (int p = 0; p < size_; ++p) {  // unsupported types refused here, on every rank alike
+      braidType(inputs[p]);
+      braidType(outputs[p]);
+    }
     return run(outputs, opts.asyncOp, [=, this]() mutable {
       std::vector<Flat> in, out;
       for (const at::Tensor& t : inputs) in.emplace_back(t);
       for (const at::Tensor& t : outputs) out.emplace_back(t);
-      check(braidGroupStart(), "braidGroupStart");
+      std::vector<Transfer> transfers;
       for (int p = 0; p < size_; ++p) {
-        braidSend(in[p].data(), in[p].count(), braidType(inputs[p]), p, comm_, nullptr);
-        braidRecv(out[p].data(), out[p].count(), braidType(outputs[p]), p, comm_, nullptr);
+        transfers.push_back({true, in[p].data(), in[p].count(), braidType(inputs[p]), p});
+        transfers.push_back({false, out[p].data(), out[p].count(), braidType(outputs[p]), p});
       }
-      check(braidGroupEnd(), "alltoall (braidGroupEnd)");
+      exchange(transfers, "all_to_all");
       for (Flat& f : out) f.writeBack();
     });
   }
@@ -375,20 +392,24 @@ class BraidBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override {
+    const int root = static_cast<int>(opts.rootRank);
+    TORCH_CHECK(inputs.size() == 1, "braid backend: gather takes one input");
+    TORCH_CHECK(rank_ != root || (outputs.size() == 1 && outputs[0].size() == size_t(size_)),
+                "braid backend: gather's root takes a list of ", size_, " outputs");
+    const braidDataType_t type = braidType(inputs[0]);
     std::vector<at::Tensor> results;
     for (auto& list : outputs) results.insert(results.end(), list.begin(), list.end());
     return run(results, opts.asyncOp, [=, this]() mutable {
-      const int root = static_cast<int>(opts.rootRank);
-      Flat in(inputs.at(0));
-      check(braidGroupStart(), "braidGroupStart");
+      Flat in(inputs[0]);
       std::vector<Flat> out;
+      std::vector<Transfer> transfers;
       if (rank_ == root) {
-        for (const at::Tensor& t : outputs.at(0)) out.emplace_back(t);
+        for (const at::Tensor& t : outputs[0]) out.emplace_back(t);
         for (int p = 0; p < size_; ++p)
-          braidRecv(out[p].data(), out[p].count(), braidType(in.flat), p, comm_, nullptr);
+          transfers.push_back({false, out[p].data(), out[p].count(), type, p});
       }
-      braidSend(in.data(), in.count(), braidType(in.flat), root, comm_, nullptr);
-      check(braidGroupEnd(), "gather (braidGroupEnd)");
+      transfers.push_back({true, in.data(), in.count(), type, root});
+      exchange(transfers, "gather");
       for (Flat& f : out) f.writeBack();
     });
   }
@@ -396,18 +417,22 @@ class BraidBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
                                          std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts) override {
+    const int root = static_cast<int>(opts.rootRank);
+    TORCH_CHECK(outputs.size() == 1, "braid backend: scatter takes one output");
+    TORCH_CHECK(rank_ != root || (inputs.size() == 1 && inputs[0].size() == size_t(size_)),
+                "braid backend: scatter's root takes a list of ", size_, " inputs");
+    const braidDataType_t type = braidType(outputs[0]);
     return run(outputs, opts.asyncOp, [=, this]() mutable {
-      const int root = static_cast<int>(opts.rootRank);
-      Flat out(outputs.at(0));
-      check(braidGroupStart(), "braidGroupStart");
+      Flat out(outputs[0]);
       std::vector<Flat> in;
+      std::vector<Transfer> transfers;
       if (rank_ == root) {
-        for (const at::Tensor& t : inputs.at(0)) in.emplace_back(t);
+        for (const at::Tensor& t : inputs[0]) in.emplace_back(t);
         for (int p = 0; p < size_; ++p)
-          braidSend(in[p].data(), in[p].count(), braidType(out.flat), p, comm_, nullptr);
+          transfers.push_back({true, in[p].data(), in[p].count(), type, p});
       }
-      braidRecv(out.data(), out.count(), braidType(out.flat), root, comm_, nullptr);
-      check(braidGroupEnd(), "scatter (braidGroupEnd)");
+      transfers.push_back({false, out.data(), out.count(), type, root});
+      exchange(transfers, "scatter");
       out.writeBack();
     });
   }
@@ -487,7 +512,9 @@ class BraidBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> run(std::vector<at::Tensor> outputs, bool asyncOp, Body body) {
     TORCH_CHECK(queue_ != nullptr, "braid backend: the process group was shut down");
     auto work = c10::make_intrusive<AsyncWork>(std::move(outputs));
-    std::function<void()> op = [work, body]() mutable {
+    // The caller's grad and inference modes go with the operation to the queue's thread.
+    std::function<void()> op = [work, body, state = at::ThreadLocalState()]() mutable {
+      at::ThreadLocalStateGuard guard(state);
       std::exception_ptr error;
       try {
         body();
@@ -496,7 +523,12 @@ class BraidBackend : public c10d::Backend {
       }
       work->complete(error);
     };
-    if (asyncOp || !queue_->runHereIfIdle(op)) queue_->push(std::move(op));
+    // An operation a completing one's callback issues (PowerSGD's hook) runs at once: queued
+    // behind that callback, on the queue's only thread, it would wait for ever.
+    if (queue_->onQueueThread())
+      op();
+    else if (asyncOp || !queue_->runHereIfIdle(op))
+      queue_->push(std::move(op));
     return work;
   }
 
@@ -522,18 +554,42 @@ class BraidBackend : public c10d::Backend {
 
   void runPointToPoint(std::vector<PointToPoint>& ops) {
     std::vector<Flat> flats;
+    std::vector<Transfer> transfers;
     for (const PointToPoint& op : ops) flats.emplace_back(op.tensor);
-    check(braidGroupStart(), "braidGroupStart");
-    for (size_t i = 0; i < ops.size(); ++i) {
-      Flat& f = flats[i];
-      if (ops[i].send)
-        braidSend(f.data(), f.count(), braidType(f.flat), ops[i].peer, comm_, nullptr);
-      else
-        braidRecv(f.data(), f.count(), braidType(f.flat), ops[i].peer, comm_, nullptr);
-    }
-    check(braidGroupEnd(), "send/recv (braidGroupEnd)");
+    for (size_t i = 0; i < ops.size(); ++i)
+      transfers.push_back(
+          {ops[i].send, flats[i].data(), flats[i].count(), braidType(flats[i].flat), ops[i].peer});
+    exchange(transfers, "send/recv");
     for (size_t i = 0; i < ops.size(); ++i)
       if (!ops[i].send) flats[i].writeBack();
+  }
+
+  // One braid group of sends and receives, everything about them worked out before it opens (a
+  // failure then leaves no group open on this thread), every call's result checked.
+  struct Transfer {
+    bool send;
+    void* data;
+    size_t count;
+    braidDataType_t type;
+    int peer;
+  };
+  void exchange(const std::vector<Transfer>& transfers, const char* what) {
+    check(braidGroupStart(), "braidGroupStart");
+    braidResult_t first = braidSuccess;
+    std::string firstError;
+    for (const Transfer& t : transfers) {
+      const braidResult_t r = t.send ? braidSend(t.data, t.count, t.type, t.peer, comm_, nullptr)
+                                     : braidRecv(t.data, t.count, t.type, t.peer, comm_, nullptr);
+      if (r != braidSuccess && first == braidSuccess) {
+        first = r;
+        firstError = braidGetLastError(comm_);
+      }
+    }
+    const braidResult_t ended = braidGroupEnd();
+    if (first != braidSuccess)
+      throw std::runtime_error(std::string("braid backend: ") + what +
+                               " failed: " + braidGetErrorString(first) + ": " + firstError);
+    check(ended, what);
   }
 
   static bool isBitwise(const c10d::ReduceOp& op) {
@@ -566,6 +622,17 @@ class BraidBackend : public c10d::Backend {
   // factor in the tensor's type.
   template <typename Call>
   void reduceCall(const at::Tensor& t, const c10d::ReduceOp& op, Call&& call) {
+    if (t.scalar_type() == at::kBool) {  // as bytes 0 and 1: sum is any (max), product all (min)
+      switch (op.op_) {
+        case c10d::ReduceOp::SUM:
+        case c10d::ReduceOp::MAX: return check(call(braidMax), "reduction");
+        case c10d::ReduceOp::PRODUCT:
+        case c10d::ReduceOp::MIN: return check(call(braidMin), "reduction");
+        default:
+          TORCH_CHECK(false, "braid backend: reduce op ", static_cast<int>(op.op_),
+                      " on a bool tensor (expected SUM, PRODUCT, MIN, MAX or a bitwise op)");
+      }
+    }
     switch (op.op_) {
       case c10d::ReduceOp::SUM: return check(call(braidSum), "reduction");
       case c10d::ReduceOp::AVG: return check(call(braidAvg), "reduction");
@@ -637,6 +704,6 @@ c10::intrusive_ptr<c10d::Backend> createBackend(const c10::intrusive_ptr<c10d::S
 }  // namespace braid_torch
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("create_backend", &braid_torch::createBackend,
+  m.def("create_backend", &braid_torch::createBackend, py::call_guard<py::gil_scoped_release>(),
         "A braid communicator of this group's ranks as a c10d backend");
 }

@@ -70,6 +70,14 @@ def check_all_reduce(rank, size):
             for other in inputs[1:]:
                 want = combine(want, other)
             assert torch.equal(t, want), f"all_reduce {dtype} {op}"
+    # Bools: SUM is any, PRODUCT all.
+    flags = [torch.tensor([r == 0, True, False, r % 2 == 1]) for r in range(size)]
+    t = flags[rank].clone()
+    dist.all_reduce(t)
+    assert t.tolist() == [True, True, False, True], f"bool sum {t}"
+    t = flags[rank].clone()
+    dist.all_reduce(t, op=dist.ReduceOp.PRODUCT)
+    assert t.tolist() == [False, True, False, False], f"bool product {t}"
     # PREMUL_SUM: every input times the factor, then summed.
     inputs = [rank_input(r, shape, torch.float32, salt=9) for r in range(size)]
     t = inputs[rank].clone()
@@ -180,6 +188,22 @@ def check_all_to_all(rank, size):
     dist.all_to_all(outs, [block(rank, p) for p in range(size)])
     for p in range(size):
         assert torch.equal(outs[p], block(p, rank)), "all_to_all lists"
+    # Refused on every rank alike, before anything moves: splits that do not add up, a type
+    # braid has no element for; the next call still meets its peers.
+    for bad in (lambda: dist.all_to_all_single(torch.empty(size + 1), torch.empty(size),
+                                               output_split_sizes=[1] * size,
+                                               input_split_sizes=[1] * size),
+                lambda: dist.all_to_all_single(torch.empty(size, dtype=torch.int16),
+                                               torch.empty(size, dtype=torch.int16))):
+        try:
+            bad()
+        except (RuntimeError, ValueError) as e:
+            assert "Split sizes" in str(e) or "not supported" in str(e), str(e)
+        else:
+            raise AssertionError("a bad all_to_all was not refused")
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((4,), float(size))), "all_reduce after refused calls"
 
 
 def check_point_to_point(rank, size):

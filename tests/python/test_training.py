@@ -51,6 +51,17 @@ def ddp_against_gloo(rank, size):
         model.register_comm_hook(group, default_hooks.fp16_compress_hook)
         hooked.append(train(model, rank))
     torch.testing.assert_close(hooked[0], hooked[1], rtol=1e-2, atol=5e-4)
+    # PowerSGD: its callbacks issue all-reduces of their own while a bucket's completes.
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+    model = DDP(make_model())
+    model.register_comm_hook(powerSGD_hook.PowerSGDState(process_group=None, start_powerSGD_iter=2,
+                                                         matrix_approximation_rank=1),
+                             powerSGD_hook.powerSGD_hook)
+    compressed = train(model, rank)
+    first = compressed.clone()
+    dist.broadcast(first, src=0)
+    assert torch.equal(first, compressed), "PowerSGD left the ranks apart"
     # Every rank ends at the same parameters.
     first = with_braid.clone()
     dist.broadcast(first, src=0)
