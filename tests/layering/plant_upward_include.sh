@@ -8,7 +8,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 cd "$root"
-cp -r --parents docs/layering.md src include transport topology shim tools examples "$scratch"
+cp -r --parents docs/layering.md src include transport topology shim tools examples python/csrc \
+  python/braid_torch "$scratch"
 "$here/check_layering.sh" "$scratch" >/dev/null || { echo "the unplanted copy already fails"; exit 1; }
 sed -i '0,/^#include/s//#include "core\/comm.h"\n#include/' "$scratch/src/base/error.h"
 if output="$("$here/check_layering.sh" "$scratch")"; then
