@@ -130,17 +130,23 @@ dist.destroy_process_group()
 """
 
 
-def test_torchrun_launches_it(tmp_path):
-    script = tmp_path / "train.py"
-    script.write_text(SCRIPT)
-    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+def torchrun(tmp_path, code, nproc):
+    """Runs `code` as a script under torchrun with nproc processes; returns its stdout."""
+    script = tmp_path / "script.py"
+    script.write_text(code)
+    launcher = os.path.join(os.path.dirname(sys.executable), "torchrun")
     result = subprocess.run(
-        [torchrun, "--standalone", "--nproc-per-node", "3", str(script)],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        [launcher, "--standalone", "--nproc-per-node", str(nproc), str(script)],
+        capture_output=True, text=True, timeout=180, cwd=tmp_path,
         env={**os.environ, "BRAID_DEVICE": "cpu"},
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.count("ok") == 3, result.stdout
+    return result.stdout
+
+
+def test_torchrun_launches_it(tmp_path):
+    out = torchrun(tmp_path, SCRIPT, 3)
+    assert out.count("ok") == 3, out
 
 
 def test_the_readme_example_trains(tmp_path):
@@ -150,14 +156,6 @@ def test_the_readme_example_trains(tmp_path):
     readme = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
     with open(readme) as f:
         code = re.search(r"```python\n(.*?)```", f.read(), re.S).group(1)
-    script = tmp_path / "readme_train.py"
-    script.write_text(code)
-    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    result = subprocess.run(
-        [torchrun, "--standalone", "--nproc-per-node", "2", str(script)],
-        capture_output=True, text=True, timeout=180, cwd=tmp_path,
-        env={**os.environ, "BRAID_DEVICE": "cpu"},
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    loss = float(re.search(r"loss ([0-9.]+)", result.stdout).group(1))
-    assert loss < 1.0, result.stdout  # untrained: about 32 (the target is a sum of 32 normals)
+    out = torchrun(tmp_path, code, 2)
+    loss = float(re.search(r"loss ([0-9.]+)", out).group(1))
+    assert loss < 1.0, out  # untrained: about 32 (the target is a sum of 32 normals)
