@@ -39,8 +39,14 @@ size_t P2pLinks::llFifoBytes() const {
   return fifoBytes(geometry_.llSlotBytes, geometry_.llSlots);
 }
 
+size_t P2pLinks::directOffset() const {
+  return static_cast<size_t>(geometry_.channels) * (simpleFifoBytes() + llFifoBytes()) +
+         static_cast<size_t>(nranks_) * simpleFifoBytes();
+}
+
 // A rank's allocation: per channel its Simple then its low-latency ring FIFO, then one Simple
-// FIFO per sending peer.
+// FIFO per sending peer, then the direct engine's words: per channel a line per rank, then the
+// abort word on a line of its own.
 DeviceFifo P2pLinks::ringFifo(int receiver, int channel, DeviceProtocol protocol) const {
   const size_t offset = static_cast<size_t>(channel) * (simpleFifoBytes() + llFifoBytes());
   if (protocol == DeviceProtocol::Simple)
@@ -58,6 +64,17 @@ DeviceFifo P2pLinks::pairFifo(int receiver, int sender) const {
 DeviceFifo P2pLinks::fifoAt(int receiver, size_t offset, size_t slotBytes, uint32_t slots) const {
   uint8_t* at = areas_[receiver] + offset;
   return {reinterpret_cast<FifoWords*>(at), at + alignUp(sizeof(FifoWords)), slotBytes, slots};
+}
+
+void* P2pLinks::directArrivals(int channel) const {
+  return areas_[0] + directOffset() +
+         static_cast<size_t>(channel) * static_cast<size_t>(nranks_) * kDirectLineBytes;
+}
+
+const uint32_t* P2pLinks::directAbort() const {
+  return reinterpret_cast<const uint32_t*>(areas_[0] + directOffset() +
+                                           static_cast<size_t>(geometry_.channels) *
+                                               static_cast<size_t>(nranks_) * kDirectLineBytes);
 }
 
 int P2pLinks::ringNext(int channel) const {
@@ -80,8 +97,8 @@ std::unique_ptr<P2pLinks> P2pLinks::connect(int rank, int nranks, const DeviceRa
   links->nranks_ = nranks;
   links->geometry_ = geometry;
   links->areaBytes_ =
-      static_cast<size_t>(geometry.channels) * (links->simpleFifoBytes() + links->llFifoBytes()) +
-      static_cast<size_t>(nranks) * links->simpleFifoBytes();
+      links->directOffset() +
+      (static_cast<size_t>(geometry.channels) * static_cast<size_t>(nranks) + 1) * kDirectLineBytes;
   const std::string where = fmt::format("rank {} (CUDA device {})", rank, self.device);
 
   // The stream for init's clearing and abort()'s stores: never the legacy default stream, which
@@ -120,8 +137,12 @@ std::unique_ptr<P2pLinks> P2pLinks::connect(int rank, int nranks, const DeviceRa
 
   links->areas_.assign(nranks, nullptr);
   links->opened_.assign(nranks, false);
+  links->ranksShareDevice_ = true;
   for (int peer = 0; peer < nranks; ++peer) {
     const DeviceCard& card = cards[peer];
+    links->ranksShareDevice_ = links->ranksShareDevice_ &&
+                               card.place.processNonce == self.processNonce &&
+                               card.place.device == self.device;
     if (card.place.hostHash != self.hostHash)
       fail(braidInvalidUsage,
            "{}: rank {} is on another host; a CUDA communicator reaches ranks of this host only "
@@ -168,22 +189,24 @@ std::unique_ptr<P2pLinks> P2pLinks::connect(int rank, int nranks, const DeviceRa
 
 void P2pLinks::abort() {
   auto stream = static_cast<cudaStream_t>(abortStream_);
-  auto set = [&](const DeviceFifo& fifo) {
+  auto set = [&](const uint32_t* word) {
     // Any non-zero word aborts: every byte set to 1.
-    const cudaError_t e = cudaMemsetAsync(&fifo.words->abort, 1, sizeof(uint32_t), stream);
+    const cudaError_t e = cudaMemsetAsync(const_cast<uint32_t*>(word), 1, sizeof(uint32_t), stream);
     if (e != cudaSuccess)
       BRAID_WARN(log::kInit, "rank {}: abort could not reach a device FIFO: {}", rank_,
                  cudaGetErrorString(e));
   };
   for (int c = 0; c < geometry_.channels; ++c)
     for (DeviceProtocol protocol : {DeviceProtocol::Simple, DeviceProtocol::LowLatency}) {
-      set(ringFifo(rank_, c, protocol));
-      set(ringFifo(ringNext(c), c, protocol));  // a block waiting for send credit reads this one
+      set(&ringFifo(rank_, c, protocol).words->abort);
+      // A block waiting for send credit reads this one.
+      set(&ringFifo(ringNext(c), c, protocol).words->abort);
     }
   for (int peer = 0; peer < nranks_; ++peer) {
-    set(pairFifo(rank_, peer));
-    set(pairFifo(peer, rank_));
+    set(&pairFifo(rank_, peer).words->abort);
+    set(&pairFifo(peer, rank_).words->abort);
   }
+  set(directAbort());
 }
 
 P2pLinks::~P2pLinks() {

@@ -2,10 +2,12 @@
 // kernel and read by the receiving rank's. Each rank allocates every FIFO it receives on in one
 // device allocation: per channel a ring FIFO for each protocol (the Simple protocol's slots and
 // the low-latency protocol's lines never share a buffer: stale Simple bytes could look like a
-// flag), and per peer a FIFO for sends and receives. Ranks of one process reach a peer's
-// allocation by its pointer, ranks of another process on the same host by a CUDA IPC handle;
-// where the two GPUs differ, peer access is enabled. Ranks on other hosts are not reached yet
-// (their hops need FIFOs in pinned host memory moved by the net proxy): connect() says so.
+// flag), per peer a FIFO for sends and receives, and the direct engine's barrier words (used in
+// rank 0's allocation only, so that every rank of a launch meets on the same words). Ranks of one
+// process reach a peer's allocation by its pointer, ranks of another process on the same host by a
+// CUDA IPC handle; where the two GPUs differ, peer access is enabled. Ranks on other hosts are not
+// reached yet (their hops need FIFOs in pinned host memory moved by the net proxy): connect() says
+// so.
 #pragma once
 
 #include <cstddef>
@@ -36,6 +38,10 @@ struct DeviceRankPlace {
   int32_t pid = 0;            // for messages
   int32_t device = -1;        // CUDA device ordinal in that process
 };
+
+// The direct engine's barrier words are lines of their own (coll/direct_engine.h's
+// DirectArrival): one writer, every rank of the channel reading.
+constexpr size_t kDirectLineBytes = 64;
 
 // One FIFO in device memory, as the views take it.
 struct DeviceFifo {
@@ -71,9 +77,16 @@ class P2pLinks {
   int ringNext(int channel) const;
   int rank() const { return rank_; }
   int nranks() const { return nranks_; }
-  // Sets the abort word of every FIFO this rank receives or sends on, from the host and without
-  // waiting for the device: every kernel waiting on them gives up. Best effort: a failure is
-  // logged.
+  // Every rank in this process on this rank's device: a kernel launched here can reach every
+  // rank's buffers, which the direct engine needs.
+  bool ranksShareDevice() const { return ranksShareDevice_; }
+  // The direct engine's barrier of `channel`: nranks lines of kDirectLineBytes, one per rank, and
+  // the word that stops its waits; in rank 0's allocation, the same words for every rank.
+  void* directArrivals(int channel) const;
+  const uint32_t* directAbort() const;
+  // Sets the abort word of every FIFO this rank receives or sends on, and the direct engine's,
+  // from the host and without waiting for the device: every kernel waiting on them gives up.
+  // Best effort: a failure is logged.
   void abort();
 
  private:
@@ -81,9 +94,11 @@ class P2pLinks {
   DeviceFifo fifoAt(int receiver, size_t offset, size_t slotBytes, uint32_t slots) const;
   size_t simpleFifoBytes() const;
   size_t llFifoBytes() const;
+  size_t directOffset() const;  // where the direct engine's words start in an allocation
 
   int rank_ = 0;
   int nranks_ = 0;
+  bool ranksShareDevice_ = false;
   DeviceFifoGeometry geometry_;
   size_t areaBytes_ = 0;
   void* own_ = nullptr;          // this rank's allocation

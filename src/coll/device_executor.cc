@@ -69,13 +69,53 @@ void launchRing(std::span<const DeviceRankCall> ranks, DeviceProtocol protocol, 
          ranks.front().ctx->links->rank());
 }
 
+// Every rank of the communicator in one launch, each reaching the others' buffers (one GPU, one
+// process): each rank's blocks read and write every rank's buffers directly, meeting at the
+// barrier words of rank 0's allocation.
+template <class T>
+void launchDirect(std::span<const DeviceRankCall> ranks, const void* kernel, void* stream) {
+  static_assert(sizeof(DirectArrival) == kDirectLineBytes);
+  const P2pLinks& anyLinks = *ranks.front().ctx->links;
+  const int n = anyLinks.nranks(), channels = anyLinks.geometry().channels;
+  if (static_cast<int>(ranks.size()) != n || !anyLinks.ranksShareDevice())
+    fail(braidInternalError,
+         "rank {}: the direct engine needs all {} ranks on one device in one launch ({} here)",
+         anyLinks.rank(), n, ranks.size());
+  DirectLaunch<T> params{};
+  params.timeoutNs = ranks.front().ctx->timeoutNs;
+  params.abort = anyLinks.directAbort();
+  int blocks = 0;
+  for (const DeviceRankCall& r : ranks) {
+    const int rank = r.ctx->links->rank();
+    if (r.scale != nullptr && r.scale->onDevice != nullptr)
+      fail(braidInternalError, "rank {}: the direct engine takes PreMulSum's scalar by value",
+           rank);
+    params.inputs[rank] = static_cast<const T*>(r.args.sendbuff);
+    params.outputs[rank] = static_cast<T*>(r.args.recvbuff);
+    if (r.scale != nullptr) std::memcpy(&params.scales[rank], &r.scale->bits, sizeof(T));
+    for (int ch = 0; ch < channels; ++ch)
+      params.blocks[blocks++] = {r.args.coll,
+                                 n,
+                                 rank,
+                                 ch,
+                                 channels,
+                                 r.args.count,
+                                 r.args.op == braidAvg ? n : 1,
+                                 static_cast<DirectArrival*>(anyLinks.directArrivals(ch)),
+                                 r.ctx->failed + ch};
+  }
+  launch(kernel, blocks, ranks.front().ctx->threads, &params, stream, "direct collective",
+         anyLinks.rank());
+}
+
 }  // namespace
 
 int deviceLaunchBlocks() {
   return kMaxLaunchBlocks;
 }
 
-void launchCollective(std::span<const DeviceRankCall> ranks, void* stream) {
+void launchCollective(std::span<const DeviceRankCall> ranks, DeviceAlgorithm algorithm,
+                      void* stream) {
   const DeviceRankCall& first = ranks.front();
   const CollArgs& a = first.args;
   int blocks = 0;
@@ -90,20 +130,19 @@ void launchCollective(std::span<const DeviceRankCall> ranks, void* stream) {
     fail(braidInternalError, "rank {}: {} blocks in one launch (at most {})",
          first.ctx->links->rank(), blocks, kMaxLaunchBlocks);
   if (a.count == 0) return;  // every rank skips it alike; the FIFOs are untouched
-  const size_t bytes = a.count * kernels::typeSize(a.type);
-  const bool lowLatency = bytes <= first.ctx->lowLatencyMaxBytes;
-  const void* kernel =
-      deviceKernel(lowLatency ? DeviceAlgorithm::LowLatency : DeviceAlgorithm::Simple, a.type, a.op,
-                   first.scale != nullptr);
+  const void* kernel = deviceKernel(algorithm, a.type, a.op, first.scale != nullptr);
   if (kernel == nullptr)
     fail(braidInvalidArgument, "rank {}: no device kernel for datatype {} and op {}",
          first.ctx->links->rank(), static_cast<int>(a.type), static_cast<int>(a.op));
   withStorage(a.type, [&](auto element) {
     using T = decltype(element);
-    if (lowLatency)
-      launchRing<T, LlPorts>(ranks, DeviceProtocol::LowLatency, kernel, stream);
-    else
-      launchRing<T, FifoViewPorts>(ranks, DeviceProtocol::Simple, kernel, stream);
+    switch (algorithm) {
+      case DeviceAlgorithm::Direct: return launchDirect<T>(ranks, kernel, stream);
+      case DeviceAlgorithm::LowLatency:
+        return launchRing<T, LlPorts>(ranks, DeviceProtocol::LowLatency, kernel, stream);
+      case DeviceAlgorithm::Simple:
+        return launchRing<T, FifoViewPorts>(ranks, DeviceProtocol::Simple, kernel, stream);
+    }
   });
 }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <span>
 
+#include "coll/device_launch.h"
 #include "coll/host_executor.h"
 #include "transport/p2p.h"
 
@@ -19,8 +20,7 @@ struct DeviceCollContext {
   const P2pLinks* links = nullptr;
   uint64_t timeoutNs = 0;  // every device wait gives up after this long
   int* failed = nullptr;   // deviceLaunchBlocks() words: a block sets its own when a wait gave up
-  size_t lowLatencyMaxBytes = 0;  // calls up to this many bytes use the low-latency protocol
-  int threads = 256;              // per block
+  int threads = 256;       // per block
 };
 
 // PreMulSum's scalar for this rank: read by the kernel from device memory (braidScalarDevice),
@@ -44,8 +44,10 @@ struct DeviceRankCall {
 // One collective of one rank, or of several ranks of a communicator in one launch (their blocks
 // then run together: one host thread driving ranks that wait for each other). Every rank's call
 // must be the same collective, datatype, operator and count, and their channels together at most
-// deviceLaunchBlocks().
-void launchCollective(std::span<const DeviceRankCall> ranks, void* stream);
+// deviceLaunchBlocks(). Direct: all-reduce, reduce-scatter or all-gather, every rank of the
+// communicator in the launch (ranksShareDevice()), PreMulSum's scalars given by value.
+void launchCollective(std::span<const DeviceRankCall> ranks, DeviceAlgorithm algorithm,
+                      void* stream);
 // Sends and receives of one group, at most deviceLaunchBlocks(), at most one per peer and
 // direction (operations of one peer and direction go in separate launches, in issue order).
 void launchSendRecv(const DeviceCollContext& ctx, std::span<const CollArgs> ops, void* stream);

@@ -791,22 +791,8 @@ braidResult_t braidGroupSimulateEnd(braidSimInfo_t* simInfo) {
     std::map<braidComm*, double> microseconds;
     for (const auto& [comm, op] : group.ops) {
       const CollArgs& a = op.first;
-      const size_t bytes = a.count * braid::kernels::typeSize(a.type);
-      const size_t n = static_cast<size_t>(comm->nranks());
-      using Operation = braid::plan::Operation;
-      const auto [operation, nominal] = [&]() -> std::pair<Operation, size_t> {
-        switch (a.coll) {
-          case Collective::AllReduce: return {Operation::AllReduce, bytes};
-          case Collective::ReduceScatter: return {Operation::ReduceScatter, bytes * n};
-          case Collective::AllGather: return {Operation::AllGather, bytes * n};
-          case Collective::Broadcast: return {Operation::Broadcast, bytes};
-          case Collective::Reduce: return {Operation::Reduce, bytes};
-          case Collective::Gather:
-          case Collective::Scatter: return {Operation::SendRecv, 0};  // the root agreement
-          default: return {Operation::SendRecv, bytes};
-        }
-      }();
-      microseconds[comm] += comm->predict(operation, nominal).us;
+      const braid::ModelCall call = braid::modelCallOf(a, comm->nranks());
+      microseconds[comm] += comm->predict(call.operation, call.bytes).us;
     }
     double slowest = 0;
     for (const auto& [comm, us] : microseconds) slowest = std::max(slowest, us);

@@ -243,6 +243,16 @@ void braidComm::connectDevice(const Clock::time_point& deadline) {
   setup.timeoutMs = options_.timeoutMs;
   setup.allGather = [&](void* data, size_t bytes) { bootstrap_->allGather(data, bytes, deadline); };
   cuda_ = braid::CudaComm::connect(setup);
+
+  // The device's cost model replaces the host's: it chooses every call's algorithm and protocol
+  // (deviceCall) and answers braidCommPredict.
+  namespace plan = braid::plan;
+  plan::ModelInput input = plan::modelInputFromParams();
+  input.hostRanks = false;
+  input.ranksShareDevice = cuda_->ranksShareDevice();
+  input.deviceMemoryGBs = cuda_->memoryGBs();
+  model_ = std::make_unique<plan::Model>(planGraph_, plan_, input);
+  planText_ = plan::describe(planGraph_, plan_) + model_->describe() + "\n";
 }
 
 int braidComm::cudaDevice() {
@@ -292,27 +302,38 @@ void braidComm::launch(std::span<const braid::CollArgs> ops, braidStream_t strea
       continue;
     }
     braid::CudaScalar scalar;
-    const braid::CudaCall call = deviceCall(a, stream, scalar);
+    const braid::CudaCall call = deviceCall(a, stream, scalar, /*directPossible=*/false);
     braid::launchCollectives(std::span(&call, 1));
     ++i;
   }
 }
 
 braid::CudaCall braidComm::deviceCall(const braid::CollArgs& a, braidStream_t stream,
-                                      braid::CudaScalar& scalar) {
-  if (a.op < braidNumOps) return {cuda_.get(), a, nullptr, stream};
-  PreMulSum op;
-  {
-    std::lock_guard<std::mutex> lock(opsMutex_);
-    op = ops_.at(static_cast<int>(a.op));  // the API checked that it exists
+                                      braid::CudaScalar& scalar, bool directPossible) {
+  braid::CudaCall call{cuda_.get(), a, nullptr, stream};
+  directPossible = directPossible && cuda_->ranksShareDevice();
+  if (a.op >= braidNumOps) {
+    PreMulSum op;
+    {
+      std::lock_guard<std::mutex> lock(opsMutex_);
+      op = ops_.at(static_cast<int>(a.op));  // the API checked that it exists
+    }
+    if (op.isImmediate)
+      std::memcpy(&scalar.bits, op.immediate, braid::kernels::typeSize(op.type));
+    else
+      scalar.onDevice = op.scalar;
+    call.args.op = braidSum;
+    call.scalar = &scalar;
+    // The direct engine takes every rank's scalar by value, in its launch's parameters.
+    directPossible = directPossible && op.isImmediate;
   }
-  if (op.isImmediate)
-    std::memcpy(&scalar.bits, op.immediate, braid::kernels::typeSize(op.type));
-  else
-    scalar.onDevice = op.scalar;
-  braid::CollArgs sum = a;
-  sum.op = braidSum;
-  return {cuda_.get(), sum, &scalar, stream};
+  const braid::ModelCall m = braid::modelCallOf(a, nranks_);
+  const braid::plan::Prediction choice = model_->best(m.operation, m.bytes, directPossible);
+  call.algorithm =
+      choice.algorithm == braid::plan::Algorithm::Direct ? braid::DeviceAlgorithm::Direct
+      : choice.protocol == braid::plan::Protocol::LL     ? braid::DeviceAlgorithm::LowLatency
+                                                         : braid::DeviceAlgorithm::Simple;
+  return call;
 }
 
 bool braidComm::canLaunchTogether(std::span<braidComm* const> comms,
@@ -340,7 +361,9 @@ void braidComm::launchTogether(std::span<braidComm* const> comms,
   for (size_t i = 0; i < comms.size(); ++i) {
     comms[i]->waitReady();
     comms[i]->failIfDeviceFailed(collectiveName(calls[i].coll));
-    launch.push_back(comms[i]->deviceCall(calls[i], streams[i], scalars[i]));
+    // Every rank of the communicator in this launch: the direct engine can reach all buffers.
+    launch.push_back(comms[i]->deviceCall(calls[i], streams[i], scalars[i],
+                                          static_cast<int>(comms.size()) == comms[i]->nranks_));
   }
   braid::launchCollectives(launch);
 }
@@ -423,6 +446,23 @@ void braidComm::planRings(const braid::FifoGeometry& geometry) {
   BRAID_INFO(braid::log::kInit, "rank {}: one-shot all-reduce up to {} bytes; plan:\n{}", rank_,
              directMaxBytes_, std::string_view(planText_).substr(0, planText_.size() - 1));
 }
+
+namespace braid {
+ModelCall modelCallOf(const CollArgs& a, int nranks) {
+  const size_t bytes = a.count * kernels::typeSize(a.type);
+  const size_t n = static_cast<size_t>(nranks);
+  switch (a.coll) {
+    case Collective::AllReduce: return {plan::Operation::AllReduce, bytes};
+    case Collective::ReduceScatter: return {plan::Operation::ReduceScatter, bytes * n};
+    case Collective::AllGather: return {plan::Operation::AllGather, bytes * n};
+    case Collective::Broadcast: return {plan::Operation::Broadcast, bytes};
+    case Collective::Reduce: return {plan::Operation::Reduce, bytes};
+    case Collective::Gather:
+    case Collective::Scatter: return {plan::Operation::SendRecv, 0};  // the root agreement
+    default: return {plan::Operation::SendRecv, bytes};
+  }
+}
+}  // namespace braid
 
 braid::plan::Prediction braidComm::predict(braid::plan::Operation op, size_t bytes) {
   waitReady();

@@ -35,6 +35,16 @@ struct CommOptions {
   int cudaDevice = -1;
 };
 
+namespace braid {
+// A call as the cost model sees it: its operation and nccl-tests' size of it (the all-reduce
+// buffer, the all-gather output, the reduce-scatter input).
+struct ModelCall {
+  plan::Operation operation;
+  size_t bytes;
+};
+ModelCall modelCallOf(const CollArgs& args, int nranks);
+}  // namespace braid
+
 struct braidComm : public braid::Watchdog {
  public:
   braidComm(int rank, int nranks, CommOptions options);
@@ -200,8 +210,9 @@ struct braidComm : public braid::Watchdog {
   int deviceChannels_ = 0;
   uint64_t cliqueId_ = 0;  // the same on every rank of this communicator (its bootstrap id)
   void connectDevice(const braid::Clock::time_point& deadline);
+  // directPossible: every rank of the communicator is in this call's launch.
   braid::CudaCall deviceCall(const braid::CollArgs& args, braidStream_t stream,
-                             braid::CudaScalar& scalar);
+                             braid::CudaScalar& scalar, bool directPossible);
   void failIfDeviceFailed(const char* opName);
 
   std::atomic<braidResult_t> asyncError_{braidSuccess};

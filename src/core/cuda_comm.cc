@@ -27,12 +27,11 @@ namespace {
 
 // FIFO sizes of a CUDA communicator. Simple: 8 slots of 128 KiB per channel (a ring step moves a
 // slot; NCCL's is 512 KiB, tune on a GPU). Low-latency: 8 slots of 16 KiB lines, 8 KiB of data
-// each. Calls up to 64 KiB use the low-latency protocol.
+// each. Which protocol a call uses is the cost model's choice (core/comm.cc).
 constexpr size_t kSimpleSlotBytes = 128 << 10;
 constexpr uint32_t kSimpleSlots = 8;
 constexpr size_t kLlSlotBytes = 16 << 10;
 constexpr uint32_t kLlSlots = 8;
-constexpr size_t kLowLatencyMaxBytes = 64 << 10;
 constexpr int kThreadsPerBlock = 256;
 
 // CUDA communicators alive in this process: device memory handed to a CPU communicator is looked
@@ -115,7 +114,6 @@ class CudaCommImpl final : public CudaComm {
     ctx_.links = links_.get();
     ctx_.timeoutNs = static_cast<uint64_t>(setup.timeoutMs) * 1'000'000;
     ctx_.failed = failedOnDevice;
-    ctx_.lowLatencyMaxBytes = kLowLatencyMaxBytes;
     ctx_.threads = kThreadsPerBlock;
     timeoutMs_ = setup.timeoutMs;
     ++liveCudaComms;
@@ -133,6 +131,16 @@ class CudaCommImpl final : public CudaComm {
   }
 
   int device() const override { return device_; }
+  bool ranksShareDevice() const override { return links_->ranksShareDevice(); }
+  double memoryGBs() const override {
+    int clockKHz = 0, busBits = 0;
+    if (cudaDeviceGetAttribute(&clockKHz, cudaDevAttrMemoryClockRate, device_) != cudaSuccess ||
+        cudaDeviceGetAttribute(&busBits, cudaDevAttrGlobalMemoryBusWidth, device_) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;  // unknown: the model falls back on the plan's links
+    }
+    return 2.0 * clockKHz * 1e3 * (busBits / 8.0) / 1e9;  // double data rate
+  }
 
   void checkBuffer(const char* fn, const char* name, const void* p) const override {
     const cudaPointerAttributes a = attributesOf(p);
@@ -261,8 +269,10 @@ void launchCollectives(std::span<const CudaCall> calls) {
   std::vector<bool> captured;
   for (size_t i = 0; i < calls.size(); ++i) {
     auto& comm = static_cast<CudaCommImpl&>(*calls[i].comm);
-    if (comm.device_ != first.device_)
-      fail(braidInternalError, "rank {}: ranks of one launch are on different devices", comm.rank_);
+    if (comm.device_ != first.device_ || calls[i].algorithm != calls.front().algorithm)
+      fail(braidInternalError,
+           "rank {}: ranks of one launch are on different devices or chose different algorithms",
+           comm.rank_);
     if (calls[i].scalar != nullptr) scales[i] = {calls[i].scalar->onDevice, calls[i].scalar->bits};
     ranks.push_back({&comm.ctx_, calls[i].args, calls[i].scalar != nullptr ? &scales[i] : nullptr});
     captured.push_back(comm.afterLastCall(calls[i].stream));
@@ -273,7 +283,7 @@ void launchCollectives(std::span<const CudaCall> calls) {
     checkCuda(cudaStreamWaitEvent(firstStream, comm.join_, 0),
               fmt::format("rank {}: cudaStreamWaitEvent", comm.rank_));
   }
-  launchCollective(ranks, firstStream);
+  launchCollective(ranks, calls.front().algorithm, firstStream);
   if (calls.size() > 1)
     checkCuda(cudaEventRecord(first.join_, firstStream),
               fmt::format("rank {}: cudaEventRecord", first.rank_));

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "coll/device_launch.h"
 #include "coll/host_executor.h"
 
 namespace braid {
@@ -45,6 +46,11 @@ class CudaComm {
   virtual ~CudaComm() = default;
 
   virtual int device() const = 0;
+  // Every rank in this process on this device: one launch can then run the direct engine.
+  virtual bool ranksShareDevice() const = 0;
+  // The device memory's peak bandwidth, reads and writes together, in GB/s (from its clock and
+  // bus width): the cost model's figure for ranks that share the device.
+  virtual double memoryGBs() const = 0;
   // Fails (braidInvalidArgument) unless `p` is memory this communicator's device can use:
   // "sendbuff 0x... is pageable host memory (expected device memory of CUDA device 0)".
   virtual void checkBuffer(const char* fn, const char* name, const void* p) const = 0;
@@ -58,18 +64,20 @@ class CudaComm {
   virtual void synchronize() = 0;
 };
 
-// One rank's collective: args.op a built-in operator, or braidSum with `scalar` for PreMulSum.
+// One rank's collective: args.op a built-in operator, or braidSum with `scalar` for PreMulSum;
+// the algorithm and protocol the cost model chose (every rank of a launch the same).
 struct CudaCall {
   CudaComm* comm = nullptr;
   CollArgs args;
   const CudaScalar* scalar = nullptr;
   void* stream = nullptr;  // cudaStream_t
+  DeviceAlgorithm algorithm = DeviceAlgorithm::Simple;
 };
 
 // Queues the same collective of one rank, or of several ranks of one communicator in this process
 // on one GPU, in one launch (their blocks wait for each other, and CUDA does not promise that
-// kernels launched apart run together); each stays ordered on its own stream. Returns without
-// waiting for the device.
+// kernels launched apart run together); each stays ordered on its own stream. The direct engine
+// needs every rank of the communicator in the launch. Returns without waiting for the device.
 void launchCollectives(std::span<const CudaCall> calls);
 
 // The calling thread's current CUDA device (where a communicator made now goes, as in NCCL).

@@ -116,9 +116,20 @@ Model::Model(const LinkGraph& graph, const Plan& plan, ModelInput input)
     }
   }
   // One-shot exchanges need every pair joined directly: shared memory on one host, or NVLink /
-  // NVSwitch between devices.
+  // NVSwitch between devices, or one GPU that every rank shares.
   allPairsDirect_ = hosts_ == 1;
-  if (!in_.hostRanks) {
+  directGBs_ = ringGBs_;
+  if (!in_.hostRanks && in_.ranksShareDevice) {
+    // Ranks on one GPU share its memory: n ranks move their bytes at once. A ring hop writes a
+    // FIFO slot and the next rank reads it back besides reading its input and writing its output
+    // (4 accesses per byte); the direct engine reads the inputs and writes the outputs (2). A
+    // hop stays in the GPU's memory: NVLink's latency bounds it.
+    if (in_.deviceMemoryGBs > 0) {
+      ringGBs_ = in_.deviceMemoryGBs / (4.0 * nranks_);
+      directGBs_ = in_.deviceMemoryGBs / (2.0 * nranks_);
+    }
+    slowestHop_ = deviceHopLatency(HopKind::NvLink);
+  } else if (!in_.hostRanks) {
     for (int a = 0; a < nranks_ && allPairsDirect_; ++a)
       for (int b = 0; b < nranks_ && allPairsDirect_; ++b) {
         if (a == b) continue;
@@ -197,22 +208,26 @@ double Model::cacheSpeedup(size_t bytes) const {
 }
 
 double Model::directTimeUs(Operation op, Protocol protocol, size_t bytes) const {
-  if (op != Operation::AllReduce || !allPairsDirect_ || nranks_ < 2) return kInfinity;
+  if (!allPairsDirect_ || nranks_ < 2) return kInfinity;
   const double n = nranks_;
   if (in_.hostRanks) {
     // Posts its input to n-1 peers, then reduces n inputs: one handoff of latency.
-    if (bytes > in_.directMaxBytes || protocol != Protocol::Simple) return kInfinity;
+    if (op != Operation::AllReduce || bytes > in_.directMaxBytes || protocol != Protocol::Simple)
+      return kInfinity;
     const double share = oversubscription();
     return in_.latency.callUs + stepLatencyUs(protocol) +
            (microseconds((n - 1) * bytes, in_.core.copyGBs) +
             microseconds((n - 1) * bytes, in_.core.reduceGBs)) *
                share;
   }
-  // Every rank reads the n-1 other inputs over its own links.
-  const double perRankGBs = ringGBs_;
-  return kDeviceBaseUs[static_cast<int>(protocol)] + stepLatencyUs(protocol) +
-         microseconds((n - 1) * bytes,
-                      perRankGBs * kProtocolEfficiency[static_cast<int>(protocol)]);
+  // The device engine (coll/direct_engine.h): all-reduce, reduce-scatter, all-gather, with plain
+  // stores only. Each rank reads its share of every peer's input and writes its share of every
+  // peer's output: the ring's bus bytes, between two barriers instead of the ring's steps.
+  if (protocol != Protocol::Simple ||
+      (op != Operation::AllReduce && op != Operation::ReduceScatter && op != Operation::AllGather))
+    return kInfinity;
+  return kDeviceBaseUs[static_cast<int>(protocol)] + 2 * stepLatencyUs(protocol) +
+         microseconds(busBandwidthFactor(op, nranks_) * static_cast<double>(bytes), directGBs_);
 }
 
 double Model::timeUs(Operation op, Algorithm algorithm, Protocol protocol, size_t bytes) const {
@@ -222,11 +237,12 @@ double Model::timeUs(Operation op, Algorithm algorithm, Protocol protocol, size_
                                       : directTimeUs(op, protocol, bytes);
 }
 
-Prediction Model::best(Operation op, size_t bytes) const {
+Prediction Model::best(Operation op, size_t bytes, bool directPossible) const {
   Prediction best;
   best.us = kInfinity;
   for (Algorithm algorithm : {Algorithm::Ring, Algorithm::Direct}) {
     if (!in_.allowedAlgorithms[static_cast<int>(algorithm)]) continue;
+    if (algorithm == Algorithm::Direct && !directPossible) continue;
     for (Protocol protocol : {Protocol::Simple, Protocol::LL}) {
       if (!in_.allowedProtocols[static_cast<int>(protocol)]) continue;
       const double us = timeUs(op, algorithm, protocol, bytes);
@@ -257,9 +273,13 @@ std::string Model::describe() const {
         in_.core.reduceGBs, in_.core.copyGBs, oversubscription(), in_.latency.callUs,
         in_.latency.hopUs, in_.latency.netHopUs, in_.latency.switchUs);
   else
-    out += fmt::format("; device protocols simple/ll, slowest hop {:.1f}/{:.1f} us{}",
-                       slowestHop_.simpleUs, slowestHop_.llUs,
-                       allPairsDirect_ ? ", all pairs direct" : "");
+    out += fmt::format(
+        "; device protocols simple/ll, slowest hop {:.1f}/{:.1f} us{}{}", slowestHop_.simpleUs,
+        slowestHop_.llUs,
+        in_.ranksShareDevice
+            ? fmt::format(", every rank on one GPU ({:.0f} GB/s of memory)", in_.deviceMemoryGBs)
+            : "",
+        allPairsDirect_ ? ", all pairs direct" : "");
   return out;
 }
 

@@ -53,6 +53,11 @@ struct ModelInput {
   size_t fifoBytes = 1 << 20;  // per connector: a rank runs at most this far ahead
   double cacheBytes = 0;       // last-level cache the ranks of a machine can count on; 0: unknown
   size_t directMaxBytes = 0;   // the one-shot exchange holds at most this per peer
+  // Device ranks only: every rank on one GPU (threads of one process), moving bytes through its
+  // memory, which runs at deviceMemoryGBs (reads and writes together; 0: unknown, the plan's
+  // links then stand in).
+  bool ranksShareDevice = false;
+  double deviceMemoryGBs = 0;
   std::vector<bool> allowedAlgorithms = {true, true};  // indexed by Algorithm (BRAID_ALGO)
   std::vector<bool> allowedProtocols = {true, true};   // indexed by Protocol (BRAID_PROTO)
 };
@@ -77,7 +82,9 @@ class Model {
   // all-gather output, ...); infinity where the algorithm or protocol cannot run it.
   double timeUs(Operation op, Algorithm algorithm, Protocol protocol, size_t bytes) const;
   // The fastest allowed algorithm and protocol. Deterministic: every rank chooses the same.
-  Prediction best(Operation op, size_t bytes) const;
+  // directPossible false: this call cannot run the direct engine (a CUDA communicator's ranks
+  // launched apart cannot reach each other's buffers), so the ring it is.
+  Prediction best(Operation op, size_t bytes, bool directPossible = true) const;
   // One line per term, for braid-topo --plan and docs.
   std::string describe() const;
 
@@ -91,6 +98,7 @@ class Model {
   int nranks_ = 1;
   int hosts_ = 1;
   double ringGBs_ = 0;        // the plan's channels together
+  double directGBs_ = 0;      // device ranks: what one rank's direct reads and writes reach
   DeviceLatency slowestHop_;  // device rings: the slowest hop of channel 0
   bool allPairsDirect_ = false;
   ModelInput in_;

@@ -140,5 +140,47 @@ TEST(PlanModel, DeviceRingsPickLlForSmallAndSimpleForLarge) {
   EXPECT_NEAR(large.busBwGBs, plan.totalBandwidthGBs(), plan.totalBandwidthGBs() * 0.01);
 }
 
+// Ranks sharing one GPU (a CUDA communicator's ranks as threads, driven in one launch): the direct
+// engine moves each byte through the memory twice where the ring moves it four times, so it wins
+// large calls; its two barriers pay the Simple protocol's fenced flags, so a small call on 2 ranks
+// goes to the ring's low-latency protocol (2 unfenced steps). Launched apart (no launch reaches
+// every rank's buffers) the ring runs: LL for small calls, Simple for large.
+TEST(PlanModel, RanksSharingOneGpuRunDirectWhenOneLaunchHoldsThemAll) {
+  for (int n : {2, 4, 8}) {
+    SCOPED_TRACE(std::to_string(n) + " ranks");
+    const Planned p = cpuRanks(n);
+    ModelInput in;
+    in.hostRanks = false;
+    in.ranksShareDevice = true;
+    in.deviceMemoryGBs = 3000;  // an H100's HBM3, reads and writes together
+    const Model model(p.graph, p.plan, in);
+    for (Operation op : {Operation::AllReduce, Operation::ReduceScatter, Operation::AllGather}) {
+      SCOPED_TRACE(operationName(op));
+      const Prediction large = model.best(op, size_t{256} << 20);
+      EXPECT_EQ(large.algorithm, Algorithm::Direct);
+      EXPECT_EQ(large.protocol, Protocol::Simple);
+      if (n == 2) {
+        const Prediction small = model.best(op, 8);
+        EXPECT_EQ(small.algorithm, Algorithm::Ring);
+        EXPECT_EQ(small.protocol, Protocol::LL);
+      }
+      for (size_t bytes : {size_t{8}, size_t{64} << 10, size_t{256} << 20}) {
+        const Prediction apart = model.best(op, bytes, /*directPossible=*/false);
+        EXPECT_EQ(apart.algorithm, Algorithm::Ring);
+        EXPECT_EQ(apart.protocol, bytes <= (64u << 10) ? Protocol::LL : Protocol::Simple) << bytes;
+      }
+    }
+    // The direct engine's time by hand: base, two barriers of an NVLink hop's latency, the bus
+    // bytes at half the memory's rate shared by n ranks.
+    const size_t bytes = size_t{256} << 20;
+    const double busBytes = 2.0 * (n - 1) / n * static_cast<double>(bytes);
+    EXPECT_NEAR(model.timeUs(Operation::AllReduce, Algorithm::Direct, Protocol::Simple, bytes),
+                8.4 + 2 * 3.4 + busBytes / (3000.0 / (2 * n)) / 1e3, 1e-6);
+    // Broadcast and reduce have no direct engine: the ring.
+    EXPECT_EQ(model.best(Operation::Broadcast, bytes).algorithm, Algorithm::Ring);
+    EXPECT_EQ(model.best(Operation::Reduce, 8).algorithm, Algorithm::Ring);
+  }
+}
+
 }  // namespace
 }  // namespace braid::plan
