@@ -5,7 +5,9 @@
 # the GPU tests (ctest -L gpu: the kernels' grid on device memory, CUDA communicators with 1-8
 # ranks on one GPU, stream order, graph replay, two processes through IPC), the device form and
 # PTX checks (ctest -L device), and braid-perf --device cuda (2, 4, 8 ranks as threads, 8 B to
-# 1 GiB, fp32 and bf16, every element checked). docs/cuda.md says what is and is not covered.
+# 1 GiB, fp32 and bf16, every element checked; then the same ranks driven by one thread, -g, whose
+# launches hold every rank and so may run the direct engine). docs/cuda.md says what is and is not
+# covered.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench/results/gpu-check}
@@ -27,9 +29,12 @@ status=0
   | tee "$out/ctest-device.txt" || status=1
 for ranks in 2 4 8; do
   for type in float bfloat16; do
-    build/tools/braid-perf allreduce --device cuda -t "$ranks" -b 8 -e 1G -f 2 -d "$type" \
-      --json "$out/perf-allreduce-${ranks}ranks-${type}.json" \
-      > "$out/perf-allreduce-${ranks}ranks-${type}.txt" 2>&1 || status=1
+    for drive in threads group; do
+      if [[ $drive == threads ]]; then flags=(-t "$ranks"); else flags=(-t 1 -g "$ranks"); fi
+      name="perf-allreduce-${ranks}ranks-${type}-${drive}"
+      build/tools/braid-perf allreduce --device cuda "${flags[@]}" -b 8 -e 1G -f 2 -d "$type" \
+        --json "$out/$name.json" > "$out/$name.txt" 2>&1 || status=1
+    done
   done
 done
 {

@@ -77,7 +77,7 @@ class GlooComm : public PeerComm {
     for (int r = 0; r < nranks(); ++r) ranks.push_back({r, static_cast<int>(pids[r]), host});
     return ranks;
   }
-  void launch(const void* send, void* recv, size_t count, braidDataType_t,
+  void launch(int, const void* send, void* recv, size_t count, braidDataType_t,
               braidRedOp_t op) override {
     if (count > INT_MAX)
       throw RunError(fmt::format("{} elements: more than Gloo's int count can hold", count));

@@ -73,7 +73,7 @@ class MpiComm : public PeerComm {
     for (int r = 0; r < nranks_; ++r) ranks.push_back({r, records[r].pid, records[r].host});
     return ranks;
   }
-  void launch(const void* send, void* recv, size_t count, braidDataType_t type,
+  void launch(int, const void* send, void* recv, size_t count, braidDataType_t type,
               braidRedOp_t op) override {
     if (count > INT_MAX)
       throw RunError(fmt::format("{} elements: more than MPI's int count can hold", count));

@@ -543,11 +543,35 @@ TEST(BraidPerf, DeviceCudaRunsOrSaysWhyNot) {
       << run.err;
 }
 
+// -g: each thread drives several ranks (nccl-tests' GPUs per thread), their calls in one group;
+// with -t 2 -g 2 four ranks in two threads, every element of every rank checked, and rooted and
+// personalized collectives too. The ranks' count and the rows come out as with a rank per thread.
+TEST(BraidPerf, SeveralRanksPerThreadRunInGroups) {
+  for (const char* collective : {"allreduce", "reducescatter", "broadcast -r 3", "alltoall"}) {
+    const PerfRun run =
+        runPerf(std::string(collective) + " -t 2 -g 2 -b 64 -e 64K -f 32 -n 2 -w 1");
+    ASSERT_EQ(run.exitCode, 0) << collective << "\n" << run.out << run.err;
+    EXPECT_NE(run.out.find("# nThread 2 nGpus 2 nProcs 1 nRanks 4 "), std::string::npos)
+        << run.out;
+    EXPECT_NE(run.out.find("#  Rank  3 Pid"), std::string::npos) << run.out;
+    EXPECT_NE(run.out.find("Out of bounds values : 0 OK"), std::string::npos) << run.out;
+    int rows = 0;
+    for (const std::string& line : lines(run.out))
+      if (!line.empty() && line[0] != '#') {
+        ++rows;
+        const std::vector<std::string> f = fields(line);
+        ASSERT_GE(f.size(), 9u) << line;
+        EXPECT_EQ(f[8], "0") << collective << ": out-of-place wrong elements: " << line;
+      }
+    EXPECT_EQ(rows, 3) << run.out;  // 64, 2048, 65536 bytes
+  }
+}
+
 TEST(BraidPerf, BadFlagsExitTwoWithOneLine) {
   for (const char* args :
        {"", "gather", "allreduce -d foo", "allreduce -o xor", "allreduce -b 1K -e 8",
         "allreduce -b 2 -e 8", "allreduce -d double -b 4 -e 8", "allreduce -b 1X", "allreduce -t 0",
-        "allreduce --np 0", "allreduce -n 0", "allreduce -c 2", "allreduce --bogus",
+        "allreduce --np 0", "allreduce -g 0", "allreduce -n 0", "allreduce -c 2", "allreduce --bogus",
         "broadcast -r 2 --np 2", "allreduce --device gpu", "allreduce -f 1 -i 0"}) {
     const PerfRun run = runPerf(args);
     EXPECT_EQ(run.exitCode, 2) << args << "\n" << run.err;

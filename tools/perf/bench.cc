@@ -24,103 +24,150 @@ struct RankRecord {
   char host[124];
 };
 
-// A braid communicator as the sweeps drive it. A CPU communicator's calls go on a host stream
-// (synchronized by complete()) or, with -z 1, on the NULL stream. A CUDA communicator's go on a
-// CUDA stream of the rank, on buffers in its GPU's memory (with -z 1 each call is waited for);
-// its own exchanges (barrier, result max, rank info) pass through a small device buffer.
+// The thread's braid communicators (-g of them, consecutive ranks) as the sweeps drive them. A
+// CPU communicator's calls go on a host stream (synchronized by complete()) or, with -z 1, on the
+// NULL stream. A CUDA communicator's go on a CUDA stream of the rank, on buffers in its GPU's
+// memory (with -z 1 each call is waited for). The tool's own exchanges (barrier, result max, rank
+// info) are calls of every local rank in one group, each on a scratch buffer of its own (device
+// memory on a CUDA communicator), waited for.
 class BraidBenchComm : public BenchComm {
  public:
-  BraidBenchComm(const Options& options, braidComm_t comm)
-      : o_(options), coll_(*options.collective), comm_(comm), onDevice_(options.device == "cuda") {
-    call("braidCommCount", braidCommCount(comm, &nranks_));
-    call("braidCommUserRank", braidCommUserRank(comm, &rank_));
-    checkRoot(o_, nranks_);
-    scratch_.resize(nranks_ + 1);
-    if (onDevice_) {
-      stream_ = cuda::createStream();
-      deviceScratch_ = static_cast<char*>(cuda::allocate(scratch_.size() * sizeof(RankRecord)));
-    } else if (!o_.blocking) {
-      call("braidStreamCreate", braidStreamCreate(&stream_));
+  BraidBenchComm(const Options& options, const std::vector<braidComm_t>& comms)
+      : o_(options), coll_(*options.collective), onDevice_(options.device == "cuda") {
+    for (braidComm_t comm : comms) {
+      Local& l = locals_.emplace_back();
+      l.comm = comm;
+      call("braidCommCount", braidCommCount(comm, &nranks_));
+      call("braidCommUserRank", braidCommUserRank(comm, &l.rank));
+      l.scratch.resize((nranks_ + 1) * sizeof(RankRecord));
+      if (onDevice_) {
+        cuda::selectDevice(l.rank);
+        l.stream = cuda::createStream();
+        l.deviceScratch = cuda::allocate(l.scratch.size());
+      } else if (!o_.blocking) {
+        call("braidStreamCreate", braidStreamCreate(&l.stream));
+      }
     }
+    checkRoot(o_, nranks_);
   }
   ~BraidBenchComm() override {
-    if (onDevice_) {
-      cuda::release(deviceScratch_);
-      cuda::destroyStream(stream_);
-    } else if (stream_ != nullptr) {
-      braidStreamDestroy(stream_);
+    for (Local& l : locals_) {
+      if (onDevice_) {
+        cuda::selectDevice(l.rank);
+        cuda::release(l.deviceScratch);
+        cuda::destroyStream(l.stream);
+      } else if (l.stream != nullptr) {
+        braidStreamDestroy(l.stream);
+      }
     }
   }
 
-  int rank() const override { return rank_; }
+  int rank() const override { return locals_.front().rank; }
+  int localRanks() const override { return static_cast<int>(locals_.size()); }
   int nranks() const override { return nranks_; }
 
   // A one-element all-reduce, waited for: returns once every rank has entered it.
   void barrier() override {
     float one = 1;
-    exchange(&one, sizeof one, [&](void* p) {
-      return braidAllReduce(p, p, 1, braidFloat32, braidSum, comm_, controlStream());
+    exchange(&one, sizeof one, [&](Local& l, void* p) {
+      return braidAllReduce(p, p, 1, braidFloat32, braidSum, l.comm, controlStream(l));
     });
   }
 
   void maxOverRanks(double* values, int count) override {
-    exchange(values, count * sizeof(double), [&](void* p) {
-      return braidAllReduce(p, p, count, braidFloat64, braidMax, comm_, controlStream());
+    exchange(values, count * sizeof(double), [&](Local& l, void* p) {
+      return braidAllReduce(p, p, count, braidFloat64, braidMax, l.comm, controlStream(l));
     });
   }
 
+  // Each local rank puts the same record (this process's) past the gathered ones.
   std::vector<RankInfo> rankInfo() override {
-    RankRecord& mine = scratch_[nranks_];  // past the gathered records
-    mine = RankRecord{};
+    std::vector<RankRecord> records(nranks_ + 1);
+    RankRecord& mine = records[nranks_];
     mine.pid = static_cast<int32_t>(getpid());
     gethostname(mine.host, sizeof mine.host - 1);
-    exchange(scratch_.data(), scratch_.size() * sizeof(RankRecord), [&](void* p) {
-      auto* records = static_cast<RankRecord*>(p);
-      return braidAllGather(records + nranks_, records, sizeof mine, braidUint8, comm_,
-                            controlStream());
+    exchange(records.data(), records.size() * sizeof(RankRecord), [&](Local& l, void* p) {
+      auto* gathered = static_cast<RankRecord*>(p);
+      return braidAllGather(gathered + nranks_, gathered, sizeof mine, braidUint8, l.comm,
+                            controlStream(l));
     });
     std::vector<RankInfo> ranks;
     for (int r = 0; r < nranks_; ++r) {
-      RankRecord& record = scratch_[r];
+      RankRecord& record = records[r];
       record.host[sizeof record.host - 1] = '\0';
       ranks.push_back({r, record.pid, record.host});
     }
+    hosts_ = ranks;
     return ranks;
   }
 
-  void launch(const void* send, void* recv, size_t count, braidDataType_t type,
+  void launch(int local, const void* send, void* recv, size_t count, braidDataType_t type,
               braidRedOp_t op) override {
+    Local& l = locals_[local];
     call(coll_.name,
-         coll_.call({send, recv, count, type, op, o_.root, rank_, nranks_, comm_, stream_}));
+         coll_.call({send, recv, count, type, op, o_.root, l.rank, nranks_, l.comm, l.stream}));
+    if (onDevice_ && o_.blocking && locals_.size() == 1) complete();
+  }
+  void startGroup() override {
+    if (locals_.size() > 1) call("braidGroupStart", braidGroupStart());
+  }
+  void endGroup() override {
+    if (locals_.size() == 1) return;
+    call("braidGroupEnd", braidGroupEnd());
     if (onDevice_ && o_.blocking) complete();
   }
 
   void complete() override {
-    if (onDevice_) {
-      cuda::synchronize(stream_);
-      braidResult_t async = braidSuccess;
-      call("braidCommGetAsyncError", braidCommGetAsyncError(comm_, &async));
-      call(coll_.name, async);
-    } else if (stream_ != nullptr) {
-      call("braidStreamSynchronize", braidStreamSynchronize(stream_));
+    for (Local& l : locals_) {
+      if (onDevice_) {
+        cuda::synchronize(l.stream);
+        braidResult_t async = braidSuccess;
+        call("braidCommGetAsyncError", braidCommGetAsyncError(l.comm, &async));
+        call(coll_.name, async);
+      } else if (l.stream != nullptr) {
+        call("braidStreamSynchronize", braidStreamSynchronize(l.stream));
+      }
     }
   }
 
   bool buffersOnDevice() const override { return onDevice_; }
-  void* allocateBuffer(size_t bytes) override { return cuda::allocate(bytes); }
-  void freeBuffer(void* buffer) override { cuda::release(buffer); }
-  void upload(void* buffer, const void* host, size_t bytes) override {
+  void* allocateBuffer(int local, size_t bytes) override {
+    cuda::selectDevice(locals_[local].rank);
+    return cuda::allocate(bytes);
+  }
+  void freeBuffer(int local, void* buffer) override {
+    cuda::selectDevice(locals_[local].rank);
+    cuda::release(buffer);
+  }
+  void upload(int local, void* buffer, const void* host, size_t bytes) override {
+    cuda::selectDevice(locals_[local].rank);
     cuda::upload(buffer, host, bytes);
   }
-  void download(void* host, const void* buffer, size_t bytes) override {
+  void download(int local, void* host, const void* buffer, size_t bytes) override {
+    cuda::selectDevice(locals_[local].rank);
     cuda::download(host, buffer, bytes);
+  }
+
+  double deviceCopyGBs() override {
+    if (!onDevice_) return 0;
+    cuda::selectDevice(rank());
+    return cuda::copyBandwidthGBs();
+  }
+  // Rank r is on GPU r % GPUs of its host (launch.cc): the ranks on rank 0's host and GPU.
+  int ranksOnFirstDevice() override {
+    const int devices = std::max(1, cuda::deviceCount());
+    int sharing = 0;
+    for (const RankInfo& r : hosts_)
+      sharing += r.host == hosts_.front().host && r.rank % devices == 0 ? 1 : 0;
+    return std::max(1, sharing);
   }
 
   double predictedBusbw(size_t bytes) override {
     if (coll_.planned < 0) return -1;
     braidPrediction_t p;
     call("braidCommPredict",
-         braidCommPredict(comm_, static_cast<braidCollective_t>(coll_.planned), bytes, &p));
+         braidCommPredict(locals_.front().comm, static_cast<braidCollective_t>(coll_.planned),
+                          bytes, &p));
     return p.busBandwidthGBs;
   }
 
@@ -129,7 +176,7 @@ class BraidBenchComm : public BenchComm {
     int version = 0;
     braidGetVersion(&version);
     const char* plan = nullptr;
-    call("braidCommDescribePlan", braidCommDescribePlan(comm_, &plan));
+    call("braidCommDescribePlan", braidCommDescribePlan(locals_.front().comm, &plan));
     return RunInfo{launch.mode,
                    launch.processes > 0 ? launch.processes : nranks_,
                    o_.threadsPerProcess,
@@ -144,42 +191,69 @@ class BraidBenchComm : public BenchComm {
   }
 
  private:
-  // The stream of the tool's own exchanges: a CPU communicator's NULL (the call completes before
-  // it returns), a CUDA communicator's own.
-  braidStream_t controlStream() const { return onDevice_ ? stream_ : nullptr; }
+  struct Local {
+    braidComm_t comm = nullptr;
+    int rank = 0;
+    braidStream_t stream = nullptr;
+    std::vector<char> scratch;      // the tool's exchanges, in host memory
+    void* deviceScratch = nullptr;  // ... and on a CUDA communicator, in device memory
+  };
 
-  // Runs `exchange` (a call on controlStream()) over `bytes` of host data in place: on a CUDA
-  // communicator through the device scratch buffer, waited for.
+  // The stream of the tool's own exchanges: a CPU communicator's NULL (the call completes before
+  // it returns, or at the group's end), a CUDA communicator's own.
+  braidStream_t controlStream(const Local& l) const { return onDevice_ ? l.stream : nullptr; }
+
+  // Runs `exchange` (a call of one local rank on controlStream()) on a copy of `bytes` of host
+  // data for every local rank, in one group, waited for; the first's result comes back to `host`
+  // (every rank's is the same).
   template <typename Exchange>
   void exchange(void* host, size_t bytes, Exchange&& run) {
-    if (!onDevice_) return call("braid exchange", run(host));
-    cuda::upload(deviceScratch_, host, bytes);
-    call("braid exchange", run(deviceScratch_));
-    complete();
-    cuda::download(host, deviceScratch_, bytes);
+    std::vector<void*> data;
+    for (Local& l : locals_) {
+      if (locals_.size() == 1 && !onDevice_) {
+        data.push_back(host);
+        continue;
+      }
+      std::memcpy(l.scratch.data(), host, bytes);
+      if (onDevice_) {
+        cuda::selectDevice(l.rank);
+        cuda::upload(l.deviceScratch, l.scratch.data(), bytes);
+      }
+      data.push_back(onDevice_ ? l.deviceScratch : l.scratch.data());
+    }
+    startGroup();
+    for (size_t i = 0; i < locals_.size(); ++i) call("braid exchange", run(locals_[i], data[i]));
+    endGroup();
+    if (onDevice_) complete();
+    Local& first = locals_.front();
+    if (onDevice_) {
+      cuda::selectDevice(first.rank);
+      cuda::download(host, first.deviceScratch, bytes);
+    } else if (data.front() != host) {
+      std::memcpy(host, data.front(), bytes);
+    }
   }
 
   void call(const char* what, braidResult_t result) {
     if (result != braidSuccess)
-      throw RunError(fmt::format("{} failed: {}: {}", what, braidGetErrorString(result),
-                                 braidGetLastError(comm_)));
+      throw RunError(
+          fmt::format("{} failed: {}: {}", what, braidGetErrorString(result),
+                      braidGetLastError(locals_.empty() ? nullptr : locals_.front().comm)));
   }
 
   const Options& o_;
   const Collective& coll_;
-  braidComm_t comm_;
-  int rank_ = 0;
-  int nranks_ = 0;
   const bool onDevice_;
-  std::vector<RankRecord> scratch_;
-  char* deviceScratch_ = nullptr;  // scratch_'s size, on a CUDA communicator
-  braidStream_t stream_ = nullptr;
+  int nranks_ = 0;
+  std::vector<Local> locals_;
+  std::vector<RankInfo> hosts_;  // rankInfo()'s answer
 };
 
 }  // namespace
 
-int64_t runBenchmark(const Options& options, braidComm_t comm, const LaunchInfo& launch) {
-  BraidBenchComm bench(options, comm);
+int64_t runBenchmark(const Options& options, const std::vector<braidComm_t>& comms,
+                     const LaunchInfo& launch) {
+  BraidBenchComm bench(options, comms);
   return runSweeps(options, bench, bench.runInfo(launch));
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "braid/braid.h"
 #include "perf/options.h"
@@ -16,9 +17,11 @@ struct LaunchInfo {
   std::string binding = "";  // how ranks were placed on cores, for the header; empty: not at all
 };
 
-// Runs every datatype x op sweep the options ask for. Returns the number of wrong elements over
-// all rows, the same on every rank. Throws RunError when a braid call fails and UsageError when
-// the options do not fit the communicator (a root outside it).
-int64_t runBenchmark(const Options& options, braidComm_t comm, const LaunchInfo& launch);
+// Runs every datatype x op sweep the options ask for on this thread's ranks (-g communicators,
+// consecutive ranks of one clique). Returns the number of wrong elements over all rows, the same
+// on every rank. Throws RunError when a braid call fails and UsageError when the options do not
+// fit the communicator (a root outside it).
+int64_t runBenchmark(const Options& options, const std::vector<braidComm_t>& comms,
+                     const LaunchInfo& launch);
 
 }  // namespace braid_perf

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "perf/options.h"
 
 #if BRAID_PERF_CUDA
@@ -61,6 +64,40 @@ void synchronize(void* stream) {
   check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize");
 }
 
+int deviceCount() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return devices;
+}
+
+double copyBandwidthGBs() {
+  constexpr size_t kBytes = size_t{256} << 20;
+  void* from = allocate(kBytes);
+  void* to = allocate(kBytes);
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  std::vector<double> gbs;
+  for (int i = 0; i < 6; ++i) {
+    check(cudaEventRecord(start), "cudaEventRecord");
+    check(cudaMemcpyAsync(to, from, kBytes, cudaMemcpyDeviceToDevice), "cudaMemcpyAsync");
+    check(cudaEventRecord(stop), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    if (i > 0) gbs.push_back(2.0 * kBytes / (ms * 1e-3) / 1e9);  // the first warms up
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  release(from);
+  release(to);
+  std::sort(gbs.begin(), gbs.end());
+  return gbs[gbs.size() / 2];
+}
+
 #else
 
 namespace {
@@ -85,6 +122,12 @@ void* createStream() {
 }
 void destroyStream(void*) {}
 void synchronize(void*) {
+  unavailable();
+}
+int deviceCount() {
+  return 0;
+}
+double copyBandwidthGBs() {
   unavailable();
 }
 

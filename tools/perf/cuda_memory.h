@@ -17,5 +17,9 @@ void download(void* host, const void* device, size_t bytes);
 void* createStream();  // a cudaStream_t
 void destroyStream(void* stream);
 void synchronize(void* stream);
+int deviceCount();  // 0 where none can be used
+// What a device-to-device cudaMemcpy of 256 MiB reaches on the current device, reads and writes
+// counted (2 bytes per byte copied), in GB/s: the median of 5 after a warm-up.
+double copyBandwidthGBs();
 
 }  // namespace braid_perf::cuda

@@ -69,27 +69,38 @@ braidConfig_t communicatorConfig(const Options& o) {
   return config;
 }
 
-// One rank from communicator init to destroy. A usage error (every rank finds the same one)
-// returns; a failure ends the process.
+// One thread's ranks (-g of them) from communicator init to destroy. A usage error (every rank
+// finds the same one) returns; a failure ends the process.
 template <typename Init>
-int runRank(const Options& o, const LaunchInfo& launch, std::string who, Init init) {
-  braidComm_t comm = nullptr;
+int runRanks(const Options& o, const LaunchInfo& launch, std::string who, Init init) {
+  std::vector<braidComm_t> comms(o.ranksPerThread, nullptr);
   int rank = -1;
+  auto destroyAll = [&] {
+    braidResult_t worst = braidSuccess;
+    for (braidComm_t& comm : comms) {
+      if (comm == nullptr) continue;
+      if (const braidResult_t r = braidCommDestroy(comm); r != braidSuccess) worst = r;
+      comm = nullptr;
+    }
+    return worst;
+  };
   try {
-    const braidResult_t result = init(&comm);
+    const braidResult_t result = init(comms);
     if (result != braidSuccess)
       throw RunError(fmt::format("communicator init failed: {}: {}", braidGetErrorString(result),
                                  braidGetLastError(nullptr)));
-    if (braidCommUserRank(comm, &rank) == braidSuccess) who = fmt::format("rank {}", rank);
-    const int64_t wrong = runBenchmark(o, comm, launch);
-    const braidResult_t destroyed = braidCommDestroy(comm);
+    if (braidCommUserRank(comms.front(), &rank) == braidSuccess)
+      who = o.ranksPerThread == 1 ? fmt::format("rank {}", rank)
+                                  : fmt::format("ranks {}-{}", rank, rank + o.ranksPerThread - 1);
+    const int64_t wrong = runBenchmark(o, comms, launch);
+    const braidResult_t destroyed = destroyAll();
     if (destroyed != braidSuccess)
       throw RunError(fmt::format("braidCommDestroy failed: {}: {}", braidGetErrorString(destroyed),
                                  braidGetLastError(nullptr)));
     return wrong == 0 ? kExitPassed : kExitWrongValues;
   } catch (const UsageError& e) {
     if (rank == 0) fmt::print(stderr, "braid-perf: {}\n", e.what());
-    braidCommDestroy(comm);
+    destroyAll();
     return kExitUsage;
   } catch (const std::exception& e) {
     fmt::print(stderr, "braid-perf: {}: {}\n", who, e.what());
@@ -97,19 +108,26 @@ int runRank(const Options& o, const LaunchInfo& launch, std::string who, Init in
   }
 }
 
-// Ranks firstRank .. firstRank + -t - 1 of nranks as threads of this process.
+// Ranks firstRank .. firstRank + -t x -g - 1 of nranks as threads of this process, -g per thread
+// (created in one group, as NCCL requires of a thread that inits several ranks).
 int runRankThreads(const Options& o, const LaunchInfo& launch, const braidUniqueId& id, int nranks,
                    int firstRank) {
   std::vector<int> status(o.threadsPerProcess, kExitPassed);
   std::vector<std::thread> threads;
   for (int t = 0; t < o.threadsPerProcess; ++t) {
     threads.emplace_back([&, t] {
-      const int rank = firstRank + t;
-      status[t] = runRank(o, launch, fmt::format("rank {}", rank), [&](braidComm_t* comm) {
-        if (o.device == "cuda") cuda::selectDevice(rank);  // this host's ranks share its GPUs
-        braidConfig_t config = communicatorConfig(o);
-        return braidCommInitRankConfig(comm, nranks, id, rank, &config);
-      });
+      const int first = firstRank + t * o.ranksPerThread;
+      status[t] =
+          runRanks(o, launch, fmt::format("rank {}", first), [&](std::vector<braidComm_t>& comms) {
+            braidConfig_t config = communicatorConfig(o);
+            braidGroupStart();
+            for (int i = 0; i < o.ranksPerThread; ++i) {
+              // This host's ranks share its GPUs.
+              if (o.device == "cuda") cuda::selectDevice(first + i);
+              braidCommInitRankConfig(&comms[i], nranks, id, first + i, &config);
+            }
+            return braidGroupEnd();
+          });
     });
   }
   for (std::thread& t : threads) t.join();
@@ -124,11 +142,11 @@ struct Child {
   std::string failure;  // empty unless it failed or was stopped
 };
 
-std::string describe(const Child& c, int threadsPerProcess) {
-  const int first = c.index * threadsPerProcess;
-  const std::string ranks = threadsPerProcess == 1
+std::string describe(const Child& c, int ranksPerProcess) {
+  const int first = c.index * ranksPerProcess;
+  const std::string ranks = ranksPerProcess == 1
                                 ? fmt::format("rank {}", first)
-                                : fmt::format("ranks {}-{}", first, first + threadsPerProcess - 1);
+                                : fmt::format("ranks {}-{}", first, first + ranksPerProcess - 1);
   return fmt::format("process {} ({}, pid {})", c.index, ranks, c.pid);
 }
 
@@ -178,7 +196,7 @@ int superviseChildren(const Options& o, std::vector<Child>& children) {
   int worst = kExitPassed;
   for (const Child& c : children) {
     if (!c.failure.empty())
-      fmt::print(stderr, "braid-perf: {} {}\n", describe(c, o.threadsPerProcess), c.failure);
+      fmt::print(stderr, "braid-perf: {} {}\n", describe(c, o.ranksPerProcess()), c.failure);
     worst = std::max(worst, std::min(c.status, static_cast<int>(kExitFailed)));
   }
   return worst;
@@ -208,7 +226,7 @@ void bindToCores(const std::vector<int>& cpus, int process, int threadsPerProces
 }
 
 int runForked(const Options& o) {
-  const int nranks = o.processes * o.threadsPerProcess;
+  const int nranks = o.processes * o.ranksPerProcess();
   checkRoot(o, nranks);
   braidUniqueId id;
   const braidResult_t result = braidGetUniqueId(&id);
@@ -216,14 +234,15 @@ int runForked(const Options& o) {
     throw RunError(fmt::format("braidGetUniqueId failed: {}: {}", braidGetErrorString(result),
                                braidGetLastError(nullptr)));
   const std::vector<int> cpus = allowedCpus();
-  const bool bind = o.bindCores && static_cast<size_t>(nranks) <= cpus.size();
+  const bool bind =
+      o.bindCores && static_cast<size_t>(o.processes * o.threadsPerProcess) <= cpus.size();
   const LaunchInfo launch{
       "fork", o.processes,
       bind ? fmt::format("process p on CPUs {}p..{}p+{} (--bind core)", o.threadsPerProcess,
                          o.threadsPerProcess, o.threadsPerProcess - 1)
       : o.bindCores ? fmt::format("none: {} ranks, {} CPUs (--bind core binds only when every "
                                   "rank has a core)",
-                                  nranks, cpus.size())
+                                  o.processes * o.threadsPerProcess, cpus.size())
                     : "none (--bind none)"};
   std::fflush(stdout);  // or the children would print what is buffered again
   std::fflush(stderr);
@@ -233,7 +252,7 @@ int runForked(const Options& o) {
     if (pid == 0) {
       if (bind) bindToCores(cpus, p, o.threadsPerProcess);
       armTimeout(o.timeoutSeconds);
-      exitNow(runRankThreads(o, launch, id, nranks, p * o.threadsPerProcess));
+      exitNow(runRankThreads(o, launch, id, nranks, p * o.ranksPerProcess()));
     }
     if (pid < 0) {
       const int err = errno;
@@ -247,27 +266,27 @@ int runForked(const Options& o) {
 }
 
 int runInThisProcess(const Options& o) {
-  checkRoot(o, o.threadsPerProcess);
+  checkRoot(o, o.ranksPerProcess());
   armTimeout(o.timeoutSeconds);
   braidUniqueId id;
   const braidResult_t result = braidGetUniqueId(&id);
   if (result != braidSuccess)
     throw RunError(fmt::format("braidGetUniqueId failed: {}: {}", braidGetErrorString(result),
                                braidGetLastError(nullptr)));
-  return runRankThreads(o, {"threads", 1}, id, o.threadsPerProcess, 0);
+  return runRankThreads(o, {"threads", 1}, id, o.ranksPerProcess(), 0);
 }
 
 int runUnderLauncher(const Options& o, const char* variable) {
-  if (o.threadsPerProcess > 1)
+  if (o.ranksPerProcess() > 1)
     throw UsageError(fmt::format(
-        "-t {}: ranks as threads are not available under an external launcher ({} is set); "
-        "start {} times as many processes instead",
-        o.threadsPerProcess, variable, o.threadsPerProcess));
+        "-t {} -g {}: several ranks per process are not available under an external launcher "
+        "({} is set); start {} times as many processes instead",
+        o.threadsPerProcess, o.ranksPerThread, variable, o.ranksPerProcess()));
   armTimeout(o.timeoutSeconds);
   const LaunchInfo launch{fmt::format("environment ({})", variable), 0};
-  return runRank(o, launch, "this process", [&](braidComm_t* comm) {
+  return runRanks(o, launch, "this process", [&](std::vector<braidComm_t>& comms) {
     braidConfig_t config = communicatorConfig(o);
-    return braidCommInitFromEnv(comm, &config);
+    return braidCommInitFromEnv(&comms.front(), &config);
   });
 }
 

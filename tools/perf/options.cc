@@ -79,6 +79,8 @@ void validate(const Options& o) {
   if (o.threadsPerProcess < 1)
     throw UsageError(
         fmt::format("-t {}: need at least one rank (thread) per process", o.threadsPerProcess));
+  if (o.ranksPerThread < 1)
+    throw UsageError(fmt::format("-g {}: need at least one rank per thread", o.ranksPerThread));
   if (o.root < 0) throw UsageError(fmt::format("-r {}: the root must be a rank (>= 0)", o.root));
   if (o.device != "cpu" && o.device != "cuda")
     throw UsageError(fmt::format("--device {}: unknown device; expected cpu or cuda", o.device));
@@ -195,6 +197,9 @@ std::optional<Options> parseOptions(int argc, char** argv) {
                  "synchronized after the timed loop (default 0)")
       ->check(CLI::IsMember({0, 1}));
   app.add_option("-t,--nthreads", o.threadsPerProcess, "ranks as threads per process (default 1)");
+  app.add_option("-g,--ngpus", o.ranksPerThread,
+                 "ranks each thread drives, their calls in one group (nccl-tests' GPUs per thread; "
+                 "with --device cuda rank r is on GPU r % GPUs; default 1)");
   CLI::Option* np = app.add_option("--np", o.processes, "fork this many local processes");
   std::string bind = "core";
   app.add_option("--bind", bind,

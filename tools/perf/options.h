@@ -26,12 +26,15 @@ struct Options {
   int root = 0;
   bool blocking = false;  // -z 1: NULL stream, each call completes before it returns
   int threadsPerProcess = 1;
-  int processes = 0;      // --np; 0 when not given
-  bool bindCores = true;  // --bind core: each forked process on cores of its own (see launch.cc)
+  int ranksPerThread = 1;  // -g: a thread drives this many ranks, its calls in one group
+  int processes = 0;       // --np; 0 when not given
+  bool bindCores = true;   // --bind core: each forked process on cores of its own (see launch.cc)
   std::string device = "cpu";
   int timeoutSeconds = 3600;
   std::string jsonPath;
   std::string csvPath;
+
+  int ranksPerProcess() const { return threadsPerProcess * ranksPerThread; }
 };
 
 // A command line braid-perf cannot run; what() is one sentence naming the flag.

@@ -28,6 +28,7 @@ std::string formatMeasurement(const Measurement& m) {
 
 nlohmann::json measurementJson(const Measurement& m) {
   nlohmann::json j = {{"time_us", m.timeUs}, {"algbw_gbps", m.algbw}, {"busbw_gbps", m.busbw}};
+  if (m.copyFraction >= 0) j["copy_fraction"] = m.copyFraction;
   j["wrong"] = m.wrong < 0 ? nlohmann::json(nullptr) : nlohmann::json(m.wrong);
   return j;
 }
@@ -46,7 +47,7 @@ std::string formatRow(const Row& row) {
          formatMeasurement(row.outOfPlace) + formatMeasurement(row.inPlace);
 }
 
-std::vector<std::string> columnHeader(bool predicted) {
+std::vector<std::string> columnHeader(bool predicted, bool copyFraction) {
   std::string names = fmt::format(
       "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6} {:>6}  {:>7}  {:>6}  {:>6} {:>6}",
       "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
@@ -60,6 +61,10 @@ std::vector<std::string> columnHeader(bool predicted) {
     names += fmt::format("  {:>9}", "predicted");
     units += fmt::format("  {:>9}", "(GB/s)");
   }
+  if (copyFraction) {
+    names += fmt::format("  {:>6}", "ofcopy");
+    units += fmt::format("  {:>6}", "(%)");
+  }
   return {rightTrimmed(names), rightTrimmed(units)};
 }
 
@@ -71,14 +76,21 @@ void Reporter::printHeader() {
   fmt::print(out_, "# {} {} ({} {})\n", run_.tool, o.collective->name, run_.library,
              run_.braidVersion);
   fmt::print(out_,
-             "# nThread {} nProcs {} nRanks {} minBytes {} maxBytes {} step: {}({}) warmup iters: "
+             "# nThread {} nGpus {} nProcs {} nRanks {} minBytes {} maxBytes {} step: {}({}) "
+             "warmup iters: "
              "{} iters: {} validation: {} blocking: {} device: {} launch: {}\n",
-             o.threadsPerProcess, run_.processes, run_.nranks, o.minBytes, o.maxBytes,
-             o.stepFactor > 1 ? o.stepFactor : o.stepBytes, o.stepFactor > 1 ? "factor" : "bytes",
-             o.warmupIters, o.iters, o.check ? 1 : 0, o.blocking ? 1 : 0, o.device, run_.launch);
+             o.threadsPerProcess, o.ranksPerThread, run_.processes, run_.nranks, o.minBytes,
+             o.maxBytes, o.stepFactor > 1 ? o.stepFactor : o.stepBytes,
+             o.stepFactor > 1 ? "factor" : "bytes", o.warmupIters, o.iters, o.check ? 1 : 0,
+             o.blocking ? 1 : 0, o.device, run_.launch);
   if (o.blocking)
     fmt::print(out_, "# Blocking Enabled: NULL stream, every call completes before it returns\n");
   if (!run_.binding.empty()) fmt::print(out_, "# Binding: {}\n", run_.binding);
+  if (run_.deviceCopyGBs > 0)
+    fmt::print(out_,
+               "# Device copy bandwidth: {:.1f} GB/s (reads and writes; ofcopy: the inputs read "
+               "and outputs written by the ranks on that device per second, as a share of it)\n",
+               run_.deviceCopyGBs);
   std::istringstream plan(run_.plan);
   for (std::string line; std::getline(plan, line);) fmt::print(out_, "# plan: {}\n", line);
   fmt::print(out_, "#\n# Using devices\n");
@@ -90,7 +102,8 @@ void Reporter::printHeader() {
              rightTrimmed(fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           "
                                       "out-of-place                       in-place",
                                       "", "", "", "", "")));
-  for (const std::string& line : columnHeader(run_.predicts)) fmt::print(out_, "{}\n", line);
+  for (const std::string& line : columnHeader(run_.predicts, run_.deviceCopyGBs > 0))
+    fmt::print(out_, "{}\n", line);
   std::fflush(out_);
 }
 
@@ -107,6 +120,10 @@ void Reporter::addRow(const Row& row) {
   if (run_.predicts)
     line += row.predictedBusbw < 0 ? fmt::format("  {:>9}", "N/A")
                                    : fmt::format("  {:9.2f}", row.predictedBusbw);
+  if (run_.deviceCopyGBs > 0)
+    line += row.outOfPlace.copyFraction < 0
+                ? fmt::format("  {:>6}", "N/A")
+                : fmt::format("  {:6.1f}", 100 * row.outOfPlace.copyFraction);
   fmt::print(out_, "{}\n", line);
   std::fflush(out_);
 }
@@ -191,6 +208,8 @@ void Reporter::writeJson() const {
        {{"nranks", run_.nranks},
         {"processes", run_.processes},
         {"threads_per_process", o.threadsPerProcess},
+        {"ranks_per_thread", o.ranksPerThread},
+        {"device_copy_gbps", run_.deviceCopyGBs},
         {"launch", run_.launch},
         {"host", run_.ranks.empty() ? "" : run_.ranks[0].host},
         {"device", o.device},

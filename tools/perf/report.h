@@ -30,6 +30,9 @@ struct RunInfo {
   bool predicts = false;  // rows carry the planner's predicted busbw (a last column)
   std::string plan;       // the communicator's plan, printed as "# plan:" lines in the header
   std::string binding;    // how ranks were placed on cores; empty: left to the kernel
+  // A device-to-device copy's bandwidth on the first rank's GPU (reads and writes, GB/s); > 0:
+  // rows carry the fraction of it reached (a column after the prediction).
+  double deviceCopyGBs = 0;
 };
 
 struct Measurement {
@@ -37,6 +40,9 @@ struct Measurement {
   double algbw;  // GB/s, GB = 1e9 bytes
   double busbw;
   int64_t wrong;  // -1: not checked (printed N/A)
+  // On a device: the fewest bytes the ranks sharing it must read and write (inputs once, outputs
+  // once) per second, over its copy bandwidth; -1: not on a device.
+  double copyFraction = -1;
 };
 
 struct Row {
@@ -54,8 +60,9 @@ struct Row {
 std::string formatTime(double timeUs);
 std::string formatRow(const Row& row);
 // The two column-header lines (names, units), exactly as nccl-tests prints them, and braid's
-// column of predicted busbw after them when `predicted`.
-std::vector<std::string> columnHeader(bool predicted = false);
+// column of predicted busbw after them when `predicted`, then the out-of-place call's fraction of
+// the device's copy bandwidth when `copyFraction`.
+std::vector<std::string> columnHeader(bool predicted = false, bool copyFraction = false);
 
 class Reporter {
  public:

@@ -35,19 +35,20 @@ HostBuffer allocateTouched(size_t bytes) {
 // host mirrors (same offsets) where inputs are filled and outputs checked.
 class Buffers {
  public:
-  Buffers(BenchComm& comm, size_t bytes)
+  Buffers(BenchComm& comm, int local, size_t bytes)
       : comm_(comm),
+        local_(local),
         onDevice_(comm.buffersOnDevice()),
         bytes_(bytes),
         hostSend_(allocateTouched(bytes)),
         hostRecv_(allocateTouched(bytes)) {
-    send_ = onDevice_ ? static_cast<char*>(comm.allocateBuffer(bytes)) : hostSend_.get();
-    recv_ = onDevice_ ? static_cast<char*>(comm.allocateBuffer(bytes)) : hostRecv_.get();
+    send_ = onDevice_ ? static_cast<char*>(comm.allocateBuffer(local, bytes)) : hostSend_.get();
+    recv_ = onDevice_ ? static_cast<char*>(comm.allocateBuffer(local, bytes)) : hostRecv_.get();
   }
   ~Buffers() {
     if (!onDevice_) return;
-    comm_.freeBuffer(send_);
-    comm_.freeBuffer(recv_);
+    comm_.freeBuffer(local_, send_);
+    comm_.freeBuffer(local_, recv_);
   }
   Buffers(const Buffers&) = delete;
   Buffers& operator=(const Buffers&) = delete;
@@ -61,14 +62,15 @@ class Buffers {
     return inRecv ? hostRecv_.get() + (p - recv_) : hostSend_.get() + (p - send_);
   }
   void upload(char* p, size_t bytes) {
-    if (onDevice_ && bytes > 0) comm_.upload(p, mirror(p), bytes);
+    if (onDevice_ && bytes > 0) comm_.upload(local_, p, mirror(p), bytes);
   }
   void download(char* p, size_t bytes) {
-    if (onDevice_ && bytes > 0) comm_.download(mirror(p), p, bytes);
+    if (onDevice_ && bytes > 0) comm_.download(local_, mirror(p), p, bytes);
   }
 
  private:
   BenchComm& comm_;
+  const int local_;
   const bool onDevice_;
   const size_t bytes_;
   HostBuffer hostSend_, hostRecv_;
@@ -76,19 +78,28 @@ class Buffers {
   char* recv_ = nullptr;
 };
 
+// One of the thread's ranks: its rank and its buffers.
+struct RankSlot {
+  RankSlot(BenchComm& comm, int local, size_t bytes)
+      : rank(comm.rank() + local), buffers(comm, local, bytes) {}
+  int rank;
+  Buffers buffers;
+};
+
 class Sweeps {
  public:
   Sweeps(const Options& options, BenchComm& comm)
-      : o_(options),
-        coll_(*options.collective),
-        comm_(comm),
-        rank_(comm.rank()),
-        nranks_(comm.nranks()),
-        buffers_(comm, o_.maxBytes) {}
+      : o_(options), coll_(*options.collective), comm_(comm), nranks_(comm.nranks()) {
+    for (int local = 0; local < comm.localRanks(); ++local)
+      slots_.push_back(std::make_unique<RankSlot>(comm, local, o_.maxBytes));
+  }
 
   int64_t run(RunInfo info) {
     info.ranks = comm_.rankInfo();
-    if (rank_ == 0) {
+    copyGBs_ = comm_.deviceCopyGBs();
+    ranksOnDevice_ = comm_.ranksOnFirstDevice();
+    info.deviceCopyGBs = copyGBs_;
+    if (comm_.rank() == 0) {
       reporter_.emplace(stdout, o_, std::move(info));
       reporter_->printHeader();
     }
@@ -99,38 +110,52 @@ class Sweeps {
   }
 
  private:
-  char* sendPointer(const Layout& l, size_t typeSize, bool inPlace) const {
-    return inPlace ? buffers_.recv() + l.sendInPlaceOffset * rank_ * typeSize : buffers_.send();
+  char* sendPointer(const RankSlot& s, const Layout& l, size_t typeSize, bool inPlace) const {
+    return inPlace ? s.buffers.recv() + l.sendInPlaceOffset * s.rank * typeSize : s.buffers.send();
   }
-  char* recvPointer(const Layout& l, size_t typeSize, bool inPlace) const {
-    return buffers_.recv() + (inPlace ? l.recvInPlaceOffset * rank_ * typeSize : 0);
+  char* recvPointer(const RankSlot& s, const Layout& l, size_t typeSize, bool inPlace) const {
+    return s.buffers.recv() + (inPlace ? l.recvInPlaceOffset * s.rank * typeSize : 0);
   }
 
+  // One call of every rank of the thread, together.
   void launch(const Layout& l, braidDataType_t type, braidRedOp_t op, bool inPlace) {
     const size_t typeSize = datatypeInfo(type).size;
-    comm_.launch(sendPointer(l, typeSize, inPlace), recvPointer(l, typeSize, inPlace), l.paramCount,
-                 type, op);
+    comm_.startGroup();
+    for (size_t local = 0; local < slots_.size(); ++local) {
+      const RankSlot& s = *slots_[local];
+      comm_.launch(static_cast<int>(local), sendPointer(s, l, typeSize, inPlace),
+                   recvPointer(s, l, typeSize, inPlace), l.paramCount, type, op);
+    }
+    comm_.endGroup();
   }
 
   // Fresh input, poisoned output, one run, every output element compared.
   int64_t checkedRun(const Layout& l, braidDataType_t type, braidRedOp_t op, bool inPlace) {
     const ValueModel model(type, op, nranks_, ++checkSeed_);
     const size_t typeSize = datatypeInfo(type).size;
-    const size_t poisoned = inPlace ? l.inPlaceExtent(rank_) : l.recvCount;
-    char* send = sendPointer(l, typeSize, inPlace);
-    char* recv = recvPointer(l, typeSize, inPlace);
-    poisonElements(buffers_.mirror(buffers_.recv()), poisoned, type);
-    fillElements(buffers_.mirror(send), l.sendCount, type,
-                 [&](size_t i) { return coll_.input(model, l, rank_, i); });
-    buffers_.upload(buffers_.recv(), poisoned * typeSize);
-    buffers_.upload(send, l.sendCount * typeSize);
+    for (const auto& slot : slots_) {
+      RankSlot& s = *slot;
+      const size_t poisoned = inPlace ? l.inPlaceExtent(s.rank) : l.recvCount;
+      char* send = sendPointer(s, l, typeSize, inPlace);
+      poisonElements(s.buffers.mirror(s.buffers.recv()), poisoned, type);
+      fillElements(s.buffers.mirror(send), l.sendCount, type,
+                   [&](size_t i) { return coll_.input(model, l, s.rank, i); });
+      s.buffers.upload(s.buffers.recv(), poisoned * typeSize);
+      s.buffers.upload(send, l.sendCount * typeSize);
+    }
     launch(l, type, op, inPlace);
     comm_.complete();
-    if (!coll_.hasOutput(rank_, o_.root)) return 0;
-    buffers_.download(recv, l.recvCount * typeSize);
-    return static_cast<int64_t>(countWrongElements(
-        buffers_.mirror(recv), l.recvCount, type,
-        [&](size_t i) { return coll_.expected(model, l, rank_, nranks_, o_.root, i); }));
+    int64_t wrong = 0;
+    for (const auto& slot : slots_) {
+      RankSlot& s = *slot;
+      if (!coll_.hasOutput(s.rank, o_.root)) continue;
+      char* recv = recvPointer(s, l, typeSize, inPlace);
+      s.buffers.download(recv, l.recvCount * typeSize);
+      wrong += static_cast<int64_t>(countWrongElements(
+          s.buffers.mirror(recv), l.recvCount, type,
+          [&](size_t i) { return coll_.expected(model, l, s.rank, nranks_, o_.root, i); }));
+    }
+    return wrong;
   }
 
   Measurement benchTime(const Layout& l, braidDataType_t type, braidRedOp_t op, bool inPlace) {
@@ -146,9 +171,17 @@ class Sweeps {
 
     double agreed[2] = {seconds, static_cast<double>(wrong)};
     comm_.maxOverRanks(agreed, 2);
-    const double algbw = agreed[0] > 0 ? l.bytes(datatypeInfo(type).size) / 1.0e9 / agreed[0] : 0;
+    const size_t typeSize = datatypeInfo(type).size;
+    const double algbw = agreed[0] > 0 ? l.bytes(typeSize) / 1.0e9 / agreed[0] : 0;
+    // The fewest bytes the ranks sharing a device must move through its memory: each reads its
+    // input and writes its output once.
+    const double leastBytes = static_cast<double>(ranksOnDevice_) *
+                              static_cast<double>(l.sendCount + l.recvCount) *
+                              static_cast<double>(typeSize);
+    const double copyFraction =
+        copyGBs_ > 0 && agreed[0] > 0 ? leastBytes / agreed[0] / 1.0e9 / copyGBs_ : -1;
     return {agreed[0] * 1.0e6, algbw, algbw * coll_.busFactor(nranks_),
-            static_cast<int64_t>(agreed[1])};
+            static_cast<int64_t>(agreed[1]), copyFraction};
   }
 
   void warmUp(size_t bytes, braidDataType_t type, braidRedOp_t op) {
@@ -180,9 +213,10 @@ class Sweeps {
   const Options& o_;
   const Collective& coll_;
   BenchComm& comm_;
-  const int rank_;
   const int nranks_;
-  Buffers buffers_;
+  std::vector<std::unique_ptr<RankSlot>> slots_;
+  double copyGBs_ = 0;
+  int ranksOnDevice_ = 1;
   uint64_t checkSeed_ = 0;
   int64_t wrongTotal_ = 0;
   std::optional<Reporter> reporter_;

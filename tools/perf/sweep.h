@@ -14,11 +14,14 @@
 
 namespace braid_perf {
 
-// A communicator as the sweeps drive it: braid's (perf/bench.cc) or a peer library's.
+// The ranks one thread drives as the sweeps see them: braid's communicators (perf/bench.cc, -g
+// of them, consecutive ranks from rank()) or a peer library's (one). Calls take the index of the
+// thread's rank (`local`, 0 .. localRanks()-1).
 class BenchComm {
  public:
   virtual ~BenchComm() = default;
-  virtual int rank() const = 0;
+  virtual int rank() const = 0;  // the first of the thread's ranks
+  virtual int localRanks() const { return 1; }
   virtual int nranks() const = 0;
   // Returns once every rank has entered it.
   virtual void barrier() = 0;
@@ -26,9 +29,13 @@ class BenchComm {
   virtual void maxOverRanks(double* values, int count) = 0;
   // Every rank's pid and host, in rank order.
   virtual std::vector<RankInfo> rankInfo() = 0;
-  // One call of the options' collective on a Layout's paramCount; it may complete later.
-  virtual void launch(const void* send, void* recv, size_t count, braidDataType_t type,
+  // One call of the options' collective by one of the thread's ranks on a Layout's paramCount;
+  // it may complete later. The calls of every local rank come between startGroup() and
+  // endGroup() (they wait for each other, so one thread must issue them together).
+  virtual void launch(int local, const void* send, void* recv, size_t count, braidDataType_t type,
                       braidRedOp_t op) = 0;
+  virtual void startGroup() {}
+  virtual void endGroup() {}
   // Returns once every launched call has completed (nothing to do where calls block).
   virtual void complete() {}
   // The planner's predicted busbw for a row of `bytes`, or -1 where there is none.
@@ -37,10 +44,14 @@ class BenchComm {
   // they are its memory, and the sweeps fill inputs and check outputs in host mirrors copied up
   // and down.
   virtual bool buffersOnDevice() const { return false; }
-  virtual void* allocateBuffer(size_t bytes) { return nullptr; }
-  virtual void freeBuffer(void* buffer) {}
-  virtual void upload(void* buffer, const void* host, size_t bytes) {}
-  virtual void download(void* host, const void* buffer, size_t bytes) {}
+  virtual void* allocateBuffer(int local, size_t bytes) { return nullptr; }
+  virtual void freeBuffer(int local, void* buffer) {}
+  virtual void upload(int local, void* buffer, const void* host, size_t bytes) {}
+  virtual void download(int local, void* host, const void* buffer, size_t bytes) {}
+  // Bytes per second (reads and writes together) a device-to-device copy reaches on the first
+  // rank's device, and how many ranks of the run share that device; 0: not on a device.
+  virtual double deviceCopyGBs() { return 0; }
+  virtual int ranksOnFirstDevice() { return 1; }
 };
 
 // Runs every datatype x op sweep the options ask for; rank 0 prints with `run` as the header
