@@ -75,6 +75,10 @@ struct FifoSendView {
   uint32_t nSlots = 0;
   uint32_t tail = 0;      // slots this side posted
   uint32_t headSeen = 0;  // the receiver's head, as last read
+  // Where a network proxy drains the FIFO (FifoControl::bytes): the bytes of each slot in use,
+  // stored before tail, so that only those go on the wire. Null where the receiver reads the
+  // slots itself.
+  uint64_t* used = nullptr;
 
   // Whether a slot is free to fill (reads head only when the last value shows none). Signed: with
   // the low-latency protocol the receiver reads a slot's lines, and may return it, before the
@@ -88,8 +92,10 @@ struct FifoSendView {
     return static_cast<int32_t>(tail - headSeen) < static_cast<int32_t>(nSlots);
   }
   BRAID_HD uint8_t* slot() const { return slots + (tail % nSlots) * slotBytes; }
-  // Publishes the acquired slot: the leader stores tail, the others count along.
-  BRAID_HD void post(bool leader) {
+  // Publishes the acquired slot, `bytes` of it in use: the leader stores tail (after the bytes in
+  // use, for a proxy), the others count along.
+  BRAID_HD void post(bool leader, uint64_t bytes) {
+    if (leader && used != nullptr) storeRelaxed(used[tail % nSlots], bytes);
     ++tail;
     if (leader) storeRelease(words->tail, tail);
   }

@@ -230,8 +230,8 @@ struct FifoViewPorts : FifoEnds {
   BRAID_HD const void* recvSlot() const { return in.slot(); }
   BRAID_HD void* sendSlot() const { return out.slot(); }
   template <class G>
-  BRAID_HD void post(G& group, size_t) {
-    out.post(group.index() == 0);
+  BRAID_HD void post(G& group, size_t bytes) {
+    out.post(group.index() == 0, bytes);
   }
 };
 

@@ -23,14 +23,19 @@ enum class Algorithm { Simple, LowLatency, Direct };
 struct Shape {
   int ranks, channels, threads, slots;
   Algorithm algorithm;
+  // Every ring hop through the network proxy (transport/net/proxy.h) over loopback TCP, as a hop
+  // between ranks on different hosts runs: the sender's FIFO drained into a socket by its proxy,
+  // the receiver's filled by its own.
+  bool network = false;
 };
 
 inline std::string shapeName(const Shape& s) {
   const char* algorithm = s.algorithm == Algorithm::Simple       ? "simple_"
                           : s.algorithm == Algorithm::LowLatency ? "ll_"
                                                                  : "direct_";
-  return algorithm + std::to_string(s.ranks) + "ranks_" + std::to_string(s.channels) + "ch_" +
-         std::to_string(s.threads) + "threads_" + std::to_string(s.slots) + "slots";
+  return (s.network ? std::string("net_") : std::string()) + algorithm + std::to_string(s.ranks) +
+         "ranks_" + std::to_string(s.channels) + "ch_" + std::to_string(s.threads) + "threads_" +
+         std::to_string(s.slots) + "slots";
 }
 
 constexpr size_t kSlotBytes = 256;  // small, so that 1031 elements take many chunks

@@ -8,7 +8,9 @@
 // point-to-point sends and receives, for R in {1, 2, 3, 4, 8}, T in {1, 4, 32}, FIFO slots {2, 4}
 // and C in {1, 2}; outputs are poisoned first and every element is compared with the multirank
 // grid's independent reference (grid_common.h). The same binary is built with ThreadSanitizer
-// (label tsan).
+// (label tsan). The device variant (BRAID_DEVICE_FORM_NET) also runs the Simple ring with every
+// hop through the network proxy over loopback TCP, as a CUDA communicator's hops to other hosts
+// run (FIFOs in pinned host memory the proxy drains and fills).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,6 +30,12 @@
 #include "device/device_cases.h"
 #include "kernels/element_reduce.h"
 #include "multirank/grid_common.h"
+
+#if BRAID_DEVICE_FORM_NET
+#include "base/socket.h"
+#include "transport/net/proxy.h"
+#include "transport/net/socket_net.h"
+#endif
 
 namespace braid_test {
 namespace {
@@ -95,6 +103,9 @@ class Grid {
       blockBarriers_.push_back(std::make_unique<std::barrier<>>(shape.threads));
       votes_.push_back(std::make_unique<Vote>());
     }
+#if BRAID_DEVICE_FORM_NET
+    if (shape.network) connectNetwork();
+#endif
   }
 
   std::vector<std::string> run() {
@@ -116,6 +127,49 @@ class Grid {
   size_t arrivalIndex(int channel, int rank) const {
     return static_cast<size_t>(channel * shape_.ranks + rank);
   }
+#if BRAID_DEVICE_FORM_NET
+  // Each hop (sender -> receiver on a channel) as two ranks on different hosts run it: the
+  // sender's proxy drains the FIFO its blocks fill into a connection, the receiver's proxy fills
+  // the FIFO its blocks read. A proxy per rank; connections over loopback TCP (the reverse
+  // direction of each pair is connected too, as addPeer takes both, and stays idle).
+  void connectNetwork() {
+    using namespace braid::net;
+    const auto deadline = braid::Clock::now() + std::chrono::seconds(30);
+    std::unique_ptr<Net> net = makeSocketNet(braid::findInterfaces("lo"), {1, 5000});
+    Handle handle;
+    std::unique_ptr<ListenComm> listener = net->listen(0, &handle);
+    auto connection = [&] {
+      std::pair<std::unique_ptr<SendComm>, std::unique_ptr<RecvComm>> c;
+      c.first = net->connect(0, handle, 0, deadline);
+      uint32_t tag = 0;
+      c.second = net->accept(*listener, &tag, deadline);
+      return c;
+    };
+    const braid::FifoGeometry geometry{kSlotBytes, shape_.slots};
+    for (int rank = 0; rank < shape_.ranks; ++rank)
+      proxies_.push_back(std::make_unique<Proxy>(rank, geometry));
+    netSend_.resize(fifoWords_.size());
+    netRecv_.resize(fifoWords_.size());
+    for (int receiver = 0; receiver < shape_.ranks; ++receiver)
+      for (int channel = 0; channel < shape_.channels; ++channel) {
+        const int sender = (receiver + shape_.ranks - 1) % shape_.ranks;
+        auto forward = connection(), backward = connection();
+        const size_t hop = fifoIndex(receiver, channel);
+        netSend_[hop] =
+            proxies_[sender]
+                ->addPeer(receiver, std::move(forward.first), std::move(backward.second))
+                .send;
+        netRecv_[hop] = proxies_[receiver]
+                            ->addPeer(sender, std::move(backward.first), std::move(forward.second))
+                            .recv;
+      }
+    for (auto& proxy : proxies_) {
+      proxy->start();
+      proxy->operationStarted();  // kernels' FIFO moves cannot wake it: it keeps polling
+    }
+  }
+#endif
+
   uint8_t* slotsOf(size_t fifo) {
     return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(slots_[fifo].data()) + 63) / 64 *
                                       64);
@@ -182,6 +236,19 @@ class Grid {
       out.slotBytes = kSlotBytes;
       out.nSlots = static_cast<uint32_t>(shape_.slots);
     }
+#if BRAID_DEVICE_FORM_NET
+    if (shape_.network) {
+      if (in.words != nullptr) {
+        in.words = &netRecv_[mine].control->words;
+        in.slots = netRecv_[mine].slots;
+      }
+      if (out.words != nullptr) {
+        out.words = &netSend_[theirs].control->words;
+        out.slots = netSend_[theirs].slots;
+        out.used = netSend_[theirs].control->bytes;
+      }
+    }
+#endif
     const size_t block = fifoIndex(rank, channel);
     CpuGroup group(t, shape_.threads, blockBarriers_[block].get(), votes_[block].get(),
                    Clock::now() + kDeadline);
@@ -250,6 +317,10 @@ class Grid {
   std::vector<std::unique_ptr<Vote>> votes_;
   std::mutex failuresMutex_;
   std::vector<std::string> failures_;
+#if BRAID_DEVICE_FORM_NET
+  std::vector<std::unique_ptr<braid::net::Proxy>> proxies_;  // by rank; they own netSend/Recv
+  std::vector<braid::FifoDesc> netSend_, netRecv_;           // by hop (fifoIndex)
+#endif
 };
 
 // A rank that never arrives (its kernel never ran): the others' waits end when the host sets the
@@ -397,6 +468,13 @@ std::vector<Shape> shapes() {
           const int channels = ranks == 3 || (ranks == 2 && slots == 4) ? 2 : 1;
           all.push_back({ranks, channels, threads, slots, algorithm});
         }
+#if BRAID_DEVICE_FORM_NET
+  // Hops through the network: the Simple protocol (a proxy sends the bytes a slot holds), two
+  // channels so that sends and receives run too.
+  for (int ranks : {2, 3})
+    for (int threads : {1, 4})
+      for (int slots : {2, 4}) all.push_back({ranks, 2, threads, slots, Algorithm::Simple, true});
+#endif
   return all;
 }
 
