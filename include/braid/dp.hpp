@@ -148,8 +148,11 @@ struct MemoryReport {
 
 class DataParallel {
  public:
-  // comm: a CPU communicator. The object creates one host stream for its collectives; nothing
-  // else may use `comm` while it lives. One thread drives the object (it is not thread-safe).
+  // comm: a CPU communicator (the object creates one host stream for its collectives; buffers in
+  // host memory) or a CUDA communicator (one CUDA stream of its own for the collectives and the
+  // step's kernels; parameter() and gradient() are device memory, and the caller's writes into a
+  // gradient must be complete on the device when markReady() is called). Nothing else may use
+  // `comm` while the object lives. One thread drives the object (it is not thread-safe).
   DataParallel(braidComm_t comm, const Options& options);
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;

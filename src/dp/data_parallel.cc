@@ -1,4 +1,5 @@
-// DataParallel: the flat layout, bucket launches on a host stream, and the step.
+// DataParallel: the flat layout, bucket launches on the backend's stream, and the step.
+// step.
 //
 // Layout. Parameters are laid out in reverse registration order (the order a backward pass
 // produces gradients) and cut into buckets; each bucket is padded to a multiple of the rank count
@@ -13,8 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "dp/backend.h"
 #include "dp/error.h"
-#include "dp/kernels.h"
 
 namespace braid::dp {
 
@@ -53,7 +54,7 @@ struct DataParallel::Impl {
   bool reducesNow() const { return sync || options.stage == Stage::kZero2; }
   std::byte* workingAt(size_t element) { return working.data() + element * parameterBytes; }
   // In a gradient buffer: gradients, staging or accumulation.
-  std::byte* gradientAt(std::vector<std::byte>& storage, size_t element) {
+  std::byte* gradientAt(const Buffer& storage, size_t element) {
     return storage.data() + element * gradientBytes;
   }
 
@@ -68,7 +69,7 @@ struct DataParallel::Impl {
   void drain(const char* what);
   std::byte* ownedGradient(const Segment& segment);
   float* masterOf(const Segment& segment);
-  float* momentOf(std::vector<float>& moment, const Segment& segment);
+  float* momentOf(const Buffer& moment, const Segment& segment);
   StepResult step();
 
   braidComm_t comm;
@@ -78,8 +79,10 @@ struct DataParallel::Impl {
   braidDataType_t gradientType;
   size_t parameterBytes;  // per element of the working copy
   size_t gradientBytes;   // per element of a gradient buffer
-  braidStream_t stream = nullptr;
   LossScaler scaler;
+  // Host memory and the CPU kernels, or a CUDA device's (braidCommCuDevice); declared before the
+  // buffers, which it allocates and outlives.
+  std::unique_ptr<Backend> backend;
 
   bool finalized = false;
   std::vector<Param> params;
@@ -89,15 +92,16 @@ struct DataParallel::Impl {
   size_t paddedCount = 0;
   size_t ownedCount = 0;
 
-  std::vector<std::byte> working;       // the whole working copy
-  std::vector<std::byte> gradients;     // DDP, ZeRO-1: whole; ZeRO-2: the owned shard
-  std::vector<std::byte> staging;       // ZeRO-2: slots x slotCount
-  std::vector<std::byte> accumulation;  // ZeRO-2, once a window has a second micro-batch
+  Buffer working;       // the whole working copy
+  Buffer gradients;     // DDP, ZeRO-1: whole; ZeRO-2: the owned shard
+  Buffer staging;       // ZeRO-2: slots x slotCount
+  Buffer accumulation;  // ZeRO-2, once a window has a second micro-batch
   std::vector<StagingSlot> slots;
-  size_t slotCount = 0;        // elements per staging slot: the largest bucket
-  std::vector<float> master;   // fp32 master weights of the owned shard (16-bit precision)
-  std::vector<float> moment1;  // Adam's m, SGD's momentum buffer
-  std::vector<float> moment2;  // Adam's v
+  size_t slotCount = 0;  // elements per staging slot: the largest bucket
+  Buffer master;         // fp32 master weights of the owned shard (16-bit precision)
+  Buffer moment1;        // fp32: Adam's m, SGD's momentum buffer
+  Buffer moment2;        // fp32: Adam's v
+  Buffer verdict;        // one Verdict: the step's overflow flag and sum of squares
 
   size_t readyCount = 0;  // parameters ready in this micro-batch
   bool sync = true;       // this micro-batch reduces
@@ -145,11 +149,6 @@ DataParallel::Impl::Impl(braidComm_t communicator, const Options& requested)
   check(braidCommUserRank(comm, &rank), "braidCommUserRank");
   int device = -1;
   check(braidCommCuDevice(comm, &device), "braidCommCuDevice");
-  if (device >= 0)
-    fail(braidInvalidUsage,
-         "DataParallel on rank {}: the communicator is on CUDA device {}, but only CPU "
-         "communicators are supported (the device path is not built yet)",
-         rank, device);
   if (options.bucketBytes == 0 || options.firstBucketBytes == 0)
     fail(braidInvalidArgument,
          "DataParallel on rank {}: bucketBytes {} and firstBucketBytes {} (expected both > 0)",
@@ -161,14 +160,14 @@ DataParallel::Impl::Impl(braidComm_t communicator, const Options& requested)
     fail(braidInvalidArgument, "DataParallel on rank {}: stage {} (expected 0, 1 or 2)", rank,
          static_cast<int>(options.stage));
   validate(options.optimizer);
-  check(braidStreamCreate(&stream), "braidStreamCreate");
+  backend = device >= 0 ? makeCudaBackend(comm, rank, device) : makeHostBackend(comm, rank);
 }
 
 DataParallel::Impl::~Impl() {
-  // Queued collectives point into our buffers: let them finish first. A destructor cannot
-  // report an error; the communicator keeps it (braidCommGetAsyncError).
-  braidStreamSynchronize(stream);
-  braidStreamDestroy(stream);
+  // Queued collectives and kernels point into the buffers, which go before the backend: let
+  // them finish first. A destructor cannot report an error; the communicator keeps it
+  // (braidCommGetAsyncError).
+  backend->synchronize();
 }
 
 void DataParallel::Impl::check(braidResult_t result, const char* what) const {
@@ -262,17 +261,20 @@ void DataParallel::finalize() {
          "first)",
          d.rank);
   d.layOut();
-  d.working.assign(d.paddedCount * d.parameterBytes, std::byte{0});
+  Backend& backend = *d.backend;
+  d.working = Buffer(backend, d.paddedCount * d.parameterBytes);
   const bool zero2 = d.options.stage == Stage::kZero2;
-  d.gradients.assign((zero2 ? d.ownedCount : d.paddedCount) * d.gradientBytes, std::byte{0});
+  d.gradients = Buffer(backend, (zero2 ? d.ownedCount : d.paddedCount) * d.gradientBytes);
   if (zero2) {
     d.slots.resize(std::min<size_t>(d.options.stagingBuffers, d.buckets.size()));
-    d.staging.assign(d.slots.size() * d.slotCount * d.gradientBytes, std::byte{0});
+    d.staging = Buffer(backend, d.slots.size() * d.slotCount * d.gradientBytes);
   }
-  if (d.options.precision != braidFloat32) d.master.assign(d.ownedCount, 0.0f);
+  const size_t stateBytes = d.ownedCount * sizeof(float);
+  if (d.options.precision != braidFloat32) d.master = Buffer(backend, stateBytes);
   const OptimizerOptions& o = d.options.optimizer;
-  if (o.kind != OptimizerKind::kSgd || o.momentum != 0) d.moment1.assign(d.ownedCount, 0.0f);
-  if (o.kind != OptimizerKind::kSgd) d.moment2.assign(d.ownedCount, 0.0f);
+  if (o.kind != OptimizerKind::kSgd || o.momentum != 0) d.moment1 = Buffer(backend, stateBytes);
+  if (o.kind != OptimizerKind::kSgd) d.moment2 = Buffer(backend, stateBytes);
+  d.verdict = Buffer(backend, sizeof(Verdict));
   d.finalized = true;
 }
 
@@ -284,14 +286,14 @@ void DataParallel::setParameter(int id, std::span<const float> values) {
     fail(braidInvalidArgument,
          "DataParallel on rank {}: setParameter('{}'): {} values (expected {})", d.rank, p.name,
          values.size(), p.count);
-  convertFromFloat(values.data(), d.workingAt(p.offset), d.options.precision, p.count);
+  d.backend->fromHostFloat(values.data(), d.workingAt(p.offset), d.options.precision, p.count);
   if (d.master.empty()) return;  // fp32: the working copy is the master
   const Impl::Segment& s = d.segments[p.bucket];
   const size_t lo = std::max(p.offset, s.flatOffset);
   const size_t hi = std::min(p.offset + p.count, s.flatOffset + s.count);
   if (lo < hi)
-    std::copy(values.begin() + (lo - p.offset), values.begin() + (hi - p.offset),
-              d.master.begin() + (s.stateOffset + lo - s.flatOffset));
+    d.backend->copyFromHost(d.master.floats() + (s.stateOffset + lo - s.flatOffset),
+                            values.data() + (lo - p.offset), (hi - lo) * sizeof(float));
 }
 
 void DataParallel::getParameter(int id, std::span<float> out) const {
@@ -302,7 +304,7 @@ void DataParallel::getParameter(int id, std::span<float> out) const {
     fail(braidInvalidArgument,
          "DataParallel on rank {}: getParameter('{}'): room for {} values (expected {})", d.rank,
          p.name, out.size(), p.count);
-  convertToFloat(d.workingAt(p.offset), d.options.precision, out.data(), p.count);
+  d.backend->toHostFloat(d.workingAt(p.offset), d.options.precision, out.data(), p.count);
 }
 
 const void* DataParallel::parameter(int id) const {
@@ -348,8 +350,7 @@ void DataParallel::Impl::acquireStaging(int bucketIndex) {
          "buffers (raise Options::stagingBuffers)",
          rank, s, bucketIndex, slot.occupant, slots.size());
   if (slot.inFlight) drain("waiting for a staging buffer's reduce-scatter");
-  std::memset(gradientAt(staging, static_cast<size_t>(s) * slotCount), 0,
-              slotCount * gradientBytes);
+  backend->zero(gradientAt(staging, static_cast<size_t>(s) * slotCount), slotCount * gradientBytes);
   slot.occupant = bucketIndex;
   buckets[bucketIndex].stagingSlot = s;
 }
@@ -371,7 +372,7 @@ void DataParallel::markReady(int id) {
     // PyTorch's fp16 compression hook does), while the gradient is still in cache.
     void* grad = d.gradientOf(p);
     if (d.gradientType == braidFloat16 && d.nranks > 1)
-      kernels::scale(grad, braidFloat16, p.count, 1.0f / static_cast<float>(d.nranks));
+      d.backend->scale(grad, braidFloat16, p.count, 1.0f / static_cast<float>(d.nranks));
     if (--b.unready == 0) d.launch(p.bucket);
   } else {
     --b.unready;
@@ -384,6 +385,7 @@ void DataParallel::Impl::launch(int bucketIndex) {
   const braidRedOp_t op = gradientType == braidFloat16 ? braidSum : braidAvg;
   const braidDataType_t type = gradientType;
   const Segment& s = segments[bucketIndex];
+  const braidStream_t stream = backend->stream();
   switch (options.stage) {
     case Stage::kDdp:
       check(braidAllReduce(gradientAt(gradients, b.offset), gradientAt(gradients, b.offset),
@@ -400,7 +402,7 @@ void DataParallel::Impl::launch(int bucketIndex) {
       // second shard-sized buffer, added once the reduction is known complete (drain()).
       b.accumulate = microBatchInWindow > 0;
       if (b.accumulate && accumulation.empty())
-        accumulation.assign(ownedCount * gradientBytes, std::byte{0});
+        accumulation = Buffer(*backend, ownedCount * gradientBytes);
       std::byte* target = gradientAt(b.accumulate ? accumulation : gradients, s.stateOffset);
       check(braidReduceScatter(gradientAt(staging, static_cast<size_t>(b.stagingSlot) * slotCount),
                                target, s.count, type, op, comm, stream),
@@ -432,7 +434,7 @@ void DataParallel::setGradientSync(bool sync) {
 
 void DataParallel::Impl::drain(const char* what) {
   const auto start = std::chrono::steady_clock::now();
-  const braidResult_t result = braidStreamSynchronize(stream);
+  const braidResult_t result = backend->synchronize();
   exposedCommSeconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   check(result, what);
@@ -440,7 +442,7 @@ void DataParallel::Impl::drain(const char* what) {
   for (size_t i = 0; i < buckets.size(); ++i) {
     if (!buckets[i].accumulate) continue;
     const Segment& s = segments[i];
-    kernels::add(gradientAt(gradients, s.stateOffset), gradientAt(accumulation, s.stateOffset),
+    backend->add(gradientAt(gradients, s.stateOffset), gradientAt(accumulation, s.stateOffset),
                  gradientType, s.count);
     buckets[i].accumulate = false;
   }
@@ -452,11 +454,11 @@ std::byte* DataParallel::Impl::ownedGradient(const Segment& s) {
 
 float* DataParallel::Impl::masterOf(const Segment& s) {
   if (master.empty()) return reinterpret_cast<float*>(workingAt(s.flatOffset));
-  return master.data() + s.stateOffset;
+  return master.floats() + s.stateOffset;
 }
 
-float* DataParallel::Impl::momentOf(std::vector<float>& moment, const Segment& s) {
-  return moment.empty() ? nullptr : moment.data() + s.stateOffset;
+float* DataParallel::Impl::momentOf(const Buffer& moment, const Segment& s) {
+  return moment.empty() ? nullptr : moment.floats() + s.stateOffset;
 }
 
 StepResult DataParallel::Impl::step() {
@@ -476,24 +478,28 @@ StepResult DataParallel::Impl::step() {
          rank, microBatchInWindow == 0 ? "before any micro-batch" : "after a no-sync micro-batch");
   drain("reducing the gradient buckets");
 
-  kernels::Inspection local;
-  for (const Segment& s : segments) {
-    const kernels::Inspection part = kernels::inspect(ownedGradient(s), gradientType, s.count);
-    local.nonFinite |= part.nonFinite;
-    local.sumSquares += part.sumSquares;
-  }
+  // The verdict stays in the backend's memory until the ranks agree on it, then comes to the
+  // host once per step (as GradScaler's found_inf does).
+  auto* agreed = reinterpret_cast<Verdict*>(verdict.data());
+  backend->zero(agreed, sizeof(Verdict));
+  for (const Segment& s : segments)
+    backend->inspect(ownedGradient(s), gradientType, s.count, agreed);
   // Every rank must skip the same steps: the verdict is the maximum of the ranks' flags.
-  float overflowFlag = local.nonFinite ? 1.0f : 0.0f;
-  double sumSquares = local.sumSquares;
-  check(braidAllReduce(&overflowFlag, &overflowFlag, 1, braidFloat32, braidMax, comm, stream),
+  const braidStream_t stream = backend->stream();
+  check(braidAllReduce(&agreed->overflowFlag, &agreed->overflowFlag, 1, braidFloat32, braidMax,
+                       comm, stream),
         "braidAllReduce (max) of the overflow flag");
   if (sharded())
-    check(braidAllReduce(&sumSquares, &sumSquares, 1, braidFloat64, braidSum, comm, stream),
+    check(braidAllReduce(&agreed->sumSquares, &agreed->sumSquares, 1, braidFloat64, braidSum, comm,
+                         stream),
           "braidAllReduce (sum) of the squared gradient norm");
   drain("agreeing on overflow and the gradient norm");
+  Verdict v;
+  backend->copyToHost(&v, agreed, sizeof v);
+  const double sumSquares = v.sumSquares;
 
   const double scale = scaler.scale();
-  const bool overflow = overflowFlag != 0;
+  const bool overflow = v.overflowFlag != 0;
   scaler.update(overflow);
   StepResult result{
       !overflow, scale,
@@ -516,7 +522,8 @@ StepResult DataParallel::Impl::step() {
       drain("all-gathering the updated parameters");
     }
   }
-  std::fill(gradients.begin(), gradients.end(), std::byte{0});
+  // Waits for the stream (Backend::zero): every buffer is idle when step() returns.
+  backend->zero(gradients.data(), gradients.size());
   microBatchInWindow = 0;
   lastMicroBatchSynced = false;
   return result;
@@ -529,10 +536,9 @@ StepResult DataParallel::step() {
 MemoryReport DataParallel::memoryReport() const {
   const Impl& d = *impl_;
   d.requireFinalized("memoryReport");
-  return MemoryReport{
-      d.registeredCount, d.paddedCount,
-      d.working.size(),  d.gradients.size() + d.accumulation.size(),
-      d.staging.size(),  (d.master.size() + d.moment1.size() + d.moment2.size()) * sizeof(float)};
+  return MemoryReport{d.registeredCount, d.paddedCount,
+                      d.working.size(),  d.gradients.size() + d.accumulation.size(),
+                      d.staging.size(),  d.master.size() + d.moment1.size() + d.moment2.size()};
 }
 
 double DataParallel::lossScale() const {

@@ -21,6 +21,7 @@
 #endif
 
 #include "dp/kernels.h"
+#include "dp/optimizer_math.h"
 #include "kernels/float_formats.h"
 
 namespace braid::dp::kernels {
@@ -155,8 +156,8 @@ Inspection inspectImpl(const void* data, braidDataType_t type, size_t count) {
   });
 }
 
-// PyTorch's formulas (torch.optim.SGD / Adam / AdamW, single-tensor path), in fp32. G: the
-// gradients' codec, W: the working copy's.
+// One optimizer step per element (optimizer_math.h, shared with the CUDA kernels), a block of
+// gradients converted to fp32 at a time. G: the gradients' codec, W: the working copy's.
 void updateImpl(const UpdateArgs& a, const void* grad, float* master, float* moment1,
                 float* moment2, void* working, size_t count) {
   withCodec(a.gradientType, [&]<typename G>(G) {
@@ -164,40 +165,24 @@ void updateImpl(const UpdateArgs& a, const void* grad, float* master, float* mom
       const auto* gradIn = static_cast<const typename G::Storage*>(grad);
       auto* workingOut = static_cast<typename W::Storage*>(working);
       const bool writeWorking = working != static_cast<void*>(master);
-      const OptimizerOptions& o = a.optimizer;
-      const float lr = static_cast<float>(o.learningRate);
-      const float decay = static_cast<float>(o.weightDecay);
-      const float momentum = static_cast<float>(o.momentum);
-      const float beta1 = static_cast<float>(o.beta1), beta2 = static_cast<float>(o.beta2);
-      const float eps = static_cast<float>(o.epsilon);
-      // Bias corrections in double, as torch computes them from Python floats.
-      const float stepSize = static_cast<float>(o.learningRate / (1.0 - std::pow(o.beta1, a.step)));
-      const float correction2 = static_cast<float>(std::sqrt(1.0 - std::pow(o.beta2, a.step)));
+      const UpdateConstants c = updateConstants(a.optimizer, a.step, a.gradFactor);
+      const OptimizerKind kind = a.optimizer.kind;
       blocks(count, [&](size_t first, size_t n) {
         float g[kBlock];
         G::load(gradIn + first, g, n);
         float* p = master + first;
-        if (o.kind == OptimizerKind::kSgd) {
-          for (size_t i = 0; i < n; ++i) g[i] = g[i] * a.gradFactor + decay * p[i];
-          if (moment1 != nullptr) {
-            float* m = moment1 + first;
-            for (size_t i = 0; i < n; ++i) g[i] = m[i] = momentum * m[i] + g[i];
-          }
-          for (size_t i = 0; i < n; ++i) p[i] -= lr * g[i];
-        } else {
+        if (kind == OptimizerKind::kSgd && moment1 == nullptr) {
+          float noMomentum = 0;
+          for (size_t i = 0; i < n; ++i) sgdElement<false>(c, g[i], p[i], noMomentum);
+        } else if (kind == OptimizerKind::kSgd) {
           float* m = moment1 + first;
-          float* v = moment2 + first;
-          const bool decoupled = o.kind == OptimizerKind::kAdamW;
-          for (size_t i = 0; i < n; ++i) {
-            float gi = g[i] * a.gradFactor;
-            if (decoupled)
-              p[i] *= 1.0f - lr * decay;
-            else
-              gi += decay * p[i];
-            m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
-            v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-            p[i] -= stepSize * m[i] / (std::sqrt(v[i]) / correction2 + eps);
-          }
+          for (size_t i = 0; i < n; ++i) sgdElement<true>(c, g[i], p[i], m[i]);
+        } else if (kind == OptimizerKind::kAdamW) {
+          float *m = moment1 + first, *v = moment2 + first;
+          for (size_t i = 0; i < n; ++i) adamElement<true>(c, g[i], p[i], m[i], v[i]);
+        } else {
+          float *m = moment1 + first, *v = moment2 + first;
+          for (size_t i = 0; i < n; ++i) adamElement<false>(c, g[i], p[i], m[i], v[i]);
         }
         if (writeWorking) W::store(p, workingOut + first, n);
       });
