@@ -2,12 +2,15 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
 #include "base/error.h"
 #include "base/log.h"
 #include "transport/cuda_check.h"
+#include "transport/net/net_transport.h"
+#include "transport/net/proxy.h"
 
 namespace braid {
 namespace {
@@ -61,6 +64,37 @@ DeviceFifo P2pLinks::pairFifo(int receiver, int sender) const {
   return fifoAt(receiver, offset, geometry_.simpleSlotBytes, geometry_.simpleSlots);
 }
 
+DeviceFifo P2pLinks::ringRecv(int channel, DeviceProtocol protocol) const {
+  const DeviceFifo& net = netRingRecv_[channel];
+  if (net.words == nullptr) return ringFifo(rank_, channel, protocol);
+  if (protocol != DeviceProtocol::Simple)
+    fail(braidInternalError,
+         "rank {}: channel {} receives from rank {} on another host, where only the Simple "
+         "protocol runs",
+         rank_, channel, ringPrev(channel));
+  return net;
+}
+
+DeviceFifo P2pLinks::ringSend(int channel, DeviceProtocol protocol) const {
+  const DeviceFifo& net = netRingSend_[channel];
+  if (net.words == nullptr) return ringFifo(ringNext(channel), channel, protocol);
+  if (protocol != DeviceProtocol::Simple)
+    fail(braidInternalError,
+         "rank {}: channel {} sends to rank {} on another host, where only the Simple protocol "
+         "runs",
+         rank_, channel, ringNext(channel));
+  return net;
+}
+
+DeviceFifo P2pLinks::pairRecv(int sender) const {
+  return netPairRecv_[sender].words != nullptr ? netPairRecv_[sender] : pairFifo(rank_, sender);
+}
+
+DeviceFifo P2pLinks::pairSend(int receiver) const {
+  return netPairSend_[receiver].words != nullptr ? netPairSend_[receiver]
+                                                 : pairFifo(receiver, rank_);
+}
+
 DeviceFifo P2pLinks::fifoAt(int receiver, size_t offset, size_t slotBytes, uint32_t slots) const {
   uint8_t* at = areas_[receiver] + offset;
   return {reinterpret_cast<FifoWords*>(at), at + alignUp(sizeof(FifoWords)), slotBytes, slots};
@@ -84,6 +118,89 @@ int P2pLinks::ringNext(int channel) const {
   return rank_;
 }
 
+int P2pLinks::ringPrev(int channel) const {
+  const std::vector<int>& order = hostRingOrders_[channel];
+  for (int pos = 0; pos < nranks_; ++pos)
+    if (order[pos] == rank_) return order[(pos + nranks_ - 1) % nranks_];
+  return rank_;
+}
+
+// A proxy's FIFO in pinned host memory as the GPU reaches it (mapped: with unified addressing
+// the same address; asked of the runtime all the same).
+DeviceFifo P2pLinks::onDevice(const FifoDesc& hostFifo, bool sending) const {
+  auto mapped = [&](void* host) {
+    void* device = nullptr;
+    checkCuda(cudaHostGetDevicePointer(&device, host, 0),
+              fmt::format("rank {}: cudaHostGetDevicePointer of a network FIFO", rank_));
+    return device;
+  };
+  auto* control = static_cast<FifoControl*>(mapped(hostFifo.control));
+  return {&control->words,
+          static_cast<uint8_t*>(mapped(hostFifo.slots)),
+          hostFifo.slotBytes,
+          static_cast<uint32_t>(hostFifo.nSlots),
+          sending ? control->bytes : nullptr,
+          /*inHostMemory=*/true};
+}
+
+// The hops to other hosts: on each channel the ring neighbours there, and every peer there for
+// sends and receives, a connection each way for each (keys alike on both ends). The proxy's FIFOs
+// go in pinned host memory mapped into the GPU; the proxy keeps polling them, since a kernel's
+// stores cannot wake it.
+void P2pLinks::connectNetwork(const std::vector<bool>& remote,
+                              const std::function<void(void*, size_t)>& allGather,
+                              Clock::time_point deadline) {
+  const int channels = geometry_.channels;
+  std::vector<net::NetLinkKey> keys;
+  for (int peer = 0; peer < nranks_; ++peer) {
+    if (!remote[peer]) continue;
+    for (int c = 0; c < channels; ++c)
+      if (ringNext(c) == peer || ringPrev(c) == peer) keys.push_back({peer, c});
+    keys.push_back({peer, channels});
+  }
+  net::NetLinks connected = net::connectNetLinks(rank_, nranks_, keys, allGather, deadline);
+  const int rank = rank_;
+  auto pinned = [rank](size_t bytes) {
+    void* memory = nullptr;
+    checkCuda(cudaHostAlloc(&memory, bytes, cudaHostAllocMapped | cudaHostAllocPortable),
+              fmt::format("rank {}: cudaHostAlloc of {} bytes of network FIFOs", rank, bytes));
+    std::memset(memory, 0, bytes);
+    return std::shared_ptr<void>(memory, [](void* p) { cudaFreeHost(p); });
+  };
+  proxy_ = std::make_shared<net::Proxy>(
+      rank_, FifoGeometry{geometry_.simpleSlotBytes, static_cast<int>(geometry_.simpleSlots)},
+      pinned);
+  netRingSend_.assign(channels, {});
+  netRingRecv_.assign(channels, {});
+  netPairSend_.assign(nranks_, {});
+  netPairRecv_.assign(nranks_, {});
+  for (const net::NetLinkKey& key : keys) {
+    auto& [send, recv] = connected.links[key];
+    const net::Proxy::Fifos fifos = proxy_->addPeer(key.peer, std::move(send), std::move(recv));
+    if (key.index == channels) {
+      netPairSend_[key.peer] = onDevice(fifos.send, true);
+      netPairRecv_[key.peer] = onDevice(fifos.recv, false);
+      continue;
+    }
+    if (ringNext(key.index) == key.peer) netRingSend_[key.index] = onDevice(fifos.send, true);
+    if (ringPrev(key.index) == key.peer) netRingRecv_[key.index] = onDevice(fifos.recv, false);
+  }
+  proxy_->start();
+  proxy_->operationStarted();
+  BRAID_INFO(log::kNet,
+             "rank {}: {} network links to {} ranks on other hosts, FIFOs in pinned "
+             "host memory",
+             rank_, keys.size(), std::count(remote.begin(), remote.end(), true));
+}
+
+std::optional<std::string> P2pLinks::networkFailure() const {
+  return proxy_ != nullptr ? proxy_->failure(-1) : std::nullopt;
+}
+
+void P2pLinks::finish(Clock::time_point deadline) {
+  if (proxy_ != nullptr) proxy_->finish(deadline);
+}
+
 const int* P2pLinks::ringOrder(int channel) const {
   return ringOrders_ + static_cast<size_t>(channel) * nranks_;
 }
@@ -91,7 +208,8 @@ const int* P2pLinks::ringOrder(int channel) const {
 std::unique_ptr<P2pLinks> P2pLinks::connect(int rank, int nranks, const DeviceRankPlace& self,
                                             const DeviceFifoGeometry& geometry,
                                             const std::vector<std::vector<int>>& ringOrders,
-                                            const std::function<void(void*, size_t)>& allGather) {
+                                            const std::function<void(void*, size_t)>& allGather,
+                                            Clock::time_point deadline) {
   std::unique_ptr<P2pLinks> links(new P2pLinks);
   links->rank_ = rank;
   links->nranks_ = nranks;
@@ -138,16 +256,16 @@ std::unique_ptr<P2pLinks> P2pLinks::connect(int rank, int nranks, const DeviceRa
   links->areas_.assign(nranks, nullptr);
   links->opened_.assign(nranks, false);
   links->ranksShareDevice_ = true;
+  std::vector<bool> remote(nranks, false);
   for (int peer = 0; peer < nranks; ++peer) {
     const DeviceCard& card = cards[peer];
     links->ranksShareDevice_ = links->ranksShareDevice_ &&
                                card.place.processNonce == self.processNonce &&
                                card.place.device == self.device;
-    if (card.place.hostHash != self.hostHash)
-      fail(braidInvalidUsage,
-           "{}: rank {} is on another host; a CUDA communicator reaches ranks of this host only "
-           "so far (hops through the network are not implemented yet; docs/cuda.md)",
-           where, peer);
+    if (card.place.hostHash != self.hostHash) {
+      remote[peer] = true;  // reached through the network below; its FIFOs are not opened
+      continue;
+    }
     if (card.place.device != self.device || card.place.processNonce != self.processNonce) {
       int canAccess = 0;
       if (card.place.processNonce == self.processNonce) {
@@ -182,6 +300,12 @@ std::unique_ptr<P2pLinks> P2pLinks::connect(int rank, int nranks, const DeviceRa
     links->areas_[peer] = static_cast<uint8_t*>(opened);
     links->opened_[peer] = true;
   }
+  links->netRingSend_.assign(geometry.channels, {});
+  links->netRingRecv_.assign(geometry.channels, {});
+  links->netPairSend_.assign(nranks, {});
+  links->netPairRecv_.assign(nranks, {});
+  if (std::find(remote.begin(), remote.end(), true) != remote.end())
+    links->connectNetwork(remote, allGather, deadline);
   BRAID_INFO(log::kInit, "{}: {} bytes of device FIFOs, {} channels", where, links->areaBytes_,
              geometry.channels);
   return links;
@@ -189,29 +313,36 @@ std::unique_ptr<P2pLinks> P2pLinks::connect(int rank, int nranks, const DeviceRa
 
 void P2pLinks::abort() {
   auto stream = static_cast<cudaStream_t>(abortStream_);
-  auto set = [&](const uint32_t* word) {
+  auto setWord = [&](const uint32_t* word) {
     // Any non-zero word aborts: every byte set to 1.
     const cudaError_t e = cudaMemsetAsync(const_cast<uint32_t*>(word), 1, sizeof(uint32_t), stream);
     if (e != cudaSuccess)
       BRAID_WARN(log::kInit, "rank {}: abort could not reach a device FIFO: {}", rank_,
                  cudaGetErrorString(e));
   };
-  for (int c = 0; c < geometry_.channels; ++c)
-    for (DeviceProtocol protocol : {DeviceProtocol::Simple, DeviceProtocol::LowLatency}) {
-      set(&ringFifo(rank_, c, protocol).words->abort);
-      // A block waiting for send credit reads this one.
-      set(&ringFifo(ringNext(c), c, protocol).words->abort);
-    }
-  for (int peer = 0; peer < nranks_; ++peer) {
-    set(&pairFifo(rank_, peer).words->abort);
-    set(&pairFifo(peer, rank_).words->abort);
+  auto set = [&](const DeviceFifo& fifo) {
+    if (fifo.inHostMemory)
+      storeRelease(fifo.words->abort, 1u);  // mapped pinned memory: the host's own store
+    else
+      setWord(&fifo.words->abort);
+  };
+  for (int c = 0; c < geometry_.channels; ++c) {
+    set(ringRecv(c, DeviceProtocol::Simple));
+    set(ringSend(c, DeviceProtocol::Simple));  // a block waiting for send credit reads this one
+    if (netRingRecv_[c].words == nullptr) set(ringFifo(rank_, c, DeviceProtocol::LowLatency));
+    if (netRingSend_[c].words == nullptr) set(ringFifo(ringNext(c), c, DeviceProtocol::LowLatency));
   }
-  set(directAbort());
+  for (int peer = 0; peer < nranks_; ++peer) {
+    set(pairRecv(peer));
+    set(pairSend(peer));
+  }
+  if (areas_[0] != nullptr) setWord(directAbort());  // rank 0's allocation, on this host
 }
 
 P2pLinks::~P2pLinks() {
   // Nothing here may throw or wait long: cudaFree waits for the kernels that use the FIFOs, and
-  // those give up at their deadline.
+  // those give up at their deadline. The proxy stops before its pinned FIFOs are freed.
+  proxy_.reset();
   for (size_t peer = 0; peer < opened_.size(); ++peer)
     if (opened_[peer]) cudaIpcCloseMemHandle(areas_[peer]);
   if (ringOrders_ != nullptr) cudaFree(ringOrders_);

@@ -14,11 +14,18 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
+#include "base/wait.h"
+#include "transport/connector.h"
 #include "transport/fifo_view.h"
 
 namespace braid {
+namespace net {
+class Proxy;
+}
 
 enum class DeviceProtocol : uint8_t { Simple, LowLatency };
 
@@ -43,13 +50,16 @@ struct DeviceRankPlace {
 // DirectArrival): one writer, every rank of the channel reading.
 constexpr size_t kDirectLineBytes = 64;
 
-// One FIFO in device memory, as the views take it.
+// One FIFO as a kernel reaches it: in a GPU's memory, or in pinned host memory that a network
+// proxy drains (the sender's end: `used` set) or fills.
 struct DeviceFifo {
   FifoWords* words = nullptr;
   uint8_t* slots = nullptr;
   size_t slotBytes = 0;
   uint32_t nSlots = 0;
-  FifoSendView sendView() const { return {words, slots, slotBytes, nSlots}; }
+  uint64_t* used = nullptr;   // a proxy's send FIFO: the bytes in use of each slot
+  bool inHostMemory = false;  // a proxy's: the host sets its abort word with a plain store
+  FifoSendView sendView() const { return {words, slots, slotBytes, nSlots, 0, 0, used}; }
   FifoRecvView recvView() const { return {words, slots, slotBytes, nSlots}; }
 };
 
@@ -57,21 +67,28 @@ class P2pLinks {
  public:
   // Every rank of `nranks` calls it, with the same geometry: allocates this rank's FIFOs on its
   // device (`self.device`, the current one), exchanges where they are with `allGather` (bytes
-  // per rank, every rank's slice filled in place), and opens every peer's. `ringOrders`
+  // per rank, every rank's slice filled in place), and opens every peer's on this host; connects
+  // to the ring neighbours and send/receive peers on other hosts by `deadline`. `ringOrders`
   // (channels x nranks) is kept in device memory for the kernels (RingCall::ringOrder).
   static std::unique_ptr<P2pLinks> connect(int rank, int nranks, const DeviceRankPlace& self,
                                            const DeviceFifoGeometry& geometry,
                                            const std::vector<std::vector<int>>& ringOrders,
-                                           const std::function<void(void*, size_t)>& allGather);
+                                           const std::function<void(void*, size_t)>& allGather,
+                                           Clock::time_point deadline);
   ~P2pLinks();
   P2pLinks(const P2pLinks&) = delete;
   P2pLinks& operator=(const P2pLinks&) = delete;
 
   const DeviceFifoGeometry& geometry() const { return geometry_; }
-  // The ring FIFO `receiver` receives on for `channel` (its predecessor on that channel writes it).
-  DeviceFifo ringFifo(int receiver, int channel, DeviceProtocol protocol) const;
-  // The FIFO `receiver` receives on from `sender` in sends and receives.
-  DeviceFifo pairFifo(int receiver, int sender) const;
+  // The ring FIFOs of `channel` this rank receives on (its predecessor writes it) and sends on.
+  // Fails for the low-latency protocol on a hop to another host.
+  DeviceFifo ringRecv(int channel, DeviceProtocol protocol) const;
+  DeviceFifo ringSend(int channel, DeviceProtocol protocol) const;
+  // The FIFOs of sends and receives: from `sender` to this rank, from this rank to `receiver`.
+  DeviceFifo pairRecv(int sender) const;
+  DeviceFifo pairSend(int receiver) const;
+  // Some peer is on another host: its hops run the Simple protocol only.
+  bool crossesHosts() const { return proxy_ != nullptr; }
   // The ring order of `channel` in device memory (nranks ints), and who follows this rank on it.
   const int* ringOrder(int channel) const;
   int ringNext(int channel) const;
@@ -88,10 +105,23 @@ class P2pLinks {
   // from the host and without waiting for the device: every kernel waiting on them gives up.
   // Best effort: a failure is logged.
   void abort();
+  // The first failed network connection's story; nothing while all are well (or none exist).
+  std::optional<std::string> networkFailure() const;
+  // The communicator ends in good order: the network proxy delivers what this rank's kernels
+  // posted, until `deadline`.
+  void finish(Clock::time_point deadline);
 
  private:
   P2pLinks() = default;
+  // The FIFOs in `receiver`'s device allocation.
+  DeviceFifo ringFifo(int receiver, int channel, DeviceProtocol protocol) const;
+  DeviceFifo pairFifo(int receiver, int sender) const;
   DeviceFifo fifoAt(int receiver, size_t offset, size_t slotBytes, uint32_t slots) const;
+  int ringPrev(int channel) const;
+  void connectNetwork(const std::vector<bool>& remote,
+                      const std::function<void(void*, size_t)>& allGather,
+                      Clock::time_point deadline);
+  DeviceFifo onDevice(const FifoDesc& hostFifo, bool sending) const;
   size_t simpleFifoBytes() const;
   size_t llFifoBytes() const;
   size_t directOffset() const;  // where the direct engine's words start in an allocation
@@ -107,6 +137,11 @@ class P2pLinks {
   std::vector<std::vector<int>> hostRingOrders_;
   int* ringOrders_ = nullptr;    // channels x nranks, device memory
   void* abortStream_ = nullptr;  // cudaStream_t for abort()'s stores
+  // Hops to other hosts: the proxy that moves them (it owns their pinned FIFOs), and by channel
+  // (ring) or peer (sends and receives) the FIFOs this rank's kernels write and read; a FIFO
+  // without words is a hop on this host.
+  std::shared_ptr<net::Proxy> proxy_;
+  std::vector<DeviceFifo> netRingSend_, netRingRecv_, netPairSend_, netPairRecv_;
 };
 
 }  // namespace braid

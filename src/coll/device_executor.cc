@@ -56,8 +56,8 @@ void launchRing(std::span<const DeviceRankCall> ranks, DeviceProtocol protocol, 
       block.call = ringCallOf<T>(r.args, n, rank, links.ringOrder(ch));
       block.channel = ch;
       block.nChannels = channels;
-      block.ports.in = links.ringFifo(rank, ch, protocol).recvView();
-      block.ports.out = links.ringFifo(links.ringNext(ch), ch, protocol).sendView();
+      block.ports.in = links.ringRecv(ch, protocol).recvView();
+      block.ports.out = links.ringSend(ch, protocol).sendView();
       if (r.scale != nullptr) {
         block.scale = static_cast<const T*>(r.scale->onDevice);
         std::memcpy(&block.scaleValue, &r.scale->bits, sizeof(T));
@@ -175,9 +175,9 @@ void launchSendRecv(const DeviceCollContext& ctx, std::span<const CollArgs> ops,
     block.nChannels = 1;
     block.failed = ctx.failed + i;
     if (send)
-      block.ports.out = links.pairFifo(a.root, rank).sendView();
+      block.ports.out = links.pairSend(a.root).sendView();
     else
-      block.ports.in = links.pairFifo(rank, a.root).recvView();
+      block.ports.in = links.pairRecv(a.root).recvView();
   }
   const void* kernel = deviceKernel(DeviceAlgorithm::Simple, braidUint8, braidSum, false);
   launch(kernel, static_cast<int>(ops.size()), ctx.threads, &params, stream, "send/recv", rank);

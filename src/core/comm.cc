@@ -242,6 +242,7 @@ void braidComm::connectDevice(const Clock::time_point& deadline) {
     setup.ringOrders.push_back(plan_.channels[ch % plan_.channels.size()].order);
   setup.timeoutMs = options_.timeoutMs;
   setup.allGather = [&](void* data, size_t bytes) { bootstrap_->allGather(data, bytes, deadline); };
+  setup.deadline = deadline;
   cuda_ = braid::CudaComm::connect(setup);
 
   // The device's cost model replaces the host's: it chooses every call's algorithm and protocol
@@ -251,6 +252,8 @@ void braidComm::connectDevice(const Clock::time_point& deadline) {
   input.hostRanks = false;
   input.ranksShareDevice = cuda_->ranksShareDevice();
   input.deviceMemoryGBs = cuda_->memoryGBs();
+  // The network proxy sends the bytes a Simple slot holds; low-latency lines carry no count.
+  if (cuda_->crossesHosts()) input.allowedProtocols[static_cast<int>(plan::Protocol::LL)] = false;
   model_ = std::make_unique<plan::Model>(planGraph_, plan_, input);
   planText_ = plan::describe(planGraph_, plan_) + model_->describe() + "\n";
 }

@@ -110,7 +110,7 @@ class CudaCommImpl final : public CudaComm {
     links_ =
         P2pLinks::connect(setup.rank, setup.nranks,
                           {setup.hostHash, processNonce(), static_cast<int32_t>(getpid()), device_},
-                          geometry, setup.ringOrders, setup.allGather);
+                          geometry, setup.ringOrders, setup.allGather, setup.deadline);
     ctx_.links = links_.get();
     ctx_.timeoutNs = static_cast<uint64_t>(setup.timeoutMs) * 1'000'000;
     ctx_.failed = failedOnDevice;
@@ -123,6 +123,8 @@ class CudaCommImpl final : public CudaComm {
   ~CudaCommImpl() override {
     const OnDevice on(device_, rank_);
     cudaEventSynchronize(lastCall_);
+    // What the last kernels posted to other hosts is on its way before the proxy stops.
+    links_->finish(Clock::now() + std::chrono::milliseconds(timeoutMs_));
     links_.reset();
     if (failed_ != nullptr) cudaFreeHost(failed_);
     cudaEventDestroy(lastCall_);
@@ -132,6 +134,7 @@ class CudaCommImpl final : public CudaComm {
 
   int device() const override { return device_; }
   bool ranksShareDevice() const override { return links_->ranksShareDevice(); }
+  bool crossesHosts() const override { return links_->crossesHosts(); }
   double memoryGBs() const override {
     int clockKHz = 0, busBits = 0;
     if (cudaDeviceGetAttribute(&clockKHz, cudaDevAttrMemoryClockRate, device_) != cudaSuccess ||
@@ -182,7 +185,13 @@ class CudaCommImpl final : public CudaComm {
     recordCall(stream, captured);
   }
 
-  std::optional<Error> failure() const override {
+  std::optional<Error> failure() override {
+    // A lost connection to another host: the kernels waiting on its hops stop now rather than at
+    // their deadline.
+    if (std::optional<std::string> lost = links_->networkFailure()) {
+      if (!networkAborted_.exchange(true)) links_->abort();
+      return Error(braidRemoteError, fmt::format("rank {}: {}", rank_, *lost));
+    }
     for (int b = 0; b < kMaxLaunchBlocks; ++b)
       if (__atomic_load_n(&failed_[b], __ATOMIC_ACQUIRE) != 0) {
         if (aborted_)
@@ -247,6 +256,7 @@ class CudaCommImpl final : public CudaComm {
   int timeoutMs_ = 0;
   int* failed_ = nullptr;
   std::atomic<bool> aborted_{false};
+  std::atomic<bool> networkAborted_{false};
   std::unique_ptr<P2pLinks> links_;
   DeviceCollContext ctx_;
 };

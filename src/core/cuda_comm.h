@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/wait.h"
 #include "coll/device_launch.h"
 #include "coll/host_executor.h"
 
@@ -31,6 +32,7 @@ struct CudaCommSetup {
   std::vector<std::vector<int>> ringOrders;  // per channel
   int timeoutMs = 0;
   std::function<void(void*, size_t)> allGather;  // over the bootstrap
+  Clock::time_point deadline;                    // init's: connections to other hosts by then
 };
 
 // PreMulSum's scalar as a call of a CUDA communicator reads it.
@@ -48,6 +50,8 @@ class CudaComm {
   virtual int device() const = 0;
   // Every rank in this process on this device: one launch can then run the direct engine.
   virtual bool ranksShareDevice() const = 0;
+  // Some rank is on another host: those hops go through the network proxy, Simple protocol only.
+  virtual bool crossesHosts() const = 0;
   // The device memory's peak bandwidth, reads and writes together, in GB/s (from its clock and
   // bus width): the cost model's figure for ranks that share the device.
   virtual double memoryGBs() const = 0;
@@ -56,8 +60,9 @@ class CudaComm {
   virtual void checkBuffer(const char* fn, const char* name, const void* p) const = 0;
   // Queues a group's sends and receives on `stream`; returns without waiting for the device.
   virtual void launchSendRecv(std::span<const CollArgs> ops, void* stream) = 0;
-  // A device wait of this rank that gave up (timeout, or the FIFOs aborted), as an error.
-  virtual std::optional<Error> failure() const = 0;
+  // A device wait of this rank that gave up (timeout, or the FIFOs aborted), or a failed network
+  // connection (whose hops it then aborts), as an error.
+  virtual std::optional<Error> failure() = 0;
   // Stops every device wait on this rank's FIFOs (braidCommAbort), without waiting.
   virtual void abort() = 0;
   // Waits for this rank's last call (finalize), its kernels bounded by their deadline.

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -50,11 +51,16 @@ int threadCount() {
 std::string enterHost(int host) {
   if (host < 0 || host >= static_cast<int>(testHosts().size()))
     return "no host " + std::to_string(host) + " in BRAID_TEST_NETNS";
+  const std::string path = "/var/run/netns/" + testHosts()[host];
+  struct stat target {
+  }, current{};
+  if (stat(path.c_str(), &target) == 0 && stat("/proc/self/ns/net", &current) == 0 &&
+      target.st_dev == current.st_dev && target.st_ino == current.st_ino)
+    return "";
   // A thread's namespace is its own: with several threads the process would straddle hosts.
   if (const int threads = threadCount(); threads != 1)
     return "the process has " + std::to_string(threads) +
            " threads; only single-threaded rank processes can move to a host";
-  const std::string path = "/var/run/netns/" + testHosts()[host];
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return "open " + path + ": " + std::strerror(errno);
   const int rc = setns(fd, CLONE_NEWNET);

@@ -18,7 +18,8 @@ int hostOfRank(int rank);
 // The namespace of the bridge that joins the hosts; host i's port on it is named port<i>.
 std::string switchNamespace();
 // Moves the calling process (which must have one thread) into host `host`'s namespace; returns
-// why it could not, or "".
+// why it could not, or "". A process already there stays, whatever its threads (a rank that
+// entered its host before starting threads of its own, such as a CUDA runtime's).
 std::string enterHost(int host);
 
 }  // namespace braid_test

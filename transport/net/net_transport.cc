@@ -12,68 +12,85 @@
 
 namespace braid::net {
 
-namespace {
-
-class NetSetup : public TransportSetup {
- public:
-  // Listens, then all-gathers every rank's listener handle.
-  NetSetup(ConnectState& state, std::vector<int> remotePeers)
-      : remotePeers_(std::move(remotePeers)) {
-    const int rank = state.rank;
-    const SocketOptions options{static_cast<int>(param::NSocks()),
-                                static_cast<int>(param::SocketKeepaliveMs())};
-    net_ = makeSocketNet(findInterfaces(param::SocketIfname()), options);
-    if (net_->deviceCount() == 0)
-      fail(braidSystemError,
-           "rank {} has peers on other hosts but no UP network interface with an address", rank);
-    const DeviceProperties device = net_->properties(0);
-    BRAID_INFO(log::kNet,
-               "rank {}: NET/{} on {} {} ({} Mbps, {}), {} socket(s) per connection, "
-               "BRAID_SOCKET_IFNAME='{}'",
-               rank, net_->name(), device.name, device.address, device.speedMbps,
-               device.pciPath.empty() ? "virtual" : device.pciPath, options.socketsPerConnection,
-               param::SocketIfname());
-    Handle own;
-    listener_ = net_->listen(0, &own);
-    handles_.resize(state.peers.size());
-    handles_[rank] = own;
-    state.rendezvous.allGather(handles_.data(), sizeof(Handle));
-  }
+NetLinks connectNetLinks(int rank, int nranks, const std::vector<NetLinkKey>& keys,
+                         const std::function<void(void*, size_t)>& allGather,
+                         Clock::time_point deadline) {
+  const SocketOptions options{static_cast<int>(param::NSocks()),
+                              static_cast<int>(param::SocketKeepaliveMs())};
+  NetLinks result;
+  result.net = makeSocketNet(findInterfaces(param::SocketIfname()), options);
+  Net& net = *result.net;
+  if (net.deviceCount() == 0)
+    fail(braidSystemError,
+         "rank {} has peers on other hosts but no UP network interface with an address", rank);
+  const DeviceProperties device = net.properties(0);
+  BRAID_INFO(log::kNet,
+             "rank {}: NET/{} on {} {} ({} Mbps, {}), {} socket(s) per connection, "
+             "BRAID_SOCKET_IFNAME='{}'",
+             rank, net.name(), device.name, device.address, device.speedMbps,
+             device.pciPath.empty() ? "virtual" : device.pciPath, options.socketsPerConnection,
+             param::SocketIfname());
+  std::vector<Handle> handles(nranks);
+  const std::unique_ptr<ListenComm> listener = net.listen(0, &handles[rank]);
+  allGather(handles.data(), sizeof(Handle));
 
   // Connecting never waits for the other side to accept, so every rank connects, then accepts.
+  // A connection's tag says who opened it and which of its links it is.
+  std::map<NetLinkKey, std::unique_ptr<SendComm>> sends;
+  for (const NetLinkKey& key : keys)
+    sends[key] = net.connect(
+        0, handles[key.peer],
+        static_cast<uint32_t>(rank) * kMaxLinksPerPeer + static_cast<uint32_t>(key.index),
+        deadline);
+  std::map<NetLinkKey, std::unique_ptr<RecvComm>> recvs;
+  while (recvs.size() < keys.size()) {
+    uint32_t tag = 0;
+    std::unique_ptr<RecvComm> comm;
+    try {
+      comm = net.accept(*listener, &tag, deadline);
+    } catch (const Error& e) {
+      std::vector<int> missing;
+      for (const NetLinkKey& key : keys)
+        if (recvs.count(key) == 0) missing.push_back(key.peer);
+      missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+      fail(e.code(), "rank {}: ranks {} did not connect before the deadline: {}", rank,
+           fmt::join(missing, ", "), e.what());
+    }
+    const NetLinkKey key{static_cast<int>(tag / kMaxLinksPerPeer),
+                         static_cast<int>(tag % kMaxLinksPerPeer)};
+    if (sends.count(key) == 0 || recvs.count(key) != 0) {
+      BRAID_WARN(log::kNet,
+                 "rank {}: dropped a connection that claims to come from rank {} (link {})", rank,
+                 key.peer, key.index);
+      continue;
+    }
+    recvs[key] = std::move(comm);
+  }
+  for (const NetLinkKey& key : keys)
+    result.links[key] = {std::move(sends[key]), std::move(recvs[key])};
+  return result;
+}
+
+namespace {
+
+// The CPU communicator's hops to other hosts: one link per remote peer, its FIFOs in the proxy's
+// memory.
+class NetSetup : public TransportSetup {
+ public:
+  // Listens and all-gathers every rank's listener handle (connectNetLinks), then connects.
+  NetSetup(ConnectState& state, std::vector<int> remotePeers)
+      : remotePeers_(std::move(remotePeers)) {}
+
   void connect(ConnectState& state) override {
     const int rank = state.rank;
-    const Clock::time_point deadline = state.rendezvous.deadline;
-    std::map<int, std::unique_ptr<SendComm>> sends;
-    for (int peer : remotePeers_)
-      sends[peer] = net_->connect(0, handles_[peer], static_cast<uint32_t>(rank), deadline);
-    std::map<int, std::unique_ptr<RecvComm>> recvs;
-    while (recvs.size() < remotePeers_.size()) {
-      uint32_t tag = 0;
-      std::unique_ptr<RecvComm> comm;
-      try {
-        comm = net_->accept(*listener_, &tag, deadline);
-      } catch (const Error& e) {
-        std::vector<int> missing;
-        for (int peer : remotePeers_)
-          if (recvs.count(peer) == 0) missing.push_back(peer);
-        fail(e.code(), "rank {}: ranks {} did not connect before the deadline: {}", rank,
-             fmt::join(missing, ", "), e.what());
-      }
-      const int peer = static_cast<int>(tag);
-      if (std::find(remotePeers_.begin(), remotePeers_.end(), peer) == remotePeers_.end() ||
-          recvs.count(peer) != 0) {
-        BRAID_WARN(log::kNet, "rank {}: dropped a connection that claims to come from rank {}",
-                   rank, tag);
-        continue;
-      }
-      recvs[peer] = std::move(comm);
-    }
-
+    std::vector<NetLinkKey> keys;
+    for (int peer : remotePeers_) keys.push_back({peer, 0});
+    NetLinks connected = connectNetLinks(rank, static_cast<int>(state.peers.size()), keys,
+                                         state.rendezvous.allGather, state.rendezvous.deadline);
     auto proxy = std::make_shared<Proxy>(rank, state.geometry);
     for (int peer : remotePeers_) {
-      const Proxy::Fifos fifos =
-          proxy->addPeer(peer, std::move(sends[peer]), std::move(recvs[peer]));
+      auto& [send, recv] = connected.links[{peer, 0}];
+      const Proxy::Fifos fifos = proxy->addPeer(peer, std::move(send), std::move(recv));
       state.links.send[peer] = SendConnector(fifos.send, rank, peer);
       state.links.recv[peer] = RecvConnector(fifos.recv, rank, peer);
     }
@@ -83,9 +100,6 @@ class NetSetup : public TransportSetup {
 
  private:
   std::vector<int> remotePeers_;
-  std::unique_ptr<Net> net_;
-  std::unique_ptr<ListenComm> listener_;
-  std::vector<Handle> handles_;
 };
 
 }  // namespace

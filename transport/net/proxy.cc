@@ -44,7 +44,8 @@ struct Proxy::Link {
   std::string failure;  // guarded by failureMutex_
 };
 
-Proxy::Proxy(int rank, const FifoGeometry& geometry) : rank_(rank), geometry_(geometry) {
+Proxy::Proxy(int rank, const FifoGeometry& geometry, Allocate allocate)
+    : rank_(rank), geometry_(geometry), allocate_(std::move(allocate)) {
   static_assert(kMaxFifoSlots <= kMaxRequests);
   wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wakeFd_ < 0) failErrno(braidSystemError, "creating the network proxy's eventfd", errno);
@@ -66,7 +67,7 @@ Proxy::Fifos Proxy::addPeer(int peer, std::unique_ptr<SendComm> send,
   auto link = std::make_unique<Link>();
   link->peer = peer;
   const size_t fifoBytes = FifoDesc::footprint(geometry_.slotBytes, geometry_.nSlots);
-  link->memory = allocateZeroed(2 * fifoBytes);
+  link->memory = allocate_(2 * fifoBytes);
   auto* base = static_cast<uint8_t*>(link->memory.get());
   link->sendFifo = FifoDesc::over(base, geometry_.slotBytes, geometry_.nSlots);
   link->recvFifo = FifoDesc::over(base + fifoBytes, geometry_.slotBytes, geometry_.nSlots);

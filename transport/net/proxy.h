@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -14,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "transport/local.h"
 #include "transport/net/net.h"
 #include "transport/transport.h"
 
@@ -22,7 +24,10 @@ namespace braid::net {
 // The network transport's LinkService for its communicator.
 class Proxy : public LinkService {
  public:
-  Proxy(int rank, const FifoGeometry& geometry);
+  // Where a link's two FIFOs live: `bytes` zeroed, freed with the last owner. Heap memory for a
+  // CPU communicator; a CUDA communicator's is pinned host memory its GPU reads and writes.
+  using Allocate = std::function<std::shared_ptr<void>(size_t bytes)>;
+  Proxy(int rank, const FifoGeometry& geometry, Allocate allocate = allocateZeroed);
   // Stops the thread, then closes the connections.
   ~Proxy() override;
   Proxy(const Proxy&) = delete;
@@ -61,6 +66,7 @@ class Proxy : public LinkService {
 
   const int rank_;
   const FifoGeometry geometry_;
+  const Allocate allocate_;
   std::vector<std::unique_ptr<Link>> links_;
   std::thread thread_;
   int wakeFd_ = -1;  // eventfd: an operation started, or stop
