@@ -135,12 +135,8 @@ DeviceFifo P2pLinks::onDevice(const FifoDesc& hostFifo, bool sending) const {
     return device;
   };
   auto* control = static_cast<FifoControl*>(mapped(hostFifo.control));
-  return {&control->words,
-          static_cast<uint8_t*>(mapped(hostFifo.slots)),
-          hostFifo.slotBytes,
-          static_cast<uint32_t>(hostFifo.nSlots),
-          sending ? control->bytes : nullptr,
-          /*inHostMemory=*/true};
+  return {&control->words, static_cast<uint8_t*>(mapped(hostFifo.slots)), hostFifo.slotBytes,
+          static_cast<uint32_t>(hostFifo.nSlots), sending ? control->bytes : nullptr};
 }
 
 // The hops to other hosts: on each channel the ring neighbours there, and every peer there for
@@ -177,6 +173,8 @@ void P2pLinks::connectNetwork(const std::vector<bool>& remote,
   for (const net::NetLinkKey& key : keys) {
     auto& [send, recv] = connected.links[key];
     const net::Proxy::Fifos fifos = proxy_->addPeer(key.peer, std::move(send), std::move(recv));
+    netHostWords_.push_back(&fifos.send.control->words);
+    netHostWords_.push_back(&fifos.recv.control->words);
     if (key.index == channels) {
       netPairSend_[key.peer] = onDevice(fifos.send, true);
       netPairRecv_[key.peer] = onDevice(fifos.recv, false);
@@ -313,30 +311,27 @@ std::unique_ptr<P2pLinks> P2pLinks::connect(int rank, int nranks, const DeviceRa
 
 void P2pLinks::abort() {
   auto stream = static_cast<cudaStream_t>(abortStream_);
-  auto setWord = [&](const uint32_t* word) {
+  auto set = [&](const uint32_t* word) {
     // Any non-zero word aborts: every byte set to 1.
     const cudaError_t e = cudaMemsetAsync(const_cast<uint32_t*>(word), 1, sizeof(uint32_t), stream);
     if (e != cudaSuccess)
       BRAID_WARN(log::kInit, "rank {}: abort could not reach a device FIFO: {}", rank_,
                  cudaGetErrorString(e));
   };
-  auto set = [&](const DeviceFifo& fifo) {
-    if (fifo.inHostMemory)
-      storeRelease(fifo.words->abort, 1u);  // mapped pinned memory: the host's own store
-    else
-      setWord(&fifo.words->abort);
-  };
-  for (int c = 0; c < geometry_.channels; ++c) {
-    set(ringRecv(c, DeviceProtocol::Simple));
-    set(ringSend(c, DeviceProtocol::Simple));  // a block waiting for send credit reads this one
-    if (netRingRecv_[c].words == nullptr) set(ringFifo(rank_, c, DeviceProtocol::LowLatency));
-    if (netRingSend_[c].words == nullptr) set(ringFifo(ringNext(c), c, DeviceProtocol::LowLatency));
-  }
+  // The FIFOs on this host, in GPU memory (a block waiting for send credit reads the one it
+  // sends on).
+  for (int c = 0; c < geometry_.channels; ++c)
+    for (DeviceProtocol protocol : {DeviceProtocol::Simple, DeviceProtocol::LowLatency}) {
+      if (netRingRecv_[c].words == nullptr) set(&ringFifo(rank_, c, protocol).words->abort);
+      if (netRingSend_[c].words == nullptr) set(&ringFifo(ringNext(c), c, protocol).words->abort);
+    }
   for (int peer = 0; peer < nranks_; ++peer) {
-    set(pairRecv(peer));
-    set(pairSend(peer));
+    if (netPairRecv_[peer].words == nullptr) set(&pairFifo(rank_, peer).words->abort);
+    if (netPairSend_[peer].words == nullptr) set(&pairFifo(peer, rank_).words->abort);
   }
-  if (areas_[0] != nullptr) setWord(directAbort());  // rank 0's allocation, on this host
+  if (areas_[0] != nullptr) set(directAbort());  // rank 0's allocation, on this host
+  // The network's, in pinned host memory: the host's own stores.
+  for (FifoWords* words : netHostWords_) storeRelease(words->abort, 1u);
 }
 
 P2pLinks::~P2pLinks() {

@@ -57,8 +57,7 @@ struct DeviceFifo {
   uint8_t* slots = nullptr;
   size_t slotBytes = 0;
   uint32_t nSlots = 0;
-  uint64_t* used = nullptr;   // a proxy's send FIFO: the bytes in use of each slot
-  bool inHostMemory = false;  // a proxy's: the host sets its abort word with a plain store
+  uint64_t* used = nullptr;  // a proxy's send FIFO: the bytes in use of each slot
   FifoSendView sendView() const { return {words, slots, slotBytes, nSlots, 0, 0, used}; }
   FifoRecvView recvView() const { return {words, slots, slotBytes, nSlots}; }
 };
@@ -142,6 +141,7 @@ class P2pLinks {
   // without words is a hop on this host.
   std::shared_ptr<net::Proxy> proxy_;
   std::vector<DeviceFifo> netRingSend_, netRingRecv_, netPairSend_, netPairRecv_;
+  std::vector<FifoWords*> netHostWords_;  // their words as the host reaches them (abort)
 };
 
 }  // namespace braid

@@ -305,16 +305,16 @@ void braidComm::launch(std::span<const braid::CollArgs> ops, braidStream_t strea
       continue;
     }
     braid::CudaScalar scalar;
-    const braid::CudaCall call = deviceCall(a, stream, scalar, /*directPossible=*/false);
+    braid::CudaCall call = deviceCall(a, stream, scalar);
+    call.algorithm = deviceAlgorithm(a, /*directPossible=*/false);  // the other ranks launch apart
     braid::launchCollectives(std::span(&call, 1));
     ++i;
   }
 }
 
 braid::CudaCall braidComm::deviceCall(const braid::CollArgs& a, braidStream_t stream,
-                                      braid::CudaScalar& scalar, bool directPossible) {
+                                      braid::CudaScalar& scalar) {
   braid::CudaCall call{cuda_.get(), a, nullptr, stream};
-  directPossible = directPossible && cuda_->ranksShareDevice();
   if (a.op >= braidNumOps) {
     PreMulSum op;
     {
@@ -327,16 +327,16 @@ braid::CudaCall braidComm::deviceCall(const braid::CollArgs& a, braidStream_t st
       scalar.onDevice = op.scalar;
     call.args.op = braidSum;
     call.scalar = &scalar;
-    // The direct engine takes every rank's scalar by value, in its launch's parameters.
-    directPossible = directPossible && op.isImmediate;
   }
+  return call;
+}
+
+braid::DeviceAlgorithm braidComm::deviceAlgorithm(const braid::CollArgs& a, bool directPossible) {
   const braid::ModelCall m = braid::modelCallOf(a, nranks_);
   const braid::plan::Prediction choice = model_->best(m.operation, m.bytes, directPossible);
-  call.algorithm =
-      choice.algorithm == braid::plan::Algorithm::Direct ? braid::DeviceAlgorithm::Direct
-      : choice.protocol == braid::plan::Protocol::LL     ? braid::DeviceAlgorithm::LowLatency
-                                                         : braid::DeviceAlgorithm::Simple;
-  return call;
+  return choice.algorithm == braid::plan::Algorithm::Direct ? braid::DeviceAlgorithm::Direct
+         : choice.protocol == braid::plan::Protocol::LL     ? braid::DeviceAlgorithm::LowLatency
+                                                            : braid::DeviceAlgorithm::Simple;
 }
 
 bool braidComm::canLaunchTogether(std::span<braidComm* const> comms,
@@ -361,13 +361,18 @@ void braidComm::launchTogether(std::span<braidComm* const> comms,
                                std::span<const braidStream_t> streams) {
   std::vector<braid::CudaScalar> scalars(comms.size());
   std::vector<braid::CudaCall> launch;
+  // The direct engine needs every rank of the communicator in this launch, on one GPU, and every
+  // PreMulSum scalar by value (it goes in the launch's parameters); all ranks decide alike.
+  bool direct = static_cast<int>(comms.size()) == comms.front()->nranks_;
   for (size_t i = 0; i < comms.size(); ++i) {
     comms[i]->waitReady();
     comms[i]->failIfDeviceFailed(collectiveName(calls[i].coll));
-    // Every rank of the communicator in this launch: the direct engine can reach all buffers.
-    launch.push_back(comms[i]->deviceCall(calls[i], streams[i], scalars[i],
-                                          static_cast<int>(comms.size()) == comms[i]->nranks_));
+    launch.push_back(comms[i]->deviceCall(calls[i], streams[i], scalars[i]));
+    direct = direct && comms[i]->cuda_->ranksShareDevice() &&
+             (launch.back().scalar == nullptr || launch.back().scalar->onDevice == nullptr);
   }
+  for (size_t i = 0; i < comms.size(); ++i)
+    launch[i].algorithm = comms[i]->deviceAlgorithm(calls[i], direct);
   braid::launchCollectives(launch);
 }
 
@@ -469,7 +474,9 @@ ModelCall modelCallOf(const CollArgs& a, int nranks) {
 
 braid::plan::Prediction braidComm::predict(braid::plan::Operation op, size_t bytes) {
   waitReady();
-  return model_->best(op, bytes);
+  // A CUDA communicator runs the direct engine only in a launch of every rank, which ranks on one
+  // GPU can make (one thread driving them).
+  return model_->best(op, bytes, cuda_ == nullptr || cuda_->ranksShareDevice());
 }
 
 const std::string& braidComm::describePlan() {

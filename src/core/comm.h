@@ -210,9 +210,12 @@ struct braidComm : public braid::Watchdog {
   int deviceChannels_ = 0;
   uint64_t cliqueId_ = 0;  // the same on every rank of this communicator (its bootstrap id)
   void connectDevice(const braid::Clock::time_point& deadline);
-  // directPossible: every rank of the communicator is in this call's launch.
+  // The call as a launch takes it (PreMulSum's scalar in `scalar`); its algorithm is the model's
+  // (deviceAlgorithm), directPossible where the launch holds every rank and can run the direct
+  // engine.
   braid::CudaCall deviceCall(const braid::CollArgs& args, braidStream_t stream,
-                             braid::CudaScalar& scalar, bool directPossible);
+                             braid::CudaScalar& scalar);
+  braid::DeviceAlgorithm deviceAlgorithm(const braid::CollArgs& args, bool directPossible);
   void failIfDeviceFailed(const char* opName);
 
   std::atomic<braidResult_t> asyncError_{braidSuccess};

@@ -93,29 +93,34 @@ class CudaCommImpl final : public CudaComm {
   // comes in the setup, taken on the caller's thread; this thread's current device is restored.
   explicit CudaCommImpl(const CudaCommSetup& setup) : rank_(setup.rank), device_(setup.device) {
     const OnDevice on(device_, rank_);
-    for (cudaEvent_t* event : {&lastCall_, &join_})
-      checkCuda(cudaEventCreateWithFlags(event, cudaEventDisableTiming),
-                fmt::format("rank {}: cudaEventCreateWithFlags", rank_));
-    // The words a block sets when its wait gives up: mapped host memory, so the host reads them
-    // at any time without a copy or a wait.
-    checkCuda(cudaHostAlloc(reinterpret_cast<void**>(&failed_), sizeof(int) * kMaxLaunchBlocks,
-                            cudaHostAllocMapped),
-              fmt::format("rank {}: cudaHostAlloc", rank_));
-    std::fill(failed_, failed_ + kMaxLaunchBlocks, 0);
-    int* failedOnDevice = nullptr;
-    checkCuda(cudaHostGetDevicePointer(reinterpret_cast<void**>(&failedOnDevice), failed_, 0),
-              fmt::format("rank {}: cudaHostGetDevicePointer", rank_));
-    DeviceFifoGeometry geometry{setup.channels, kSimpleSlotBytes, kSimpleSlots, kLlSlotBytes,
-                                kLlSlots};
-    links_ =
-        P2pLinks::connect(setup.rank, setup.nranks,
-                          {setup.hostHash, processNonce(), static_cast<int32_t>(getpid()), device_},
-                          geometry, setup.ringOrders, setup.allGather, setup.deadline);
-    ctx_.links = links_.get();
-    ctx_.timeoutNs = static_cast<uint64_t>(setup.timeoutMs) * 1'000'000;
-    ctx_.failed = failedOnDevice;
-    ctx_.threads = kThreadsPerBlock;
-    timeoutMs_ = setup.timeoutMs;
+    try {
+      for (cudaEvent_t* event : {&lastCall_, &join_})
+        checkCuda(cudaEventCreateWithFlags(event, cudaEventDisableTiming),
+                  fmt::format("rank {}: cudaEventCreateWithFlags", rank_));
+      // The words a block sets when its wait gives up: mapped host memory, so the host reads them
+      // at any time without a copy or a wait.
+      checkCuda(cudaHostAlloc(reinterpret_cast<void**>(&failed_), sizeof(int) * kMaxLaunchBlocks,
+                              cudaHostAllocMapped),
+                fmt::format("rank {}: cudaHostAlloc", rank_));
+      std::fill(failed_, failed_ + kMaxLaunchBlocks, 0);
+      int* failedOnDevice = nullptr;
+      checkCuda(cudaHostGetDevicePointer(reinterpret_cast<void**>(&failedOnDevice), failed_, 0),
+                fmt::format("rank {}: cudaHostGetDevicePointer", rank_));
+      DeviceFifoGeometry geometry{setup.channels, kSimpleSlotBytes, kSimpleSlots, kLlSlotBytes,
+                                  kLlSlots};
+      links_ = P2pLinks::connect(
+          setup.rank, setup.nranks,
+          {setup.hostHash, processNonce(), static_cast<int32_t>(getpid()), device_}, geometry,
+          setup.ringOrders, setup.allGather, setup.deadline);
+      ctx_.links = links_.get();
+      ctx_.timeoutNs = static_cast<uint64_t>(setup.timeoutMs) * 1'000'000;
+      ctx_.failed = failedOnDevice;
+      ctx_.threads = kThreadsPerBlock;
+      timeoutMs_ = setup.timeoutMs;
+    } catch (...) {
+      release();  // an init that failed (a peer that never connected, say) leaks nothing
+      throw;
+    }
     ++liveCudaComms;
   }
   // This rank's kernels end (each bounded by its deadline, at once after abort()) before the
@@ -123,12 +128,11 @@ class CudaCommImpl final : public CudaComm {
   ~CudaCommImpl() override {
     const OnDevice on(device_, rank_);
     cudaEventSynchronize(lastCall_);
-    // What the last kernels posted to other hosts is on its way before the proxy stops.
-    links_->finish(Clock::now() + std::chrono::milliseconds(timeoutMs_));
-    links_.reset();
-    if (failed_ != nullptr) cudaFreeHost(failed_);
-    cudaEventDestroy(lastCall_);
-    cudaEventDestroy(join_);
+    // What the last kernels posted to other hosts is on its way before the proxy stops; after a
+    // failure or an abort nobody may be reading it.
+    const bool failed = aborted_ || networkAborted_ || failure().has_value();
+    links_->finish(Clock::now() + std::chrono::milliseconds(failed ? 0 : timeoutMs_));
+    release();
     --liveCudaComms;
   }
 
@@ -189,7 +193,10 @@ class CudaCommImpl final : public CudaComm {
     // A lost connection to another host: the kernels waiting on its hops stop now rather than at
     // their deadline.
     if (std::optional<std::string> lost = links_->networkFailure()) {
-      if (!networkAborted_.exchange(true)) links_->abort();
+      if (!networkAborted_.exchange(true)) {
+        const OnDevice on(device_, rank_);  // asked from any thread (braidCommGetAsyncError)
+        links_->abort();
+      }
       return Error(braidRemoteError, fmt::format("rank {}: {}", rank_, *lost));
     }
     for (int b = 0; b < kMaxLaunchBlocks; ++b)
@@ -245,6 +252,16 @@ class CudaCommImpl final : public CudaComm {
     checkCuda(cudaEventRecord(lastCall_, s), fmt::format("rank {}: cudaEventRecord", rank_));
     lastStream_ = s;
     hasLastStream_ = true;
+  }
+
+  // What init made, freed by the destructor or by an init that failed part way.
+  void release() noexcept {
+    links_.reset();
+    if (failed_ != nullptr) cudaFreeHost(failed_);
+    failed_ = nullptr;
+    for (cudaEvent_t* event : {&lastCall_, &join_})
+      if (*event != nullptr) cudaEventDestroy(*event);
+    lastCall_ = join_ = nullptr;
   }
 
   cudaEvent_t lastCall_ = nullptr;

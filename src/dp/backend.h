@@ -43,6 +43,9 @@ class Backend {
   virtual braidStream_t stream() const = 0;
   // Waits for everything queued; what failed, as the collectives report it.
   virtual braidResult_t synchronize() = 0;
+  // Waits for everything queued, for a destructor: never throws, and never asks the communicator
+  // (it may be gone).
+  virtual void quiesce() noexcept = 0;
 };
 
 // comm's rank `rank`, for messages.

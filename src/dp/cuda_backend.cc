@@ -99,6 +99,15 @@ class CudaBackend final : public Backend {
     const braidResult_t queried = braidCommGetAsyncError(comm_, &asyncError);
     return queried != braidSuccess ? queried : asyncError;
   }
+  void quiesce() noexcept override {
+    int previous = -1;
+    if (cudaGetDevice(&previous) != cudaSuccess || cudaSetDevice(device_) != cudaSuccess) {
+      cudaGetLastError();
+      return;  // no usable context: nothing of ours can be running
+    }
+    cudaStreamSynchronize(stream_);
+    cudaSetDevice(previous);
+  }
 
  private:
   // Makes the backend's device current for the calls of a scope, and restores the caller's.

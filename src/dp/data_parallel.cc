@@ -166,8 +166,8 @@ DataParallel::Impl::Impl(braidComm_t communicator, const Options& requested)
 DataParallel::Impl::~Impl() {
   // Queued collectives and kernels point into the buffers, which go before the backend: let
   // them finish first. A destructor cannot report an error; the communicator keeps it
-  // (braidCommGetAsyncError).
-  backend->synchronize();
+  // (braidCommGetAsyncError), if the caller has not destroyed it already.
+  backend->quiesce();
 }
 
 void DataParallel::Impl::check(braidResult_t result, const char* what) const {
@@ -489,10 +489,12 @@ StepResult DataParallel::Impl::step() {
   check(braidAllReduce(&agreed->overflowFlag, &agreed->overflowFlag, 1, braidFloat32, braidMax,
                        comm, stream),
         "braidAllReduce (max) of the overflow flag");
-  if (sharded())
-    check(braidAllReduce(&agreed->sumSquares, &agreed->sumSquares, 1, braidFloat64, braidSum, comm,
-                         stream),
-          "braidAllReduce (sum) of the squared gradient norm");
+  // Sharded: each rank holds a share of the sum. Whole (DDP): every rank must still clip by the
+  // same factor, and a device adds its blocks' sums in any order, so the ranks' sums may differ
+  // in their last bits: the largest is everyone's.
+  check(braidAllReduce(&agreed->sumSquares, &agreed->sumSquares, 1, braidFloat64,
+                       sharded() ? braidSum : braidMax, comm, stream),
+        "braidAllReduce of the squared gradient norm");
   drain("agreeing on overflow and the gradient norm");
   Verdict v;
   backend->copyToHost(&v, agreed, sizeof v);
@@ -512,7 +514,7 @@ StepResult DataParallel::Impl::step() {
                                    static_cast<float>(clip / scale), gradientType,
                                    options.precision};
     for (const Segment& s : segments)
-      kernels::update(args, ownedGradient(s), masterOf(s), momentOf(moment1, s),
+      backend->update(args, ownedGradient(s), masterOf(s), momentOf(moment1, s),
                       momentOf(moment2, s), workingAt(s.flatOffset), s.count);
     if (sharded()) {
       for (size_t i = 0; i < buckets.size(); ++i)

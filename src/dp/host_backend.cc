@@ -65,6 +65,7 @@ class HostBackend final : public Backend {
 
   braidStream_t stream() const override { return stream_; }
   braidResult_t synchronize() override { return braidStreamSynchronize(stream_); }
+  void quiesce() noexcept override { braidStreamSynchronize(stream_); }
 
  private:
   braidComm_t comm_;

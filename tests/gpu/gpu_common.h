@@ -67,6 +67,14 @@ inline unsigned char* mirror(const std::vector<unsigned char>& storage, const un
              : device + (p - storage.data());
 }
 
+// Waits until the legacy stream's copies and memsets have landed: cudaMemcpy from pageable memory
+// and cudaMemset may return before the device has the bytes, and kernels on non-blocking streams
+// do not wait for the legacy stream. Never waits for kernels on those streams (ranks' kernels that
+// wait for each other).
+inline bool uploadsLanded() {
+  return cudaStreamSynchronize(cudaStreamLegacy) == cudaSuccess;
+}
+
 // Copies host buffers h (inputs and poisoned outputs) into new device memory; false when an
 // allocation or copy failed.
 inline bool toDevice(const RankBuffers& h, DeviceArena& arena, DeviceRank& d) {
@@ -87,7 +95,7 @@ inline bool toDevice(const RankBuffers& h, DeviceArena& arena, DeviceRank& d) {
   };
   d.input = at(h.input);
   d.output = at(h.output);
-  return true;
+  return uploadsLanded();
 }
 
 // Copies the device buffers back over h, for checkRank.

@@ -74,6 +74,7 @@ void runCase(const Shape& shape, const Case& c, DeviceArena& arena, cudaStream_t
                                               failed + r * channels + ch};
       }
       void* args[] = {&launch};
+      ASSERT_TRUE(uploadsLanded());
       CUDA_CHECK(cudaLaunchKernel(kernel, dim3(blocks), dim3(shape.threads), args, 0, stream));
       return;
     }
@@ -120,6 +121,7 @@ void runCase(const Shape& shape, const Case& c, DeviceArena& arena, cudaStream_t
           block.failed = failed + r * channels + ch;
         }
       void* args[] = {&launch};
+      ASSERT_TRUE(uploadsLanded());
       CUDA_CHECK(cudaLaunchKernel(kernel, dim3(blocks), dim3(shape.threads), args, 0, stream));
     };
     if (shape.algorithm == Algorithm::LowLatency)

@@ -31,10 +31,18 @@ void selectDevice(int localRank) {
   check(cudaSetDevice(localRank % devices), "cudaSetDevice");
 }
 
+// cudaMemset, and cudaMemcpy from pageable memory, may return before the device has the bytes,
+// and the collectives run on non-blocking streams, which do not wait for the legacy stream: wait
+// for it (never for the ranks' kernels, which may be waiting for each other).
+void landed(const char* what) {
+  check(cudaStreamSynchronize(cudaStreamLegacy), what);
+}
+
 void* allocate(size_t bytes) {
   void* p = nullptr;
   check(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc");
   check(cudaMemset(p, 0, bytes == 0 ? 1 : bytes), "cudaMemset");
+  landed("cudaStreamSynchronize after cudaMemset");
   return p;
 }
 
@@ -44,6 +52,7 @@ void release(void* p) {
 
 void upload(void* device, const void* host, size_t bytes) {
   check(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the device");
+  landed("cudaStreamSynchronize after cudaMemcpy to the device");
 }
 
 void download(void* host, const void* device, size_t bytes) {

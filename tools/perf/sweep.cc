@@ -96,8 +96,14 @@ class Sweeps {
 
   int64_t run(RunInfo info) {
     info.ranks = comm_.rankInfo();
-    copyGBs_ = comm_.deviceCopyGBs();
-    ranksOnDevice_ = comm_.ranksOnFirstDevice();
+    if (comm_.buffersOnDevice()) {
+      // Measured by rank 0 alone (the others wait at the exchange), so that no other copy shares
+      // the device meanwhile; every rank learns the figure.
+      comm_.barrier();
+      copyGBs_ = comm_.rank() == 0 ? comm_.deviceCopyGBs() : 0;
+      comm_.maxOverRanks(&copyGBs_, 1);
+      ranksOnDevice_ = comm_.ranksOnFirstDevice();
+    }
     info.deviceCopyGBs = copyGBs_;
     if (comm_.rank() == 0) {
       reporter_.emplace(stdout, o_, std::move(info));
