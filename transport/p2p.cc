@@ -64,25 +64,14 @@ DeviceFifo P2pLinks::pairFifo(int receiver, int sender) const {
   return fifoAt(receiver, offset, geometry_.simpleSlotBytes, geometry_.simpleSlots);
 }
 
-DeviceFifo P2pLinks::ringRecv(int channel, DeviceProtocol protocol) const {
-  const DeviceFifo& net = netRingRecv_[channel];
-  if (net.words == nullptr) return ringFifo(rank_, channel, protocol);
+DeviceFifo P2pLinks::ringEnd(int channel, DeviceProtocol protocol, bool sending) const {
+  const DeviceFifo& net = (sending ? netRingSend_ : netRingRecv_)[channel];
+  const int peer = sending ? ringNext(channel) : ringPrev(channel);
+  if (net.words == nullptr) return ringFifo(sending ? peer : rank_, channel, protocol);
   if (protocol != DeviceProtocol::Simple)
     fail(braidInternalError,
-         "rank {}: channel {} receives from rank {} on another host, where only the Simple "
-         "protocol runs",
-         rank_, channel, ringPrev(channel));
-  return net;
-}
-
-DeviceFifo P2pLinks::ringSend(int channel, DeviceProtocol protocol) const {
-  const DeviceFifo& net = netRingSend_[channel];
-  if (net.words == nullptr) return ringFifo(ringNext(channel), channel, protocol);
-  if (protocol != DeviceProtocol::Simple)
-    fail(braidInternalError,
-         "rank {}: channel {} sends to rank {} on another host, where only the Simple protocol "
-         "runs",
-         rank_, channel, ringNext(channel));
+         "rank {}: channel {} {} rank {} on another host, where only the Simple protocol runs",
+         rank_, channel, sending ? "sends to" : "receives from", peer);
   return net;
 }
 

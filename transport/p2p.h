@@ -81,8 +81,12 @@ class P2pLinks {
   const DeviceFifoGeometry& geometry() const { return geometry_; }
   // The ring FIFOs of `channel` this rank receives on (its predecessor writes it) and sends on.
   // Fails for the low-latency protocol on a hop to another host.
-  DeviceFifo ringRecv(int channel, DeviceProtocol protocol) const;
-  DeviceFifo ringSend(int channel, DeviceProtocol protocol) const;
+  DeviceFifo ringRecv(int channel, DeviceProtocol protocol) const {
+    return ringEnd(channel, protocol, false);
+  }
+  DeviceFifo ringSend(int channel, DeviceProtocol protocol) const {
+    return ringEnd(channel, protocol, true);
+  }
   // The FIFOs of sends and receives: from `sender` to this rank, from this rank to `receiver`.
   DeviceFifo pairRecv(int sender) const;
   DeviceFifo pairSend(int receiver) const;
@@ -116,6 +120,7 @@ class P2pLinks {
   DeviceFifo ringFifo(int receiver, int channel, DeviceProtocol protocol) const;
   DeviceFifo pairFifo(int receiver, int sender) const;
   DeviceFifo fifoAt(int receiver, size_t offset, size_t slotBytes, uint32_t slots) const;
+  DeviceFifo ringEnd(int channel, DeviceProtocol protocol, bool sending) const;
   int ringPrev(int channel) const;
   void connectNetwork(const std::vector<bool>& remote,
                       const std::function<void(void*, size_t)>& allGather,

@@ -4,6 +4,11 @@
 // grid's independent reference.
 #pragma once
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -121,6 +126,56 @@ inline std::vector<Case> commCases(int n) {
       }
   }
   return cases;
+}
+
+// Whether this process may use a CUDA device, asked of a forked child: a test that forks its
+// ranks must not touch CUDA first (a forked child cannot use a context its parent made).
+inline bool childSeesCudaDevice() {
+  const pid_t probe = fork();
+  if (probe == 0) _exit(noCudaDevice().empty() ? 0 : 1);
+  int status = 0;
+  waitpid(probe, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// n ranks as forked processes on device 0, each first running `beforeCuda(rank)` (it returns
+// why it failed, or ""), then the cases of commCases(n) in fp32 and bf16. Each child reports
+// through its exit status and stderr; returns one line per rank that failed.
+inline std::vector<std::string> runForkedRanks(
+    int n, const std::function<std::string(int rank)>& beforeCuda) {
+  braidUniqueId id;
+  if (braidGetUniqueId(&id) != braidSuccess) return {"braidGetUniqueId failed"};
+  std::vector<pid_t> children;
+  for (int rank = 0; rank < n; ++rank) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      std::vector<std::string> failures;
+      CudaRank me;
+      if (const std::string before = beforeCuda(rank); !before.empty()) {
+        failures.push_back(before);
+      } else if (const std::string failed = openCudaRank(n, id, rank, me); !failed.empty()) {
+        failures.push_back(failed);
+      } else {
+        for (const Case& c : commCases(n)) {
+          if (c.type != braidFloat32 && c.type != braidBfloat16) continue;
+          runCase(c, rank, n, me.comm, me.stream, failures);
+          if (!failures.empty()) break;
+        }
+      }
+      closeCudaRank(me);
+      for (const std::string& f : failures) std::fprintf(stderr, "rank %d: %s\n", rank, f.c_str());
+      _exit(failures.empty() ? 0 : 1);
+    }
+    children.push_back(pid);
+  }
+  std::vector<std::string> failed;
+  for (int rank = 0; rank < n; ++rank) {
+    int status = 0;
+    waitpid(children[rank], &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      failed.push_back("rank " + std::to_string(rank) + " failed (its stderr says how)");
+  }
+  return failed;
 }
 
 }  // namespace braid_test
