@@ -104,6 +104,19 @@ enum class Stage {
   kZero2 = 2   // ... and gradients: each rank keeps only its shard's
 };
 
+// Where the optimizer's state (the owned shard's fp32 master weights and moments) lives.
+enum class OffloadTier {
+  kNone,  // with the parameters (host memory, or the device of a CUDA communicator)
+  // In a file per rank (ZeRO-Infinity's NVMe tier), for a CPU communicator: the step pages each
+  // bucket's state in and back out on a thread of its own, overlapped with the updates, so two
+  // buckets' worth stays resident.
+  kFile
+};
+struct OffloadOptions {
+  OffloadTier tier = OffloadTier::kNone;
+  std::string directory = "/tmp";  // kFile: where each rank's state file goes (an NVMe mount)
+};
+
 struct Options {
   Stage stage = Stage::kDdp;
   // Parameters and gradients: braidFloat32, braidFloat16 or braidBfloat16. With 16-bit types the
@@ -123,6 +136,7 @@ struct Options {
   bool lossScaling = false;  // dynamic loss scaling (use with fp16); off: the scale stays 1
   LossScalerOptions lossScaler;
   OptimizerOptions optimizer;
+  OffloadOptions offload;
 };
 
 struct StepResult {
@@ -140,7 +154,8 @@ struct MemoryReport {
   size_t parameterBytes;        // the working copy, always whole
   size_t gradientBytes;         // gradients kept across the step (stage 2: the shard's)
   size_t gradientStagingBytes;  // stage 2: buffers the backward pass writes before reduction
-  size_t optimizerStateBytes;   // fp32 master weights (16-bit precision) and moments
+  size_t optimizerStateBytes;   // fp32 master weights (16-bit precision) and moments, resident
+  size_t offloadedStateBytes;   // ... and in the offload file (OffloadTier::kFile)
   size_t total() const {
     return parameterBytes + gradientBytes + gradientStagingBytes + optimizerStateBytes;
   }

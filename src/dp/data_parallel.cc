@@ -16,6 +16,7 @@
 
 #include "dp/backend.h"
 #include "dp/error.h"
+#include "dp/offload.h"
 
 namespace braid::dp {
 
@@ -68,8 +69,7 @@ struct DataParallel::Impl {
   void endMicroBatch();
   void drain(const char* what);
   std::byte* ownedGradient(const Segment& segment);
-  float* masterOf(const Segment& segment);
-  float* momentOf(const Buffer& moment, const Segment& segment);
+  void update(const kernels::UpdateArgs& args);
   StepResult step();
 
   braidComm_t comm;
@@ -98,10 +98,11 @@ struct DataParallel::Impl {
   Buffer accumulation;  // ZeRO-2, once a window has a second micro-batch
   std::vector<StagingSlot> slots;
   size_t slotCount = 0;  // elements per staging slot: the largest bucket
-  Buffer master;         // fp32 master weights of the owned shard (16-bit precision)
-  Buffer moment1;        // fp32: Adam's m, SGD's momentum buffer
-  Buffer moment2;        // fp32: Adam's v
-  Buffer verdict;        // one Verdict: the step's overflow flag and sum of squares
+  // The owned shard's fp32 master weights (16-bit precision), Adam's m or SGD's momentum, and
+  // Adam's v: resident, or in a file (OffloadTier::kFile).
+  std::unique_ptr<StateStore> state;
+  bool hasMaster = false;
+  Buffer verdict;  // one Verdict: the step's overflow flag and sum of squares
 
   size_t readyCount = 0;  // parameters ready in this micro-batch
   bool sync = true;       // this micro-batch reduces
@@ -160,6 +161,12 @@ DataParallel::Impl::Impl(braidComm_t communicator, const Options& requested)
     fail(braidInvalidArgument, "DataParallel on rank {}: stage {} (expected 0, 1 or 2)", rank,
          static_cast<int>(options.stage));
   validate(options.optimizer);
+  if (device >= 0 && options.offload.tier == OffloadTier::kFile)
+    fail(braidInvalidUsage,
+         "DataParallel on rank {}: OffloadTier::kFile pages the optimizer state of a CPU "
+         "communicator; this one is on CUDA device {} (expected a CPU communicator, or "
+         "OffloadTier::kNone)",
+         rank, device);
   backend = device >= 0 ? makeCudaBackend(comm, rank, device) : makeHostBackend(comm, rank);
 }
 
@@ -269,11 +276,16 @@ void DataParallel::finalize() {
     d.slots.resize(std::min<size_t>(d.options.stagingBuffers, d.buckets.size()));
     d.staging = Buffer(backend, d.slots.size() * d.slotCount * d.gradientBytes);
   }
-  const size_t stateBytes = d.ownedCount * sizeof(float);
-  if (d.options.precision != braidFloat32) d.master = Buffer(backend, stateBytes);
   const OptimizerOptions& o = d.options.optimizer;
-  if (o.kind != OptimizerKind::kSgd || o.momentum != 0) d.moment1 = Buffer(backend, stateBytes);
-  if (o.kind != OptimizerKind::kSgd) d.moment2 = Buffer(backend, stateBytes);
+  StateLayout layout;
+  layout.master = d.hasMaster = d.options.precision != braidFloat32;
+  layout.moment1 = o.kind != OptimizerKind::kSgd || o.momentum != 0;
+  layout.moment2 = o.kind != OptimizerKind::kSgd;
+  layout.ownedCount = d.ownedCount;
+  for (const Impl::Segment& s : d.segments) layout.segments.push_back({s.stateOffset, s.count});
+  d.state = d.options.offload.tier == OffloadTier::kFile
+                ? makeFileStore(layout, d.options.offload.directory, d.rank)
+                : makeResidentStore(backend, layout);
   d.verdict = Buffer(backend, sizeof(Verdict));
   d.finalized = true;
 }
@@ -287,13 +299,12 @@ void DataParallel::setParameter(int id, std::span<const float> values) {
          "DataParallel on rank {}: setParameter('{}'): {} values (expected {})", d.rank, p.name,
          values.size(), p.count);
   d.backend->fromHostFloat(values.data(), d.workingAt(p.offset), d.options.precision, p.count);
-  if (d.master.empty()) return;  // fp32: the working copy is the master
+  if (!d.hasMaster) return;  // fp32: the working copy is the master
   const Impl::Segment& s = d.segments[p.bucket];
   const size_t lo = std::max(p.offset, s.flatOffset);
   const size_t hi = std::min(p.offset + p.count, s.flatOffset + s.count);
   if (lo < hi)
-    d.backend->copyFromHost(d.master.floats() + (s.stateOffset + lo - s.flatOffset),
-                            values.data() + (lo - p.offset), (hi - lo) * sizeof(float));
+    d.state->setMaster(s.stateOffset + lo - s.flatOffset, values.data() + (lo - p.offset), hi - lo);
 }
 
 void DataParallel::getParameter(int id, std::span<float> out) const {
@@ -452,13 +463,19 @@ std::byte* DataParallel::Impl::ownedGradient(const Segment& s) {
   return gradientAt(gradients, options.stage == Stage::kZero2 ? s.stateOffset : s.flatOffset);
 }
 
-float* DataParallel::Impl::masterOf(const Segment& s) {
-  if (master.empty()) return reinterpret_cast<float*>(workingAt(s.flatOffset));
-  return master.floats() + s.stateOffset;
-}
-
-float* DataParallel::Impl::momentOf(const Buffer& moment, const Segment& s) {
-  return moment.empty() ? nullptr : moment.floats() + s.stateOffset;
+// Every owned segment's update, its optimizer state paged in ahead and out behind where it lives
+// in a file (the next segment's read and the last one's write-back overlap this one's update).
+void DataParallel::Impl::update(const kernels::UpdateArgs& args) {
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const Segment& s = segments[i];
+    if (i + 1 < segments.size()) state->prefetch(i + 1);
+    const SegmentState st = state->acquire(i);
+    float* master = hasMaster ? st.master : reinterpret_cast<float*>(workingAt(s.flatOffset));
+    backend->update(args, ownedGradient(s), master, st.moment1, st.moment2, workingAt(s.flatOffset),
+                    s.count);
+    state->release(i);
+  }
+  state->flush();
 }
 
 StepResult DataParallel::Impl::step() {
@@ -513,9 +530,7 @@ StepResult DataParallel::Impl::step() {
     const kernels::UpdateArgs args{options.optimizer, optimizerSteps,
                                    static_cast<float>(clip / scale), gradientType,
                                    options.precision};
-    for (const Segment& s : segments)
-      backend->update(args, ownedGradient(s), masterOf(s), momentOf(moment1, s),
-                      momentOf(moment2, s), workingAt(s.flatOffset), s.count);
+    update(args);
     if (sharded()) {
       for (size_t i = 0; i < buckets.size(); ++i)
         check(braidAllGather(workingAt(segments[i].flatOffset), workingAt(buckets[i].offset),
@@ -538,9 +553,10 @@ StepResult DataParallel::step() {
 MemoryReport DataParallel::memoryReport() const {
   const Impl& d = *impl_;
   d.requireFinalized("memoryReport");
-  return MemoryReport{d.registeredCount, d.paddedCount,
-                      d.working.size(),  d.gradients.size() + d.accumulation.size(),
-                      d.staging.size(),  d.master.size() + d.moment1.size() + d.moment2.size()};
+  return MemoryReport{d.registeredCount,        d.paddedCount,
+                      d.working.size(),         d.gradients.size() + d.accumulation.size(),
+                      d.staging.size(),         d.state->residentBytes(),
+                      d.state->offloadedBytes()};
 }
 
 double DataParallel::lossScale() const {
