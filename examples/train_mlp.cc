@@ -2,7 +2,8 @@
 // processes forked by this one (as torchrun starts them) or as its threads. Prints the loss per
 // step, the memory report and where the time went.
 //
-//   train_mlp [--mode single|ddp|zero1|zero2] [--ranks N] [--launch processes|threads]
+//   train_mlp [--mode single|ddp|zero1|zero2|zero3] [--ranks N] [--launch processes|threads]
+//             [--pp P --dp D [--schedule gpipe|1f1b] [--microbatches M]]
 //             [--precision fp32|fp16|bf16]
 //             [--gradients fp32] [--steps S] [--batch GLOBAL] [--micro-batches M] [--widths
 //             16,64,64,4]
@@ -12,10 +13,15 @@
 // --lr is the learning rate for --base-batch samples; it is scaled linearly to the global batch
 // and reached by gradual warm-up over --warmup steps (Goyal et al.). --gradients fp32 keeps 16-bit
 // training's gradients in fp32 (Options::fp32Gradients); by default they have --precision's type.
+// --pp P --dp D: P x D ranks, the layers cut into P pipeline stages (braid/dp_pipeline.hpp) and
+// each stage data-parallel over D replicas (--mode's stage); --microbatches (--micro-batches) is
+// the pipeline's m. Pipelines take no loss scaling (fp16) or clipping.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 
 #include "mlp_training.h"
@@ -24,8 +30,9 @@ namespace {
 
 [[noreturn]] void usage(const char* message) {
   std::fprintf(stderr,
-               "train_mlp: %s\nusage: train_mlp [--mode single|ddp|zero1|zero2] [--ranks N] "
-               "[--launch processes|threads] [--precision fp32|fp16|bf16] [--gradients fp32] "
+               "train_mlp: %s\nusage: train_mlp [--mode single|ddp|zero1|zero2|zero3] [--ranks N] "
+               "[--launch processes|threads] [--pp P --dp D [--schedule gpipe|1f1b] "
+               "[--microbatches M]] [--precision fp32|fp16|bf16] [--gradients fp32] "
                "[--steps S] [--batch GLOBAL] "
                "[--micro-batches M] "
                "[--widths 16,64,64,4] [--optimizer adamw|adam|sgd] [--lr LR] [--base-batch B] "
@@ -56,8 +63,8 @@ int main(int argc, char** argv) {
   config.globalBatch = 48;
   config.widths = {16, 64, 64, 4};
   std::string mode = "ddp", launch = "processes", precision = "fp32", gradients = "",
-              optimizer = "adamw";
-  int ranks = 2, baseBatch = 0, warmup = 0;
+              optimizer = "adamw", schedule = "1f1b";
+  int ranks = 2, baseBatch = 0, warmup = 0, replicas = 0;
   double baseLr = 1e-3;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
@@ -77,7 +84,13 @@ int main(int argc, char** argv) {
       config.steps = std::atoi(value.c_str());
     else if (flag == "--batch")
       config.globalBatch = std::atoi(value.c_str());
-    else if (flag == "--micro-batches")
+    else if (flag == "--pp")
+      config.stages = std::atoi(value.c_str());
+    else if (flag == "--dp")
+      replicas = std::atoi(value.c_str());
+    else if (flag == "--schedule")
+      schedule = value;
+    else if (flag == "--micro-batches" || flag == "--microbatches")
       config.microBatches = std::atoi(value.c_str());
     else if (flag == "--widths")
       config.widths = parseWidths(value);
@@ -107,8 +120,10 @@ int main(int argc, char** argv) {
     o.stage = braid::dp::Stage::kZero1;
   else if (mode == "zero2")
     o.stage = braid::dp::Stage::kZero2;
+  else if (mode == "zero3")
+    o.stage = braid::dp::Stage::kZero3;
   else
-    usage("--mode must be single, ddp, zero1 or zero2");
+    usage("--mode must be single, ddp, zero1, zero2 or zero3");
   if (launch == "processes")
     config.launch = local_ranks::Launch::kProcesses;
   else if (launch == "threads")
@@ -133,9 +148,18 @@ int main(int argc, char** argv) {
     o.optimizer.kind = braid::dp::OptimizerKind::kSgd;
   else
     usage("--optimizer must be adamw, adam or sgd");
+  if (config.stages > 1 || replicas > 0) {
+    if (config.stages < 1 || replicas < 0) usage("--pp and --dp must be positive");
+    ranks = config.stages * std::max(replicas, 1);
+  }
+  try {
+    config.schedule = braid::dp::parseSchedule(schedule);
+  } catch (const braid::dp::Error& e) {
+    usage(e.what());
+  }
   if (ranks < 1 || config.steps < 1 || config.microBatches < 1 ||
-      config.globalBatch % (ranks * config.microBatches) != 0)
-    usage("--batch must split evenly over --ranks x --micro-batches");
+      config.globalBatch % (ranks / config.stages * config.microBatches) != 0)
+    usage("--batch must split evenly over --ranks (--dp) x --micro-batches");
   config.ranks = ranks;
 
   const double targetLr = braid::dp::scaleLearningRate(
@@ -152,8 +176,16 @@ int main(int argc, char** argv) {
       config.microBatches);
   for (int w : config.widths) std::printf(" %d", w);
   std::printf(", lr %g -> %g over %d warm-up steps\n", baseLr, targetLr, warmup);
+  if (config.stages > 1)
+    std::printf("# pipeline: %d stages x %d data-parallel replica(s), schedule %s\n", config.stages,
+                ranks / config.stages, braid::dp::scheduleName(config.schedule));
 
-  const mlp::TrainResult result = mlp::train(config);
+  mlp::TrainResult result;
+  try {
+    result = mlp::train(config);
+  } catch (const std::invalid_argument& e) {
+    usage(e.what());
+  }
   if (!result.errors().empty()) {
     std::fprintf(stderr, "train_mlp failed:\n%s", result.errors().c_str());
     return 1;
@@ -166,11 +198,21 @@ int main(int argc, char** argv) {
                 r.lossScale, r.gradNorm);
   }
 
+  if (config.stages > 1) {
+    std::printf("\n# pipeline: micro-batches' activations held at once, per stage (replica 0):");
+    for (const mlp::RankResult& r : result.ranks)
+      if (r.replica == 0) std::printf(" %d", r.peakActivations);
+    std::printf("\n");
+  }
+
   const braid::dp::MemoryReport& m = result.ranks[0].memory;
   std::printf("\n# memory per rank: P = %zu parameters (%zu with padding), %d bucket(s)\n",
               m.parameterCount, m.paddedParameterCount, result.ranks[0].buckets);
   std::printf("#   parameters       %10zu bytes (%.3f MiB)\n", m.parameterBytes,
               mib(m.parameterBytes));
+  if (m.gatheredBytes > 0)
+    std::printf("#   gathered layer   %10zu bytes (%.3f MiB)\n", m.gatheredBytes,
+                mib(m.gatheredBytes));
   std::printf("#   gradients        %10zu bytes (%.3f MiB)\n", m.gradientBytes,
               mib(m.gradientBytes));
   std::printf("#   gradient staging %10zu bytes (%.3f MiB)\n", m.gradientStagingBytes,

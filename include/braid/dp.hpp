@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <stdexcept>
@@ -101,7 +102,11 @@ struct OptimizerOptions {
 enum class Stage {
   kDdp = 0,    // gradients all-reduced; every rank keeps the whole optimizer
   kZero1 = 1,  // optimizer state (fp32 master weights, moments) sharded 1/N
-  kZero2 = 2   // ... and gradients: each rank keeps only its shard's
+  kZero2 = 2,  // ... and gradients: each rank keeps only its shard's
+  // ... and parameters: each rank keeps its shard of the working copy; a layer's parameters are
+  // all-gathered whole just before it computes (gatherLayer, prefetchLayer) and freed after
+  // (releaseLayer). 16P/N bytes per rank with mixed-precision Adam, plus the gathered layers.
+  kZero3 = 3
 };
 
 // Where the optimizer's state (the owned shard's fp32 master weights and moments) lives.
@@ -146,18 +151,20 @@ struct StepResult {
 };
 
 // Bytes one rank holds; a stage's figures follow the ZeRO paper with Adam in mixed precision
-// (stage 1: 4P + 12P/N, stage 2: 2P + 14P/N; fp32Gradients: 6P + 12P/N and 2P + 16P/N), P
-// counted with padding.
+// (stage 1: 4P + 12P/N, stage 2: 2P + 14P/N, stage 3: 16P/N plus the largest layer gathered;
+// fp32Gradients: 6P + 12P/N, 2P + 16P/N and 18P/N), P counted with padding.
 struct MemoryReport {
   size_t parameterCount;        // P as registered
   size_t paddedParameterCount;  // P plus padding: every bucket a multiple of the rank count
-  size_t parameterBytes;        // the working copy, always whole
+  size_t parameterBytes;        // the working copy: whole (ZeRO-3: the owned shard)
+  size_t gatheredBytes;         // ZeRO-3: the largest layer, whole, as a gather holds it
   size_t gradientBytes;         // gradients kept across the step (stage 2: the shard's)
   size_t gradientStagingBytes;  // stage 2: buffers the backward pass writes before reduction
   size_t optimizerStateBytes;   // fp32 master weights (16-bit precision) and moments, resident
   size_t offloadedStateBytes;   // ... and in the offload file (OffloadTier::kFile)
   size_t total() const {
-    return parameterBytes + gradientBytes + gradientStagingBytes + optimizerStateBytes;
+    return parameterBytes + gatheredBytes + gradientBytes + gradientStagingBytes +
+           optimizerStateBytes;
   }
 };
 
@@ -176,15 +183,31 @@ class DataParallel {
   // Registers a parameter of `count` elements; call in forward order (buckets fill in reverse)
   // and identically on every rank. Returns its id.
   int addParameter(size_t count, std::string name = {});
+  // Starts a layer: the parameters added from here on belong to it (parameters added before the
+  // first call are layer 0). ZeRO-3 gathers and frees parameters a layer at a time; at every
+  // stage no bucket spans two layers (so stages lay out alike). Returns the layer's index.
+  int beginLayer();
+  int layerCount() const;
+
   // Lays out buckets and allocates; no parameter may be added afterwards.
   void finalize();
+
+  // ZeRO-3 (other stages: nothing to do, every parameter is always whole). prefetchLayer starts
+  // all-gathering the layer's parameters on the object's stream (the next layer's gather
+  // overlapping this one's compute); gatherLayer waits for them (starting the gather if need be):
+  // from then until releaseLayer, parameter() and getParameter() of the layer's parameters may be
+  // used. Every rank gathers the same layers in the same order.
+  void prefetchLayer(int layer);
+  void gatherLayer(int layer);
+  void releaseLayer(int layer);
 
   // Initial values; every rank must pass the same ones.
   void setParameter(int id, std::span<const float> values);
   // The working copy as fp32.
   void getParameter(int id, std::span<float> out) const;
 
-  // The working copy (options.precision) the forward pass reads; whole on every rank.
+  // The working copy (options.precision) the forward pass reads; whole on every rank (ZeRO-3:
+  // while its layer is gathered).
   const void* parameter(int id) const;
   // The element type of gradient(): options.precision, or braidFloat32 with fp32Gradients.
   braidDataType_t gradientType() const;
@@ -210,6 +233,10 @@ class DataParallel {
   MemoryReport memoryReport() const;
   // Wall time this rank spent waiting for communication (stream synchronizations), in total.
   double exposedCommSeconds() const;
+  // Bytes of every collective this object called, as nccl-tests sizes them (an all-reduce's
+  // buffer, an all-gather's output, a reduce-scatter's input), in total: ZeRO-3 moves 3P per step
+  // (two gathers and a reduce-scatter of every parameter), the other stages 2P.
+  uint64_t collectiveBytes() const;
   int rank() const;
   int nranks() const;
   int bucketCount() const;

@@ -24,9 +24,19 @@ struct DataParallel::Impl {
   struct Param {
     std::string name;
     size_t count;
+    int layer = 0;
     size_t offset = 0;  // in the flat layout
     int bucket = -1;
     bool ready = false;  // in this micro-batch
+  };
+  // ZeRO-3: a layer's buckets lie side by side in the flat layout; gathered, its parameters are
+  // whole in `gathered` (its elements from `offset` on).
+  struct Layer {
+    size_t offset = 0;
+    size_t count = 0;
+    int firstBucket = -1, lastBucket = -1;
+    Buffer gathered;
+    bool inFlight = false;  // its all-gathers are queued, not yet waited for
   };
   struct Bucket {
     size_t offset = 0;  // in the flat layout
@@ -51,9 +61,20 @@ struct DataParallel::Impl {
   ~Impl();
 
   bool sharded() const { return options.stage != Stage::kDdp; }
-  // Whether markReady() reduces in this micro-batch (ZeRO-2 reduces every one).
-  bool reducesNow() const { return sync || options.stage == Stage::kZero2; }
+  // ZeRO-2 and 3: each rank keeps only its shard of the gradients, staged per bucket.
+  bool shardsGradients() const { return options.stage >= Stage::kZero2; }
+  bool shardsParameters() const { return options.stage == Stage::kZero3; }
+  // Whether markReady() reduces in this micro-batch (ZeRO-2 and 3 reduce every one).
+  bool reducesNow() const { return sync || shardsGradients(); }
   std::byte* workingAt(size_t element) { return working.data() + element * parameterBytes; }
+  // The working copy of a segment this rank updates: in the whole copy, or (ZeRO-3) its shard.
+  std::byte* ownedWorking(const Segment& s) {
+    return workingAt(shardsParameters() ? s.stateOffset : s.flatOffset);
+  }
+  // Where a parameter's values are whole: the working copy, or (ZeRO-3) its gathered layer.
+  std::byte* wholeParameter(const Param& p, const char* what);
+  Layer& layer(int index, const char* what);
+  void startGather(Layer& l);
   // In a gradient buffer: gradients, staging or accumulation.
   std::byte* gradientAt(const Buffer& storage, size_t element) {
     return storage.data() + element * gradientBytes;
@@ -86,6 +107,7 @@ struct DataParallel::Impl {
 
   bool finalized = false;
   std::vector<Param> params;
+  std::vector<Layer> layers{1};
   std::vector<Bucket> buckets;
   std::vector<Segment> segments;  // one per bucket
   size_t registeredCount = 0;
@@ -110,6 +132,7 @@ struct DataParallel::Impl {
   bool lastMicroBatchSynced = false;
   int optimizerSteps = 0;  // applied steps, for Adam's bias correction
   double exposedCommSeconds = 0;
+  uint64_t collectiveBytes = 0;
 };
 
 namespace {
@@ -154,11 +177,11 @@ DataParallel::Impl::Impl(braidComm_t communicator, const Options& requested)
     fail(braidInvalidArgument,
          "DataParallel on rank {}: bucketBytes {} and firstBucketBytes {} (expected both > 0)",
          rank, options.bucketBytes, options.firstBucketBytes);
-  if (options.stage == Stage::kZero2 && options.stagingBuffers < 1)
+  if (options.stage >= Stage::kZero2 && options.stagingBuffers < 1)
     fail(braidInvalidArgument, "DataParallel on rank {}: stagingBuffers {} (expected >= 1)", rank,
          options.stagingBuffers);
-  if (options.stage < Stage::kDdp || options.stage > Stage::kZero2)
-    fail(braidInvalidArgument, "DataParallel on rank {}: stage {} (expected 0, 1 or 2)", rank,
+  if (options.stage < Stage::kDdp || options.stage > Stage::kZero3)
+    fail(braidInvalidArgument, "DataParallel on rank {}: stage {} (expected 0, 1, 2 or 3)", rank,
          static_cast<int>(options.stage));
   validate(options.optimizer);
   if (device >= 0 && options.offload.tier == OffloadTier::kFile)
@@ -222,11 +245,23 @@ void DataParallel::Impl::layOut() {
     cap = options.bucketBytes;
   };
   for (int id = static_cast<int>(params.size()) - 1; id >= 0; --id) {
+    // No bucket holds two layers' parameters: ZeRO-3 gathers a layer's buckets, and every stage
+    // lays out alike (the same buckets reduce the same elements in the same order).
+    if (!open.params.empty() && params[open.params.back()].layer != params[id].layer) close();
     open.params.push_back(id);
     openCount += params[id].count;
     if (openCount * gradientBytes >= cap) close();
   }
   if (!open.params.empty()) close();
+  for (size_t i = 0; i < buckets.size() && shardsParameters(); ++i) {
+    Layer& l = layers[params[buckets[i].params.front()].layer];
+    if (l.firstBucket < 0) {
+      l.firstBucket = static_cast<int>(i);
+      l.offset = buckets[i].offset;
+    }
+    l.lastBucket = static_cast<int>(i);
+    l.count = buckets[i].offset + buckets[i].count - l.offset;
+  }
 
   for (const Bucket& b : buckets) {
     const size_t slice = sharded() ? b.count / n : b.count;
@@ -254,9 +289,24 @@ int DataParallel::addParameter(size_t count, std::string name) {
   if (count == 0)
     fail(braidInvalidArgument,
          "DataParallel on rank {}: addParameter('{}'): count is 0 (expected >= 1)", d.rank, name);
-  d.params.push_back(Impl::Param{std::move(name), count});
+  d.params.push_back(Impl::Param{std::move(name), count, static_cast<int>(d.layers.size()) - 1});
   d.registeredCount += count;
   return id;
+}
+
+int DataParallel::beginLayer() {
+  Impl& d = *impl_;
+  if (d.finalized)
+    fail(braidInvalidUsage,
+         "DataParallel on rank {}: beginLayer() after finalize() (expected every layer and its "
+         "parameters before finalize())",
+         d.rank);
+  d.layers.emplace_back();
+  return static_cast<int>(d.layers.size()) - 1;
+}
+
+int DataParallel::layerCount() const {
+  return static_cast<int>(impl_->layers.size());
 }
 
 void DataParallel::finalize() {
@@ -269,10 +319,11 @@ void DataParallel::finalize() {
          d.rank);
   d.layOut();
   Backend& backend = *d.backend;
-  d.working = Buffer(backend, d.paddedCount * d.parameterBytes);
-  const bool zero2 = d.options.stage == Stage::kZero2;
-  d.gradients = Buffer(backend, (zero2 ? d.ownedCount : d.paddedCount) * d.gradientBytes);
-  if (zero2) {
+  d.working =
+      Buffer(backend, (d.shardsParameters() ? d.ownedCount : d.paddedCount) * d.parameterBytes);
+  const bool shards = d.shardsGradients();
+  d.gradients = Buffer(backend, (shards ? d.ownedCount : d.paddedCount) * d.gradientBytes);
+  if (shards) {
     d.slots.resize(std::min<size_t>(d.options.stagingBuffers, d.buckets.size()));
     d.staging = Buffer(backend, d.slots.size() * d.slotCount * d.gradientBytes);
   }
@@ -298,12 +349,17 @@ void DataParallel::setParameter(int id, std::span<const float> values) {
     fail(braidInvalidArgument,
          "DataParallel on rank {}: setParameter('{}'): {} values (expected {})", d.rank, p.name,
          values.size(), p.count);
-  d.backend->fromHostFloat(values.data(), d.workingAt(p.offset), d.options.precision, p.count);
-  if (!d.hasMaster) return;  // fp32: the working copy is the master
+  // The part of the parameter this rank owns: its master weights, and (ZeRO-3) its working copy.
   const Impl::Segment& s = d.segments[p.bucket];
   const size_t lo = std::max(p.offset, s.flatOffset);
   const size_t hi = std::min(p.offset + p.count, s.flatOffset + s.count);
-  if (lo < hi)
+  if (!d.shardsParameters())
+    d.backend->fromHostFloat(values.data(), d.workingAt(p.offset), d.options.precision, p.count);
+  else if (lo < hi)
+    d.backend->fromHostFloat(values.data() + (lo - p.offset),
+                             d.workingAt(s.stateOffset + lo - s.flatOffset), d.options.precision,
+                             hi - lo);
+  if (d.hasMaster && lo < hi)  // fp32 has none: the working copy is the master
     d.state->setMaster(s.stateOffset + lo - s.flatOffset, values.data() + (lo - p.offset), hi - lo);
 }
 
@@ -315,13 +371,73 @@ void DataParallel::getParameter(int id, std::span<float> out) const {
     fail(braidInvalidArgument,
          "DataParallel on rank {}: getParameter('{}'): room for {} values (expected {})", d.rank,
          p.name, out.size(), p.count);
-  d.backend->toHostFloat(d.workingAt(p.offset), d.options.precision, out.data(), p.count);
+  d.backend->toHostFloat(d.wholeParameter(p, "getParameter"), d.options.precision, out.data(),
+                         p.count);
 }
 
 const void* DataParallel::parameter(int id) const {
   Impl& d = *impl_;
   d.requireFinalized("parameter");
-  return d.workingAt(d.param(id, "parameter").offset);
+  return d.wholeParameter(d.param(id, "parameter"), "parameter");
+}
+
+std::byte* DataParallel::Impl::wholeParameter(const Param& p, const char* what) {
+  if (!shardsParameters()) return workingAt(p.offset);
+  Layer& l = layers[p.layer];
+  if (l.gathered.empty())
+    fail(braidInvalidUsage,
+         "DataParallel on rank {}: {}('{}') while its layer {} is not gathered (ZeRO-3 keeps only "
+         "this rank's shard: expected gatherLayer({}) first)",
+         rank, what, p.name, p.layer, p.layer);
+  if (l.inFlight) drain("gathering a layer's parameters");
+  return l.gathered.data() + (p.offset - l.offset) * parameterBytes;
+}
+
+DataParallel::Impl::Layer& DataParallel::Impl::layer(int index, const char* what) {
+  requireFinalized(what);
+  if (index < 0 || static_cast<size_t>(index) >= layers.size())
+    fail(braidInvalidArgument,
+         "DataParallel on rank {}: {}({}): layer out of range (expected 0..{})", rank, what, index,
+         static_cast<int>(layers.size()) - 1);
+  return layers[index];
+}
+
+// Every bucket of the layer all-gathered from the ranks' shards into one buffer, queued on the
+// stream.
+void DataParallel::Impl::startGather(Layer& l) {
+  if (l.firstBucket < 0 || !l.gathered.empty()) return;  // no parameters, or already gathered
+  l.gathered = Buffer(*backend, l.count * parameterBytes);
+  for (int b = l.firstBucket; b <= l.lastBucket; ++b) {
+    const Segment& s = segments[b];
+    check(braidAllGather(workingAt(s.stateOffset),
+                         l.gathered.data() + (buckets[b].offset - l.offset) * parameterBytes,
+                         s.count, options.precision, comm, backend->stream()),
+          "braidAllGather of a layer's parameters");
+    collectiveBytes += buckets[b].count * parameterBytes;
+  }
+  l.inFlight = true;
+}
+
+void DataParallel::prefetchLayer(int layer) {
+  Impl& d = *impl_;
+  Impl::Layer& l = d.layer(layer, "prefetchLayer");
+  if (d.shardsParameters()) d.startGather(l);
+}
+
+void DataParallel::gatherLayer(int layer) {
+  Impl& d = *impl_;
+  Impl::Layer& l = d.layer(layer, "gatherLayer");
+  if (!d.shardsParameters()) return;
+  d.startGather(l);
+  if (l.inFlight) d.drain("gathering a layer's parameters");
+}
+
+void DataParallel::releaseLayer(int layer) {
+  Impl& d = *impl_;
+  Impl::Layer& l = d.layer(layer, "releaseLayer");
+  if (!d.shardsParameters()) return;
+  if (l.inFlight) d.drain("gathering a layer's parameters");  // the stream still writes there
+  l.gathered = Buffer();
 }
 
 braidDataType_t DataParallel::gradientType() const {
@@ -329,7 +445,7 @@ braidDataType_t DataParallel::gradientType() const {
 }
 
 void* DataParallel::Impl::gradientOf(Param& p) {
-  if (options.stage != Stage::kZero2) return gradientAt(gradients, p.offset);
+  if (!shardsGradients()) return gradientAt(gradients, p.offset);
   Bucket& b = buckets[p.bucket];
   if (b.stagingSlot < 0) acquireStaging(p.bucket);
   return gradientAt(staging,
@@ -397,6 +513,7 @@ void DataParallel::Impl::launch(int bucketIndex) {
   const braidDataType_t type = gradientType;
   const Segment& s = segments[bucketIndex];
   const braidStream_t stream = backend->stream();
+  collectiveBytes += b.count * gradientBytes;
   switch (options.stage) {
     case Stage::kDdp:
       check(braidAllReduce(gradientAt(gradients, b.offset), gradientAt(gradients, b.offset),
@@ -408,7 +525,8 @@ void DataParallel::Impl::launch(int bucketIndex) {
                                s.count, type, op, comm, stream),
             "braidReduceScatter of a gradient bucket");
       break;
-    case Stage::kZero2: {
+    case Stage::kZero2:
+    case Stage::kZero3: {
       // The window's first micro-batch reduces straight into the shard; later ones into a
       // second shard-sized buffer, added once the reduction is known complete (drain()).
       b.accumulate = microBatchInWindow > 0;
@@ -450,6 +568,7 @@ void DataParallel::Impl::drain(const char* what) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   check(result, what);
   for (StagingSlot& slot : slots) slot.inFlight = false;
+  for (Layer& l : layers) l.inFlight = false;
   for (size_t i = 0; i < buckets.size(); ++i) {
     if (!buckets[i].accumulate) continue;
     const Segment& s = segments[i];
@@ -460,7 +579,7 @@ void DataParallel::Impl::drain(const char* what) {
 }
 
 std::byte* DataParallel::Impl::ownedGradient(const Segment& s) {
-  return gradientAt(gradients, options.stage == Stage::kZero2 ? s.stateOffset : s.flatOffset);
+  return gradientAt(gradients, shardsGradients() ? s.stateOffset : s.flatOffset);
 }
 
 // Every owned segment's update, its optimizer state paged in ahead and out behind where it lives
@@ -470,8 +589,8 @@ void DataParallel::Impl::update(const kernels::UpdateArgs& args) {
     const Segment& s = segments[i];
     if (i + 1 < segments.size()) state->prefetch(i + 1);
     const SegmentState st = state->acquire(i);
-    float* master = hasMaster ? st.master : reinterpret_cast<float*>(workingAt(s.flatOffset));
-    backend->update(args, ownedGradient(s), master, st.moment1, st.moment2, workingAt(s.flatOffset),
+    float* master = hasMaster ? st.master : reinterpret_cast<float*>(ownedWorking(s));
+    backend->update(args, ownedGradient(s), master, st.moment1, st.moment2, ownedWorking(s),
                     s.count);
     state->release(i);
   }
@@ -480,6 +599,13 @@ void DataParallel::Impl::update(const kernels::UpdateArgs& args) {
 
 StepResult DataParallel::Impl::step() {
   requireFinalized("step");
+  for (size_t i = 0; i < layers.size(); ++i)
+    if (!layers[i].gathered.empty())
+      fail(braidInvalidUsage,
+           "DataParallel on rank {}: step() while layer {} is gathered (ZeRO-3: expected "
+           "releaseLayer() of every layer first; the step updates the shards it was gathered "
+           "from)",
+           rank, i);
   if (readyCount != 0) {
     const auto missing =
         std::find_if(params.begin(), params.end(), [](auto& p) { return !p.ready; });
@@ -531,11 +657,15 @@ StepResult DataParallel::Impl::step() {
                                    static_cast<float>(clip / scale), gradientType,
                                    options.precision};
     update(args);
-    if (sharded()) {
-      for (size_t i = 0; i < buckets.size(); ++i)
+    // ZeRO-1 and 2 gather the updated shards into every rank's whole copy; ZeRO-3 keeps shards
+    // (the next forward pass gathers them).
+    if (sharded() && !shardsParameters()) {
+      for (size_t i = 0; i < buckets.size(); ++i) {
         check(braidAllGather(workingAt(segments[i].flatOffset), workingAt(buckets[i].offset),
                              segments[i].count, options.precision, comm, stream),
               "braidAllGather of updated parameters");
+        collectiveBytes += buckets[i].count * parameterBytes;
+      }
       drain("all-gathering the updated parameters");
     }
   }
@@ -553,9 +683,15 @@ StepResult DataParallel::step() {
 MemoryReport DataParallel::memoryReport() const {
   const Impl& d = *impl_;
   d.requireFinalized("memoryReport");
-  return MemoryReport{d.registeredCount,        d.paddedCount,
-                      d.working.size(),         d.gradients.size() + d.accumulation.size(),
-                      d.staging.size(),         d.state->residentBytes(),
+  size_t largestLayer = 0;
+  for (const Impl::Layer& l : d.layers) largestLayer = std::max(largestLayer, l.count);
+  return MemoryReport{d.registeredCount,
+                      d.paddedCount,
+                      d.working.size(),
+                      largestLayer * d.parameterBytes,
+                      d.gradients.size() + d.accumulation.size(),
+                      d.staging.size(),
+                      d.state->residentBytes(),
                       d.state->offloadedBytes()};
 }
 
@@ -567,6 +703,9 @@ void DataParallel::setLearningRate(double learningRate) {
 }
 double DataParallel::exposedCommSeconds() const {
   return impl_->exposedCommSeconds;
+}
+uint64_t DataParallel::collectiveBytes() const {
+  return impl_->collectiveBytes;
 }
 int DataParallel::rank() const {
   return impl_->rank;

@@ -118,20 +118,6 @@ Reference trainReference(const mlp::TrainConfig& c) {
   return ref;
 }
 
-// ||a - b|| / ||b|| over every parameter tensor together: the relative L2 distance of the whole
-// parameter vector, so a few elements a rounding apart do not dominate as they would elementwise.
-double relativeDistance(const std::vector<std::vector<float>>& a,
-                        const std::vector<std::vector<float>>& b) {
-  double diff = 0, norm = 0;
-  for (size_t t = 0; t < b.size(); ++t)
-    for (size_t i = 0; i < b[t].size(); ++i) {
-      const double d = static_cast<double>(a[t][i]) - b[t][i];
-      diff += d * d;
-      norm += static_cast<double>(b[t][i]) * b[t][i];
-    }
-  return std::sqrt(diff / norm);
-}
-
 double mean(const std::vector<double>& v, size_t first, size_t count) {
   double sum = 0;
   for (size_t i = first; i < first + count; ++i) sum += v[i];
@@ -230,7 +216,7 @@ TEST_P(Equivalence, FollowsSingleRankTraining) {
     EXPECT_GT(clipped, 0) << "no step was clipped";
   }
   for (const mlp::RankResult& r : run.ranks) {
-    const double rel = relativeDistance(r.parameters, ref.parameters);
+    const double rel = mlp::relativeDistance(r.parameters, ref.parameters);
     worstParameters = std::max(worstParameters, rel);
     EXPECT_LE(rel, c.tolerance) << "final parameters";
   }
