@@ -112,6 +112,11 @@ enum class Stage {
 // Where the optimizer's state (the owned shard's fp32 master weights and moments) lives.
 enum class OffloadTier {
   kNone,  // with the parameters (host memory, or the device of a CUDA communicator)
+  // In host memory, with the optimizer step run there by the CPU kernels (ZeRO-Offload): for a
+  // CUDA communicator each bucket's gradient shard comes to the host and its updated parameters go
+  // back; fp32 master weights are kept on the host at every precision. A CPU communicator's state
+  // is in host memory already: as kNone.
+  kHost,
   // In a file per rank (ZeRO-Infinity's NVMe tier), for a CPU communicator: the step pages each
   // bucket's state in and back out on a thread of its own, overlapped with the updates, so two
   // buckets' worth stays resident.
@@ -161,7 +166,8 @@ struct MemoryReport {
   size_t gradientBytes;         // gradients kept across the step (stage 2: the shard's)
   size_t gradientStagingBytes;  // stage 2: buffers the backward pass writes before reduction
   size_t optimizerStateBytes;   // fp32 master weights (16-bit precision) and moments, resident
-  size_t offloadedStateBytes;   // ... and in the offload file (OffloadTier::kFile)
+  size_t offloadedStateBytes;   // ... and off the device: in host memory (OffloadTier::kHost on a
+                                // CUDA communicator) or in the offload file (kFile)
   size_t total() const {
     return parameterBytes + gatheredBytes + gradientBytes + gradientStagingBytes +
            optimizerStateBytes;

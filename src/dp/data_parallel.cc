@@ -91,12 +91,14 @@ struct DataParallel::Impl {
   void drain(const char* what);
   std::byte* ownedGradient(const Segment& segment);
   void update(const kernels::UpdateArgs& args);
+  void updateOnHost(const kernels::UpdateArgs& args, const Segment& s, const SegmentState& st);
   StepResult step();
 
   braidComm_t comm;
   Options options;
   int rank = 0;
   int nranks = 1;
+  int device = -1;  // a CUDA communicator's device, else -1
   braidDataType_t gradientType;
   size_t parameterBytes;  // per element of the working copy
   size_t gradientBytes;   // per element of a gradient buffer
@@ -120,8 +122,13 @@ struct DataParallel::Impl {
   Buffer accumulation;  // ZeRO-2, once a window has a second micro-batch
   std::vector<StagingSlot> slots;
   size_t slotCount = 0;  // elements per staging slot: the largest bucket
-  // The owned shard's fp32 master weights (16-bit precision), Adam's m or SGD's momentum, and
-  // Adam's v: resident, or in a file (OffloadTier::kFile).
+  // ZeRO-Offload (OffloadTier::kHost on a CUDA communicator): host memory for the state and for
+  // one segment's gradient and updated parameters on their way through the host's step; declared
+  // before what it allocates.
+  std::unique_ptr<Backend> host;
+  Buffer hostGradient, hostWorking;
+  // The owned shard's fp32 master weights (16-bit precision, or stepping on the host), Adam's m or
+  // SGD's momentum, and Adam's v: resident, in host memory (kHost), or in a file (kFile).
   std::unique_ptr<StateStore> state;
   bool hasMaster = false;
   Buffer verdict;  // one Verdict: the step's overflow flag and sum of squares
@@ -171,7 +178,6 @@ DataParallel::Impl::Impl(braidComm_t communicator, const Options& requested)
   if (comm == nullptr) fail(braidInvalidArgument, "DataParallel: comm is NULL");
   check(braidCommCount(comm, &nranks), "braidCommCount");
   check(braidCommUserRank(comm, &rank), "braidCommUserRank");
-  int device = -1;
   check(braidCommCuDevice(comm, &device), "braidCommCuDevice");
   if (options.bucketBytes == 0 || options.firstBucketBytes == 0)
     fail(braidInvalidArgument,
@@ -329,14 +335,24 @@ void DataParallel::finalize() {
   }
   const OptimizerOptions& o = d.options.optimizer;
   StateLayout layout;
-  layout.master = d.hasMaster = d.options.precision != braidFloat32;
+  // Stepping on the host keeps fp32 master weights there whatever the precision: the device's
+  // working copy is only what the forward pass reads.
+  const bool stepOnHost = d.options.offload.tier == OffloadTier::kHost && d.device >= 0;
+  layout.master = d.hasMaster = d.options.precision != braidFloat32 || stepOnHost;
   layout.moment1 = o.kind != OptimizerKind::kSgd || o.momentum != 0;
   layout.moment2 = o.kind != OptimizerKind::kSgd;
   layout.ownedCount = d.ownedCount;
   for (const Impl::Segment& s : d.segments) layout.segments.push_back({s.stateOffset, s.count});
+  if (stepOnHost) {
+    d.host = makeHostBackend(d.comm, d.rank);
+    size_t largest = 0;
+    for (const Impl::Segment& s : d.segments) largest = std::max(largest, s.count);
+    d.hostGradient = Buffer(*d.host, largest * d.gradientBytes);
+    d.hostWorking = Buffer(*d.host, largest * d.parameterBytes);
+  }
   d.state = d.options.offload.tier == OffloadTier::kFile
                 ? makeFileStore(layout, d.options.offload.directory, d.rank)
-                : makeResidentStore(backend, layout);
+                : makeResidentStore(stepOnHost ? *d.host : backend, layout);
   d.verdict = Buffer(backend, sizeof(Verdict));
   d.finalized = true;
 }
@@ -589,12 +605,27 @@ void DataParallel::Impl::update(const kernels::UpdateArgs& args) {
     const Segment& s = segments[i];
     if (i + 1 < segments.size()) state->prefetch(i + 1);
     const SegmentState st = state->acquire(i);
+    if (host != nullptr) {
+      updateOnHost(args, s, st);
+      state->release(i);
+      continue;
+    }
     float* master = hasMaster ? st.master : reinterpret_cast<float*>(ownedWorking(s));
     backend->update(args, ownedGradient(s), master, st.moment1, st.moment2, ownedWorking(s),
                     s.count);
     state->release(i);
   }
   state->flush();
+}
+
+// ZeRO-Offload: the segment's gradient shard down to the host, the CPU kernels' step on the
+// host's state, the updated parameters back up (each copy done when it returns).
+void DataParallel::Impl::updateOnHost(const kernels::UpdateArgs& args, const Segment& s,
+                                      const SegmentState& st) {
+  backend->copyToHost(hostGradient.data(), ownedGradient(s), s.count * gradientBytes);
+  host->update(args, hostGradient.data(), st.master, st.moment1, st.moment2, hostWorking.data(),
+               s.count);
+  backend->copyFromHost(ownedWorking(s), hostWorking.data(), s.count * parameterBytes);
 }
 
 StepResult DataParallel::Impl::step() {
@@ -685,14 +716,12 @@ MemoryReport DataParallel::memoryReport() const {
   d.requireFinalized("memoryReport");
   size_t largestLayer = 0;
   for (const Impl::Layer& l : d.layers) largestLayer = std::max(largestLayer, l.count);
-  return MemoryReport{d.registeredCount,
-                      d.paddedCount,
-                      d.working.size(),
-                      largestLayer * d.parameterBytes,
-                      d.gradients.size() + d.accumulation.size(),
+  return MemoryReport{d.registeredCount, d.paddedCount, d.working.size(),
+                      largestLayer * d.parameterBytes, d.gradients.size() + d.accumulation.size(),
                       d.staging.size(),
-                      d.state->residentBytes(),
-                      d.state->offloadedBytes()};
+                      // ZeRO-Offload's state is all in host memory, off the device.
+                      d.host != nullptr ? 0 : d.state->residentBytes(),
+                      d.host != nullptr ? d.state->residentBytes() : d.state->offloadedBytes()};
 }
 
 double DataParallel::lossScale() const {

@@ -115,6 +115,7 @@ struct Case {
   Stage stage;
   braidDataType_t precision;
   OptimizerKind optimizer;
+  bool hostOffload = false;  // ZeRO-Offload on the GPU (the CPU's state is in host memory anyway)
 };
 
 class GpuDataParallel : public testing::TestWithParam<Case> {};
@@ -132,6 +133,7 @@ TEST_P(GpuDataParallel, MatchesTheCpuCommunicator) {
   options.lossScaler.initialScale = 1024;
   options.optimizer.kind = c.optimizer;
   options.optimizer.weightDecay = 0.01;
+  if (c.hostOffload) options.offload.tier = braid::dp::OffloadTier::kHost;
   const Training host = train(options, "cpu");
   ASSERT_EQ(host.failure, "");
   const Training device = train(options, "cuda");
@@ -154,6 +156,11 @@ std::vector<Case> cases() {
       for (OptimizerKind optimizer :
            {OptimizerKind::kSgd, OptimizerKind::kAdam, OptimizerKind::kAdamW})
         all.push_back({stage, precision, optimizer});
+  // ZeRO-Offload: the state and the step on the host, the same bits (the CPU kernels are the
+  // device kernels' reference).
+  for (Stage stage : {Stage::kDdp, Stage::kZero1, Stage::kZero2})
+    for (braidDataType_t precision : {braidFloat32, braidFloat16})
+      all.push_back({stage, precision, OptimizerKind::kAdamW, true});
   return all;
 }
 
@@ -166,7 +173,8 @@ std::string caseName(const testing::TestParamInfo<Case>& info) {
   const char* optimizer = c.optimizer == OptimizerKind::kSgd    ? "sgd"
                           : c.optimizer == OptimizerKind::kAdam ? "adam"
                                                                 : "adamw";
-  return std::string(stages[static_cast<int>(c.stage)]) + "_" + precision + "_" + optimizer;
+  return std::string(stages[static_cast<int>(c.stage)]) + "_" + precision + "_" + optimizer +
+         (c.hostOffload ? "_hostoffload" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, GpuDataParallel, testing::ValuesIn(cases()), caseName);
