@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
     o.optimizer.kind = braid::dp::OptimizerKind::kSgd;
   else
     usage("--optimizer must be adamw, adam or sgd");
-  if (config.stages > 1 || replicas > 0) {
+  if (config.stages != 1 || replicas > 0) {
     if (config.stages < 1 || replicas < 0) usage("--pp and --dp must be positive");
     ranks = config.stages * std::max(replicas, 1);
   }

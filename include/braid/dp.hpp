@@ -156,13 +156,14 @@ struct StepResult {
 };
 
 // Bytes one rank holds; a stage's figures follow the ZeRO paper with Adam in mixed precision
-// (stage 1: 4P + 12P/N, stage 2: 2P + 14P/N, stage 3: 16P/N plus the largest layer gathered;
+// (stage 1: 4P + 12P/N, stage 2: 2P + 14P/N, stage 3: 16P/N plus two adjacent layers gathered;
 // fp32Gradients: 6P + 12P/N, 2P + 16P/N and 18P/N), P counted with padding.
 struct MemoryReport {
   size_t parameterCount;        // P as registered
   size_t paddedParameterCount;  // P plus padding: every bucket a multiple of the rank count
   size_t parameterBytes;        // the working copy: whole (ZeRO-3: the owned shard)
-  size_t gatheredBytes;         // ZeRO-3: the largest layer, whole, as a gather holds it
+  size_t gatheredBytes;  // ZeRO-3: the largest two adjacent layers, whole (one gathered while
+                         // it computes, the next prefetched)
   size_t gradientBytes;         // gradients kept across the step (stage 2: the shard's)
   size_t gradientStagingBytes;  // stage 2: buffers the backward pass writes before reduction
   size_t optimizerStateBytes;   // fp32 master weights (16-bit precision) and moments, resident

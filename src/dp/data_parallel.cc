@@ -84,6 +84,8 @@ struct DataParallel::Impl {
   void requireFinalized(const char* what) const;
   Param& param(int id, const char* what);
   void layOut();
+  void allocate();      // finalize()'s buffers and state, once laid out
+  void forgetLayout();  // undoes layOut() and allocate() after a failure
   void* gradientOf(Param& p);
   void acquireStaging(int bucketIndex);
   void launch(int bucketIndex);
@@ -324,6 +326,17 @@ void DataParallel::finalize() {
          "first)",
          d.rank);
   d.layOut();
+  try {
+    d.allocate();
+  } catch (...) {
+    d.forgetLayout();  // finalize() may be called again
+    throw;
+  }
+  d.finalized = true;
+}
+
+void DataParallel::Impl::allocate() {
+  Impl& d = *this;
   Backend& backend = *d.backend;
   d.working =
       Buffer(backend, (d.shardsParameters() ? d.ownedCount : d.paddedCount) * d.parameterBytes);
@@ -354,7 +367,17 @@ void DataParallel::finalize() {
                 ? makeFileStore(layout, d.options.offload.directory, d.rank)
                 : makeResidentStore(stepOnHost ? *d.host : backend, layout);
   d.verdict = Buffer(backend, sizeof(Verdict));
-  d.finalized = true;
+}
+
+void DataParallel::Impl::forgetLayout() {
+  state.reset();
+  for (Buffer* b : {&hostWorking, &hostGradient, &working, &gradients, &staging}) *b = Buffer();
+  host.reset();
+  buckets.clear();
+  segments.clear();
+  slots.clear();
+  for (Layer& l : layers) l = Layer{};
+  paddedCount = ownedCount = slotCount = 0;
 }
 
 void DataParallel::setParameter(int id, std::span<const float> values) {
@@ -714,8 +737,12 @@ StepResult DataParallel::step() {
 MemoryReport DataParallel::memoryReport() const {
   const Impl& d = *impl_;
   d.requireFinalized("memoryReport");
+  // A layer gathered and the next one prefetched while it computes.
   size_t largestLayer = 0;
-  for (const Impl::Layer& l : d.layers) largestLayer = std::max(largestLayer, l.count);
+  for (size_t l = 0; l < d.layers.size(); ++l)
+    largestLayer = std::max(largestLayer, d.layers[l].count + (l + 1 < d.layers.size()
+                                                                   ? d.layers[l + 1].count
+                                                                   : 0));
   return MemoryReport{d.registeredCount, d.paddedCount, d.working.size(),
                       largestLayer * d.parameterBytes, d.gradients.size() + d.accumulation.size(),
                       d.staging.size(),

@@ -67,11 +67,12 @@ class FileStore final : public StateStore {
     path_ = name.data();
     unlink(path_.c_str());  // the file goes with the descriptor, however the process ends
     const off_t bytes = static_cast<off_t>(layout.arrays() * layout.ownedCount * sizeof(float));
-    if (ftruncate(fd_, bytes) != 0) {
-      const int err = errno;
+    // Allocated now, not sparse: a full disk shows here rather than in the middle of a step
+    // (where the other ranks would wait for this one until their timeout).
+    if (const int err = posix_fallocate(fd_, 0, bytes); err != 0) {
       close(fd_);
-      fail(braidSystemError, "DataParallel on rank {}: cannot size {} to {} bytes: {}", rank, path_,
-           bytes, std::strerror(err));
+      fail(braidSystemError, "DataParallel on rank {}: cannot allocate {} bytes for {}: {}", rank,
+           bytes, path_, std::strerror(err));
     }
     size_t largest = 0;
     for (const StateLayout::Range& r : layout.segments) largest = std::max(largest, r.count);

@@ -71,7 +71,12 @@ void quantize(const void* src, braidDataType_t type, size_t count, size_t blockS
       for (size_t i = 0; i < n; ++i) x[i] += feedback[first + i];
     blocks[b] = blockParameters(x.data(), n);
     quantizeBlock(x.data(), n, blocks[b], dst + first);
-    if (feedback != nullptr)
+    // A block that is not finite comes back NaN (an overflow the loss scaler sees); its residual
+    // would be NaN too and poison every later call, so it starts again from nothing (the skipped
+    // step drops that gradient anyway).
+    if (feedback != nullptr && std::isnan(blocks[b].scale))
+      std::fill(feedback + first, feedback + first + n, 0.0f);
+    else if (feedback != nullptr)
       dequantizeBlock(dst + first, n, blocks[b],
                       [&](size_t i, float value) { feedback[first + i] = x[i] - value; });
   }

@@ -6,6 +6,7 @@
 // leaves the resident set (RSS measured), two buckets' worth staying. Errors: a directory that
 // cannot hold the file.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <braid/dp.hpp>
@@ -136,11 +137,16 @@ TEST(OffloadMemory, TheStateLeavesTheResidentSet) {
       << "resident " << residentGrowth << " bytes, file " << fileGrowth << " bytes";
 }
 
-TEST(OffloadErrors, ADirectoryThatCannotHoldTheFileIsNamed) {
+// A directory that cannot hold the state file is named, and finalize() may be called again once
+// it can (the failed one left no half-made layout behind).
+TEST(OffloadErrors, ADirectoryThatCannotHoldTheFileIsNamedAndFinalizeMayRetry) {
+  const std::string directory =
+      testing::TempDir() + "braid-offload-later-" + std::to_string(getpid());
+  rmdir(directory.c_str());
   const std::string errors = local_ranks::onThreads(1, [&](braidComm_t comm, int) {
     Options o;
     o.offload.tier = OffloadTier::kFile;
-    o.offload.directory = "/nonexistent/braid-offload";
+    o.offload.directory = directory;
     DataParallel dp(comm, o);
     dp.addParameter(10);
     try {
@@ -148,14 +154,19 @@ TEST(OffloadErrors, ADirectoryThatCannotHoldTheFileIsNamed) {
       ADD_FAILURE() << "finalize() made a state file in a directory that does not exist";
     } catch (const braid::dp::Error& e) {
       EXPECT_EQ(e.code(), braidSystemError);
-      EXPECT_NE(std::string(e.what()).find("/nonexistent/braid-offload/braid-dp-state-rank0"),
-                std::string::npos)
+      EXPECT_NE(std::string(e.what()).find(directory + "/braid-dp-state-rank0"), std::string::npos)
           << e.what();
       EXPECT_NE(std::string(e.what()).find("OffloadOptions::directory"), std::string::npos)
           << e.what();
     }
+    ASSERT_EQ(mkdir(directory.c_str(), 0700), 0);
+    dp.finalize();
+    const braid::dp::MemoryReport m = dp.memoryReport();
+    EXPECT_EQ(m.paddedParameterCount, 10u);
+    EXPECT_EQ(m.offloadedStateBytes, 2 * 10 * sizeof(float));  // AdamW's two moments
   });
   EXPECT_EQ(errors, "");
+  rmdir(directory.c_str());
 }
 
 }  // namespace

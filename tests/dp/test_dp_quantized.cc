@@ -272,6 +272,31 @@ TEST(QuantizedReduceScatter, ErrorFeedbackKeepsTheRunningSumWithinAStep) {
   }
 }
 
+// An overflow (inf in one rank's gradient) with error feedback on: that call's output block is
+// NaN, as the loss scaler must see; the next call, with finite input, is finite again (a NaN
+// residual kept would poison every later call).
+TEST(QuantizedReduceScatter, AnOverflowDoesNotOutliveItsCallWithErrorFeedback) {
+  const int nranks = 2;
+  const size_t blockSize = 256, recvcount = blockSize, total = nranks * recvcount;
+  const std::string errors = local_ranks::onThreads(nranks, [&](braidComm_t comm, int rank) {
+    std::vector<float> residual(total, 0.0f), out(recvcount, kPoison);
+    std::vector<float> x = shard(rank, total);
+    if (rank == 1) x[3] = std::numeric_limits<float>::infinity();  // in rank 0's block
+    braid::dp::quantizedReduceScatter(x.data(), out.data(), recvcount, braidFloat32, braidSum, comm,
+                                      residual.data(), blockSize);
+    if (rank == 0) {
+      EXPECT_TRUE(std::isnan(out[0])) << "the overflow did not reach its owner";
+    }
+    x = shard(rank, total);
+    std::fill(out.begin(), out.end(), kPoison);
+    braid::dp::quantizedReduceScatter(x.data(), out.data(), recvcount, braidFloat32, braidSum, comm,
+                                      residual.data(), blockSize);
+    for (size_t i = 0; i < recvcount; ++i)
+      ASSERT_TRUE(std::isfinite(out[i])) << "rank " << rank << ", element " << i;
+  });
+  EXPECT_EQ(errors, "");
+}
+
 void expectInvalid(const std::function<void()>& call, const std::string& words) {
   try {
     call();
