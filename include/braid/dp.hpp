@@ -164,7 +164,7 @@ struct MemoryReport {
   size_t parameterBytes;        // the working copy: whole (ZeRO-3: the owned shard)
   size_t gatheredBytes;  // ZeRO-3: the largest two adjacent layers, whole (one gathered while
                          // it computes, the next prefetched)
-  size_t gradientBytes;         // gradients kept across the step (stage 2: the shard's)
+  size_t gradientBytes;  // gradients kept across the step (stage 2: the shard's)
   size_t gradientStagingBytes;  // stage 2: buffers the backward pass writes before reduction
   size_t optimizerStateBytes;   // fp32 master weights (16-bit precision) and moments, resident
   size_t offloadedStateBytes;   // ... and off the device: in host memory (OffloadTier::kHost on a

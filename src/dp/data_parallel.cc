@@ -740,9 +740,8 @@ MemoryReport DataParallel::memoryReport() const {
   // A layer gathered and the next one prefetched while it computes.
   size_t largestLayer = 0;
   for (size_t l = 0; l < d.layers.size(); ++l)
-    largestLayer = std::max(largestLayer, d.layers[l].count + (l + 1 < d.layers.size()
-                                                                   ? d.layers[l + 1].count
-                                                                   : 0));
+    largestLayer = std::max(
+        largestLayer, d.layers[l].count + (l + 1 < d.layers.size() ? d.layers[l + 1].count : 0));
   return MemoryReport{d.registeredCount, d.paddedCount, d.working.size(),
                       largestLayer * d.parameterBytes, d.gradients.size() + d.accumulation.size(),
                       d.staging.size(),

@@ -83,8 +83,9 @@ INSTANTIATE_TEST_SUITE_P(Dp, Zero3Equivalence,
 
 // Mixed-precision Adam on 4 ranks: the fp16 working shard (2P/N), the fp16 gradient shard (2P/N)
 // and the fp32 master weights and moments (12P/N) make 16P/N; the staging buffers and two adjacent
-// layers gathered (one computing, the next prefetched) come on top. Each step moves 3P elements through collectives: a gather of every
-// layer in the forward pass and another in the backward pass, and the gradients' reduce-scatter.
+// layers gathered (one computing, the next prefetched) come on top. Each step moves 3P elements
+// through collectives: a gather of every layer in the forward pass and another in the backward
+// pass, and the gradients' reduce-scatter.
 TEST(Zero3, MemoryIs16POverNAndEachStepMoves3P) {
   constexpr int kRanks = 4;
   const std::string errors = local_ranks::onThreads(kRanks, [&](braidComm_t comm, int rank) {

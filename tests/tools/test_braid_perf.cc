@@ -551,8 +551,7 @@ TEST(BraidPerf, SeveralRanksPerThreadRunInGroups) {
     const PerfRun run =
         runPerf(std::string(collective) + " -t 2 -g 2 -b 64 -e 64K -f 32 -n 2 -w 1");
     ASSERT_EQ(run.exitCode, 0) << collective << "\n" << run.out << run.err;
-    EXPECT_NE(run.out.find("# nThread 2 nGpus 2 nProcs 1 nRanks 4 "), std::string::npos)
-        << run.out;
+    EXPECT_NE(run.out.find("# nThread 2 nGpus 2 nProcs 1 nRanks 4 "), std::string::npos) << run.out;
     EXPECT_NE(run.out.find("#  Rank  3 Pid"), std::string::npos) << run.out;
     EXPECT_NE(run.out.find("Out of bounds values : 0 OK"), std::string::npos) << run.out;
     int rows = 0;
@@ -571,8 +570,9 @@ TEST(BraidPerf, BadFlagsExitTwoWithOneLine) {
   for (const char* args :
        {"", "gather", "allreduce -d foo", "allreduce -o xor", "allreduce -b 1K -e 8",
         "allreduce -b 2 -e 8", "allreduce -d double -b 4 -e 8", "allreduce -b 1X", "allreduce -t 0",
-        "allreduce --np 0", "allreduce -g 0", "allreduce -n 0", "allreduce -c 2", "allreduce --bogus",
-        "broadcast -r 2 --np 2", "allreduce --device gpu", "allreduce -f 1 -i 0"}) {
+        "allreduce --np 0", "allreduce -g 0", "allreduce -n 0", "allreduce -c 2",
+        "allreduce --bogus", "broadcast -r 2 --np 2", "allreduce --device gpu",
+        "allreduce -f 1 -i 0"}) {
     const PerfRun run = runPerf(args);
     EXPECT_EQ(run.exitCode, 2) << args << "\n" << run.err;
     EXPECT_EQ(run.out, "") << args;
