@@ -273,7 +273,10 @@ inline void trainPipelineRank(const TrainConfig& config, braidComm_t world, int 
   const int layers = static_cast<int>(config.widths.size()) - 1;
   const int firstLayer = out.stage * layers / stages, lastLayer = (out.stage + 1) * layers / stages;
   const bool firstStage = out.stage == 0, lastStage = out.stage + 1 == stages;
-  braid::dp::DataParallel dp(replicaComm.get(), config.options);
+  // The stages agree on overflow and the gradient norm (loss scaling, clipping) over the pipeline.
+  braid::dp::Options dpOptions = config.options;
+  dpOptions.pipelineComm = pipelineComm.get();
+  braid::dp::DataParallel dp(replicaComm.get(), dpOptions);
   // One model per micro-batch: each keeps its activations from its forward to its backward.
   std::vector<Model> models(m, Model(config.widths, firstLayer, lastLayer));
   LayerParameters params(dp, config.options.precision, models[0], config.initSeed,
@@ -413,12 +416,6 @@ inline TrainResult train(const TrainConfig& config) {
                                 " pipeline stages for " + std::to_string(config.ranks) +
                                 " ranks and " + std::to_string(layers) +
                                 " layers (expected a divisor of the ranks, at most the layers)");
-  // A pipeline stage's DataParallel sees its own gradients only: it cannot agree on an overflow
-  // or a global norm with the other stages.
-  if (config.stages > 1 && (config.options.lossScaling || config.options.optimizer.maxGradNorm > 0))
-    throw std::invalid_argument(
-        "train: pipeline stages do not support loss scaling or gradient clipping (each stage "
-        "would decide alone)");
   const int replicas = config.ranks / config.stages;
   if (config.ranks < 1 || config.microBatches < 1 ||
       config.globalBatch % (replicas * config.microBatches) != 0)

@@ -147,6 +147,11 @@ struct Options {
   LossScalerOptions lossScaler;
   OptimizerOptions optimizer;
   OffloadOptions offload;
+  // With pipeline parallelism (braid/dp_pipeline.hpp), where `comm` holds one stage's replicas:
+  // the communicator of this replica's stages. The step's overflow verdict and gradient norm are
+  // then agreed over it too, so every stage of the model skips, unscales and clips alike. NULL:
+  // `comm`'s ranks hold the whole model.
+  braidComm_t pipelineComm = nullptr;
 };
 
 struct StepResult {

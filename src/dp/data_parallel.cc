@@ -692,6 +692,16 @@ StepResult DataParallel::Impl::step() {
   check(braidAllReduce(&agreed->sumSquares, &agreed->sumSquares, 1, braidFloat64,
                        sharded() ? braidSum : braidMax, comm, stream),
         "braidAllReduce of the squared gradient norm");
+  // Pipeline stages: the model's verdict is every stage's (each holds its layers' sum of squares,
+  // agreed over its replicas above).
+  if (options.pipelineComm != nullptr) {
+    check(braidAllReduce(&agreed->overflowFlag, &agreed->overflowFlag, 1, braidFloat32, braidMax,
+                         options.pipelineComm, stream),
+          "braidAllReduce (max) of the overflow flag over the pipeline's stages");
+    check(braidAllReduce(&agreed->sumSquares, &agreed->sumSquares, 1, braidFloat64, braidSum,
+                         options.pipelineComm, stream),
+          "braidAllReduce (sum) of the squared gradient norm over the pipeline's stages");
+  }
   drain("agreeing on overflow and the gradient norm");
   Verdict v;
   backend->copyToHost(&v, agreed, sizeof v);

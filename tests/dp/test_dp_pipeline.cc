@@ -174,34 +174,44 @@ struct Grid {
   int stages;
   int replicas;
   Schedule schedule;
+  // fp16 with fp32 gradients, dynamic loss scaling and clipping by the global norm: the stages
+  // must agree on overflow and the norm (Options::pipelineComm).
+  bool mixed = false;
 };
 
 class PipelineEquivalence : public ::testing::TestWithParam<Grid> {
  protected:
-  static mlp::TrainConfig config() {
+  static mlp::TrainConfig config(bool mixed) {
     mlp::TrainConfig c;
     c.steps = 200;
     c.globalBatch = 16;
     c.widths = {8, 16, 16, 16, 4};           // 4 layers: up to 4 stages
     c.options.optimizer.weightDecay = 0.01;  // AdamW, lr 1e-3
+    if (mixed) {
+      c.options.precision = braidFloat16;
+      c.options.fp32Gradients = true;
+      c.options.lossScaling = true;
+      c.options.optimizer.maxGradNorm = 0.5;
+    }
     return c;
   }
   // The single-rank run: the whole model, the whole batch, no pipeline.
-  static const mlp::TrainResult& reference() {
-    static const mlp::TrainResult result = mlp::train(config());
-    return result;
+  static const mlp::TrainResult& reference(bool mixed) {
+    static const mlp::TrainResult fp32 = mlp::train(config(false));
+    static const mlp::TrainResult fp16 = mlp::train(config(true));
+    return mixed ? fp16 : fp32;
   }
 };
 
 TEST_P(PipelineEquivalence, FollowsTheSingleRankRun) {
   const Grid g = GetParam();
-  constexpr double kTolerance = 1e-5;  // fp32, relative
-  mlp::TrainConfig c = config();
+  const double kTolerance = g.mixed ? 1e-3 : 1e-5;  // relative: fp16 with loss scaling, fp32
+  mlp::TrainConfig c = config(g.mixed);
   c.stages = g.stages;
   c.ranks = g.stages * g.replicas;
   c.microBatches = 4;
   c.schedule = g.schedule;
-  const mlp::TrainResult& ref = reference();
+  const mlp::TrainResult& ref = reference(g.mixed);
   ASSERT_EQ(ref.errors(), "");
   const mlp::TrainResult run = mlp::train(c);
   ASSERT_EQ(run.errors(), "");
@@ -234,10 +244,13 @@ INSTANTIATE_TEST_SUITE_P(
     Grids, PipelineEquivalence,
     ::testing::Values(Grid{2, 1, Schedule::kGPipe}, Grid{2, 1, Schedule::k1F1B},
                       Grid{4, 1, Schedule::kGPipe}, Grid{4, 1, Schedule::k1F1B},
-                      Grid{2, 2, Schedule::kGPipe}, Grid{2, 2, Schedule::k1F1B}),
+                      Grid{2, 2, Schedule::kGPipe}, Grid{2, 2, Schedule::k1F1B},
+                      Grid{2, 1, Schedule::k1F1B, true}, Grid{4, 1, Schedule::kGPipe, true},
+                      Grid{2, 2, Schedule::k1F1B, true}),
     [](const ::testing::TestParamInfo<Grid>& info) {
       return std::string(braid::dp::scheduleName(info.param.schedule)) + "_pp" +
-             std::to_string(info.param.stages) + "_dp" + std::to_string(info.param.replicas);
+             std::to_string(info.param.stages) + "_dp" + std::to_string(info.param.replicas) +
+             (info.param.mixed ? "_fp16_scaled_clipped" : "");
     });
 
 }  // namespace
