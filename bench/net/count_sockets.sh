@@ -20,6 +20,8 @@ IFS=, read -r -a hosts <<< "$BRAID_TEST_NETNS"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 ranks=16
+# Before the output (a tracked file) is rewritten, which would make the tree look dirty.
+version="$(git -C "$repo" describe --always --dirty 2> /dev/null || echo '?')"
 for ((r = 0; r < ranks; ++r)); do
   BRAID_COMM_ID=10.77.0.1:29500 RANK=$r WORLD_SIZE=$ranks \
     ip netns exec "${hosts[$((r % ${#hosts[@]}))]}" "$probe" > "$work/rank$r" 2>&1 &
@@ -28,6 +30,6 @@ wait
 {
   echo "# Sockets per rank: $ranks ranks on ${#hosts[@]} namespace hosts (rank r on host r % ${#hosts[@]}),"
   echo "# CPU communicators; counted by each rank after init and after one all-reduce."
-  echo "# $(date -u '+%Y-%m-%d %H:%M UTC'); braid $(git -C "$repo" describe --always --dirty 2> /dev/null || echo '?')"
+  echo "# $(date -u '+%Y-%m-%d %H:%M UTC'); braid $version"
   for ((r = 0; r < ranks; ++r)); do cat "$work/rank$r"; done
 } | tee "$output"
