@@ -336,37 +336,34 @@ void DataParallel::finalize() {
 }
 
 void DataParallel::Impl::allocate() {
-  Impl& d = *this;
-  Backend& backend = *d.backend;
-  d.working =
-      Buffer(backend, (d.shardsParameters() ? d.ownedCount : d.paddedCount) * d.parameterBytes);
-  const bool shards = d.shardsGradients();
-  d.gradients = Buffer(backend, (shards ? d.ownedCount : d.paddedCount) * d.gradientBytes);
+  working = Buffer(*backend, (shardsParameters() ? ownedCount : paddedCount) * parameterBytes);
+  const bool shards = shardsGradients();
+  gradients = Buffer(*backend, (shards ? ownedCount : paddedCount) * gradientBytes);
   if (shards) {
-    d.slots.resize(std::min<size_t>(d.options.stagingBuffers, d.buckets.size()));
-    d.staging = Buffer(backend, d.slots.size() * d.slotCount * d.gradientBytes);
+    slots.resize(std::min<size_t>(options.stagingBuffers, buckets.size()));
+    staging = Buffer(*backend, slots.size() * slotCount * gradientBytes);
   }
-  const OptimizerOptions& o = d.options.optimizer;
+  const OptimizerOptions& o = options.optimizer;
   StateLayout layout;
   // Stepping on the host keeps fp32 master weights there whatever the precision: the device's
   // working copy is only what the forward pass reads.
-  const bool stepOnHost = d.options.offload.tier == OffloadTier::kHost && d.device >= 0;
-  layout.master = d.hasMaster = d.options.precision != braidFloat32 || stepOnHost;
+  const bool stepOnHost = options.offload.tier == OffloadTier::kHost && device >= 0;
+  layout.master = hasMaster = options.precision != braidFloat32 || stepOnHost;
   layout.moment1 = o.kind != OptimizerKind::kSgd || o.momentum != 0;
   layout.moment2 = o.kind != OptimizerKind::kSgd;
-  layout.ownedCount = d.ownedCount;
-  for (const Impl::Segment& s : d.segments) layout.segments.push_back({s.stateOffset, s.count});
+  layout.ownedCount = ownedCount;
+  for (const Segment& s : segments) layout.segments.push_back({s.stateOffset, s.count});
   if (stepOnHost) {
-    d.host = makeHostBackend(d.comm, d.rank);
+    host = makeHostBackend(comm, rank);
     size_t largest = 0;
-    for (const Impl::Segment& s : d.segments) largest = std::max(largest, s.count);
-    d.hostGradient = Buffer(*d.host, largest * d.gradientBytes);
-    d.hostWorking = Buffer(*d.host, largest * d.parameterBytes);
+    for (const Segment& s : segments) largest = std::max(largest, s.count);
+    hostGradient = Buffer(*host, largest * gradientBytes);
+    hostWorking = Buffer(*host, largest * parameterBytes);
   }
-  d.state = d.options.offload.tier == OffloadTier::kFile
-                ? makeFileStore(layout, d.options.offload.directory, d.rank)
-                : makeResidentStore(stepOnHost ? *d.host : backend, layout);
-  d.verdict = Buffer(backend, sizeof(Verdict));
+  state = options.offload.tier == OffloadTier::kFile
+              ? makeFileStore(layout, options.offload.directory, rank)
+              : makeResidentStore(stepOnHost ? *host : *backend, layout);
+  verdict = Buffer(*backend, sizeof(Verdict));
 }
 
 void DataParallel::Impl::forgetLayout() {

@@ -10,11 +10,9 @@
 #include <unistd.h>
 
 #include <braid/dp.hpp>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <mutex>
 #include <string>
 #include <vector>
 

@@ -10,10 +10,8 @@
 #include <gtest/gtest.h>
 
 #include <braid/dp.hpp>
-#include <cmath>
 #include <cstring>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <vector>
 
