@@ -8,6 +8,7 @@ packages=(
   iproute2 procps iperf3
   libcli11-dev nlohmann-json3-dev
   libhwloc-dev libpugixml-dev clang libclang-rt-14-dev
+  libucx-dev
 )
 missing=()
 for p in "${packages[@]}"; do

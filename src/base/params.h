@@ -26,6 +26,12 @@
     "TCP sockets per connection to a peer on another host (1..16); messages split across them")    \
   X(SocketKeepaliveMs, "BRAID_SOCKET_KEEPALIVE_MS", int64_t, 20000,                                \
     "a peer host answering no TCP keepalive probe for this long (ms) is reported unreachable")     \
+  X(Net, "BRAID_NET", std::string, "",                                                            \
+    "network between hosts: socket or ucx (default: ucx where an RDMA device is present, else "    \
+    "socket)")                                                                                     \
+  X(NetPlugin, "BRAID_NET_PLUGIN", std::string, "",                                                \
+    "an NCCL net plug-in (ncclNet v8) to carry traffic between hosts: a path, or NAME for "        \
+    "libnccl-net-NAME.so")                                                                         \
   X(BuffSize, "BRAID_BUFFSIZE", int64_t, 1 << 20,                                                  \
     "bytes of FIFO per connector (split into BRAID_FIFO_SLOTS slots)")                             \
   X(FifoSlots, "BRAID_FIFO_SLOTS", int64_t, 8, "slots per connector FIFO (pipeline depth)")        \

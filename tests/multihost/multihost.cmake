@@ -14,6 +14,23 @@ set(BRAID_MULTIRANK_DIR ${CMAKE_CURRENT_LIST_DIR}/../multirank)
 
 braid_test(test_net INTERNAL SOURCES ${BRAID_MULTIHOST_DIR}/test_net.cc LABELS unit)
 
+# NCCL net plug-ins through braid's loader: braid's socket plug-in (libnccl-net-braid.so) on
+# loopback, and the load errors, with libbraid.so as a library without the plug-in symbol and a
+# fake plug-in that cannot serve.
+add_library(fake_nccl_net MODULE ${BRAID_MULTIHOST_DIR}/fake_nccl_net.cc)
+target_include_directories(fake_nccl_net PRIVATE ${PROJECT_SOURCE_DIR})
+braid_test(test_nccl_plugin INTERNAL SOURCES ${BRAID_MULTIHOST_DIR}/test_nccl_plugin.cc
+  LABELS unit)
+target_compile_definitions(test_nccl_plugin PRIVATE
+  BRAID_PLUGIN_PATH="$<TARGET_FILE:nccl_net_braid>"
+  FAKE_PLUGIN_PATH="$<TARGET_FILE:fake_nccl_net>"
+  NOT_A_PLUGIN_PATH="$<TARGET_FILE:braid>")
+# BRAID_NET_PLUGIN=braid finds libnccl-net-braid.so on the run path of the code that loads it,
+# as the installed libbraid finds the plug-in installed beside it.
+set_property(TARGET test_nccl_plugin APPEND PROPERTY BUILD_RPATH
+  $<TARGET_FILE_DIR:nccl_net_braid>)
+add_dependencies(test_nccl_plugin nccl_net_braid fake_nccl_net braid)
+
 function(braid_multihost_binary name)
   add_executable(${name} ${ARGN} ${BRAID_MULTIHOST_DIR}/netns_ranks.cc
     ${BRAID_MULTIRANK_DIR}/rank_launcher.cc)
@@ -40,6 +57,10 @@ set(grid $<TARGET_FILE:test_multihost_grid>)
 set(case Grid/Collectives.MatchReference/processes_)
 # One rank per host: every hop is a network hop.
 braid_multihost_test(multihost_grid_2hosts HOSTS 2 COMMAND ${grid} --gtest_filter=${case}2ranks_*)
+# The same over braid's socket transport built as an NCCL net plug-in and loaded as one.
+braid_multihost_test(multihost_grid_2hosts_nccl_plugin HOSTS 2
+  COMMAND env BRAID_NET_PLUGIN=$<TARGET_FILE:nccl_net_braid> ${grid} --gtest_filter=${case}2ranks_*)
+add_dependencies(test_multihost_grid nccl_net_braid)
 # 2, 1 and 1 ranks per host: shared memory inside host 0, the network between hosts, and a ring
 # the library must reorder (0 3 1 2); messages striped over 3 sockets per connection.
 braid_multihost_test(multihost_grid_3hosts HOSTS 3
@@ -57,3 +78,26 @@ braid_multihost_test(multihost_stops_reading HOSTS 2
   COMMAND ${faults} --gtest_filter=Faults.PeerThatStopsReadingEndsInATimeoutNamingIt)
 braid_multihost_test(multihost_departure HOSTS 3
   COMMAND ${faults} --gtest_filter=Departure.SendThenDestroyDeliversEverythingAndIsNoFailure)
+# The same over braid's NCCL net plug-in, which ends its stream when NCCL's closeSend() closes it.
+braid_multihost_test(multihost_departure_nccl_plugin HOSTS 3
+  COMMAND env BRAID_NET_PLUGIN=$<TARGET_FILE:nccl_net_braid> ${faults}
+  --gtest_filter=Departure.SendThenDestroyDeliversEverythingAndIsNoFailure)
+add_dependencies(test_multihost_faults nccl_net_braid)
+
+# The grid and the failures again over UCX (BRAID_NET=ucx), TCP underneath as on a cluster without
+# RDMA: namespaces share the machine, so UCX would otherwise choose shared memory between them.
+set(ucx env BRAID_NET=ucx UCX_TLS=tcp)
+braid_multihost_test(multihost_grid_2hosts_ucx HOSTS 2
+  COMMAND ${ucx} ${grid} --gtest_filter=${case}2ranks_*)
+braid_multihost_test(multihost_grid_3hosts_ucx HOSTS 3
+  COMMAND ${ucx} ${grid} --gtest_filter=${case}4ranks_*)
+braid_multihost_test(multihost_grid_ipv6_ucx HOSTS 2 IPV6
+  COMMAND ${ucx} ${grid} --gtest_filter=${case}3ranks_allreduce:${case}3ranks_sendrecv)
+braid_multihost_test(multihost_link_down_ucx HOSTS 3
+  COMMAND ${ucx} ${faults} --gtest_filter=Faults.LinkDownMidAllReduceEveryRankNamesAPeerItLost)
+braid_multihost_test(multihost_killed_rank_ucx HOSTS 2
+  COMMAND ${ucx} ${faults} --gtest_filter=Faults.KilledRankIsNamedByPeersOnEveryHost)
+braid_multihost_test(multihost_stops_reading_ucx HOSTS 2
+  COMMAND ${ucx} ${faults} --gtest_filter=Faults.PeerThatStopsReadingEndsInATimeoutNamingIt)
+braid_multihost_test(multihost_departure_ucx HOSTS 3
+  COMMAND ${ucx} ${faults} --gtest_filter=Departure.SendThenDestroyDeliversEverythingAndIsNoFailure)

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <set>
@@ -18,6 +20,7 @@
 #include "plan/plan.h"
 #include "transport/net/proxy.h"
 #include "transport/net/socket_net.h"
+#include "transport/net/ucx_net.h"
 #include "transport/transport.h"
 
 namespace braid::net {
@@ -142,15 +145,23 @@ struct Pair {
   std::unique_ptr<RecvComm> recv;
 };
 
-Pair connectedPair(int sockets) {
+Pair connectedPair(std::unique_ptr<Net> net) {
   Pair p;
-  p.net = makeSocketNet({loopback()}, {sockets, 5000});
+  p.net = std::move(net);
   p.listener = p.net->listen(0, &p.handle);
   p.send = p.net->connect(0, p.handle, 7, in(10s));
   uint32_t tag = 0;
   p.recv = p.net->accept(*p.listener, &tag, in(10s));
   EXPECT_EQ(tag, 7u);
   return p;
+}
+
+Pair connectedPair(int sockets) {
+  return connectedPair(makeSocketNet({loopback()}, {sockets, 5000}));
+}
+
+Pair ucxPair() {
+  return connectedPair(makeUcxNet({loopback()}, 5000));
 }
 
 std::vector<uint8_t> randomBytes(size_t n, uint32_t seed) {
@@ -182,31 +193,41 @@ TEST(SocketNet, RefusesSocketCountsOutOfRange) {
   }
 }
 
-// Messages of every shape, many in flight, over 1 and 3 sockets: the bytes arrive intact and in
-// posting order, whatever socket carried each part.
-TEST(SocketNet, MovesMessagesIntactOverSeveralSockets) {
+// Messages of every shape, many in flight: the bytes arrive intact and in posting order. With
+// `registered`, from and into memory the plug-in registered.
+void expectMessagesMoveIntact(Pair& p, bool registered = false) {
   const std::vector<size_t> sizes = {
       0, 1,      4095, wire::kMinPartBytes, 100000, (1u << 20) + 5, 17, 3 * wire::kMinPartBytes + 1,
       0, 777777, 65536};
   const size_t capacity = 1u << 21;
-  for (int sockets : {1, 3}) {
-    SCOPED_TRACE(testing::Message() << sockets << " sockets");
-    Pair p = connectedPair(sockets);
+  {
     std::vector<std::vector<uint8_t>> out, in;
+    std::vector<std::unique_ptr<MemoryRegion>> regions;
     for (size_t i = 0; i < 3 * sizes.size(); ++i) {
       out.push_back(randomBytes(sizes[i % sizes.size()], static_cast<uint32_t>(i)));
       in.emplace_back(capacity, 0);
+      if (registered && !out.back().empty()) {
+        regions.push_back(p.send->registerMemory(out.back().data(), out.back().size()));
+        regions.push_back(p.recv->registerMemory(in.back().data(), capacity));
+      }
     }
+    auto regionOf = [&](size_t message, int side) -> MemoryRegion* {
+      if (!registered || out[message].empty()) return nullptr;
+      size_t index = 0;
+      for (size_t i = 0; i < message; ++i) index += out[i].empty() ? 0 : 2;
+      return regions[index + side].get();
+    };
     size_t sent = 0, received = 0, sendPosted = 0, recvPosted = 0;
     std::vector<Request*> sendRequests(out.size()), recvRequests(out.size());
     const bool finished = keepTrying([&] {
       while (sendPosted < out.size() && sendPosted - sent < 5) {
-        Request* r = p.send->isend(out[sendPosted].data(), out[sendPosted].size(), nullptr);
+        Request* r =
+            p.send->isend(out[sendPosted].data(), out[sendPosted].size(), regionOf(sendPosted, 0));
         if (r == nullptr) break;
         sendRequests[sendPosted++] = r;
       }
       while (recvPosted < in.size() && recvPosted - received < 4) {
-        Request* r = p.recv->irecv(in[recvPosted].data(), capacity, nullptr);
+        Request* r = p.recv->irecv(in[recvPosted].data(), capacity, regionOf(recvPosted, 1));
         if (r == nullptr) break;
         recvRequests[recvPosted++] = r;
       }
@@ -227,11 +248,28 @@ TEST(SocketNet, MovesMessagesIntactOverSeveralSockets) {
   }
 }
 
+// Over 1 and 3 sockets, whatever socket carried each part.
+TEST(SocketNet, MovesMessagesIntactOverSeveralSockets) {
+  for (int sockets : {1, 3}) {
+    SCOPED_TRACE(testing::Message() << sockets << " sockets");
+    Pair p = connectedPair(sockets);
+    expectMessagesMoveIntact(p);
+  }
+}
+
+TEST(UcxNet, MovesMessagesIntactFromAndIntoRegisteredMemory) {
+  for (bool registered : {false, true}) {
+    SCOPED_TRACE(registered ? "registered" : "not registered");
+    Pair p = ucxPair();
+    expectMessagesMoveIntact(p, registered);
+  }
+}
+
 // A sender that ends its stream before closing has departed; one that just closes is lost.
-TEST(SocketNet, ACloseIsADepartureOnlyAfterTheEndOfTheStream) {
+void expectACloseIsADepartureOnlyAfterTheEndOfTheStream(const std::function<Pair()>& makePair) {
   for (bool ended : {true, false}) {
     SCOPED_TRACE(ended ? "ended, then closed" : "closed");
-    Pair p = connectedPair(3);
+    Pair p = makePair();
     std::vector<uint8_t> buffer(100);
     Request* request = p.recv->irecv(buffer.data(), buffer.size(), nullptr);
     if (ended) p.send->end();
@@ -257,6 +295,58 @@ TEST(SocketNet, ACloseIsADepartureOnlyAfterTheEndOfTheStream) {
       EXPECT_NE(error.find("closed the connection"), std::string::npos) << error;
     }
   }
+}
+
+TEST(SocketNet, ACloseIsADepartureOnlyAfterTheEndOfTheStream) {
+  expectACloseIsADepartureOnlyAfterTheEndOfTheStream([] { return connectedPair(3); });
+}
+
+TEST(UcxNet, ACloseIsADepartureOnlyAfterTheEndOfTheStream) {
+  expectACloseIsADepartureOnlyAfterTheEndOfTheStream(ucxPair);
+}
+
+// A message larger than the posted buffer is an error naming the peer, never a write past it.
+TEST(UcxNet, OversizedMessageIsAnErrorNotAnOverflow) {
+  Pair p = ucxPair();
+  std::vector<uint8_t> out(5000, 1), in(4096 + 64, 0xAB);
+  Request* sent = p.send->isend(out.data(), out.size(), nullptr);
+  Request* received = p.recv->irecv(in.data(), 4096, nullptr);
+  std::string error;
+  keepTrying([&] {
+    try {
+      size_t bytes = 0;
+      p.send->test(sent, &bytes);
+      return p.recv->test(received, &bytes);
+    } catch (const Error& e) {
+      error = e.what();
+      return true;
+    }
+  });
+  EXPECT_NE(error.find("oversized"), std::string::npos) << error;
+  EXPECT_NE(error.find("127.0.0.1"), std::string::npos) << error;
+  for (size_t i = 4096; i < in.size(); ++i) ASSERT_EQ(in[i], 0xAB) << "written past the buffer";
+}
+
+// A connection that does not carry the listener's token is dropped; the next one is accepted.
+TEST(UcxNet, ListenerDropsConnectionsWithoutTheToken) {
+  std::unique_ptr<Net> net = makeUcxNet({loopback()}, 5000);
+  Handle handle;
+  std::unique_ptr<ListenComm> listener = net->listen(0, &handle);
+  Handle forged = handle;
+  forged.bytes[offsetof(wire::HandleContents, token)] ^= 1;
+  std::unique_ptr<SendComm> stranger = net->connect(0, forged, 5, in(10s));
+  uint32_t tag = 0;
+  EXPECT_THROW(net->accept(*listener, &tag, in(1s)), Error);
+  std::unique_ptr<SendComm> friendly = net->connect(0, handle, 6, in(10s));
+  std::unique_ptr<RecvComm> accepted = net->accept(*listener, &tag, in(10s));
+  EXPECT_EQ(tag, 6u);
+}
+
+TEST(UcxNet, DescribesItsDeviceAndRefusesOthers) {
+  std::unique_ptr<Net> net = makeUcxNet({loopback()}, 5000);
+  EXPECT_STREQ(net->name(), "UCX");
+  EXPECT_EQ(net->properties(0).address, "127.0.0.1");
+  EXPECT_THROW(net->properties(1), Error);
 }
 
 // A raw connection to a listener, speaking the wire format by hand.
@@ -489,10 +579,8 @@ TEST(SocketNet, SenderToAPeerThatNeverReadsStaysBounded) {
 
 // ---- the proxy ----
 
-TEST(NetProxy, MovesFifoSlotsInOrderWithTheirSizes) {
+void expectProxiesMoveFifoSlotsInOrderWithTheirSizes(Pair ab, Pair ba) {
   const FifoGeometry geometry{4096, 4};
-  Pair ab = connectedPair(2);
-  Pair ba = connectedPair(2);
   Proxy a(0, geometry), b(1, geometry);
   const Proxy::Fifos fa = a.addPeer(1, std::move(ab.send), std::move(ba.recv));
   const Proxy::Fifos fb = b.addPeer(0, std::move(ba.send), std::move(ab.recv));
@@ -527,6 +615,14 @@ TEST(NetProxy, MovesFifoSlotsInOrderWithTheirSizes) {
   producer.join();
   EXPECT_EQ(a.failure(1), std::nullopt);
   EXPECT_EQ(b.failure(0), std::nullopt);
+}
+
+TEST(NetProxy, MovesFifoSlotsInOrderWithTheirSizes) {
+  expectProxiesMoveFifoSlotsInOrderWithTheirSizes(connectedPair(2), connectedPair(2));
+}
+
+TEST(NetProxy, MovesFifoSlotsOverUcx) {
+  expectProxiesMoveFifoSlotsInOrderWithTheirSizes(ucxPair(), ucxPair());
 }
 
 TEST(NetProxy, RecordsABrokenConnectionNamingThePeerRank) {

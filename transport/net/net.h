@@ -27,7 +27,7 @@ struct DeviceProperties {
 // What a listener publishes so that peers can connect to it: opaque to all but the plug-in, the
 // same size on every rank, exchanged through the bootstrap (whose connections prove the secret).
 struct Handle {
-  uint8_t bytes[64] = {};
+  uint8_t bytes[128] = {};  // NCCL_NET_HANDLE_MAXSIZE, so NCCL plug-ins fit
 };
 
 // Memory the plug-in may send from or receive into: ibv_reg_mr for verbs, nothing for sockets.

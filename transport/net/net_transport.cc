@@ -7,29 +7,38 @@
 #include "base/log.h"
 #include "base/params.h"
 #include "base/socket.h"
+#include "transport/net/nccl_plugin_net.h"
 #include "transport/net/proxy.h"
 #include "transport/net/socket_net.h"
+#include "transport/net/ucx_net.h"
 
 namespace braid::net {
+
+std::unique_ptr<Net> makeConfiguredNet() {
+  if (!param::NetPlugin().empty()) return loadNcclNetPlugin(param::NetPlugin());
+  const std::string choice =
+      param::Net().empty() ? (rdmaDevicePresent() ? "ucx" : "socket") : param::Net();
+  const int keepaliveMs = static_cast<int>(param::SocketKeepaliveMs());
+  if (choice == "ucx") return makeUcxNet(findInterfaces(param::SocketIfname()), keepaliveMs);
+  if (choice != "socket")
+    fail(braidInvalidArgument, "BRAID_NET='{}' names no network (expected socket or ucx)", choice);
+  return makeSocketNet(findInterfaces(param::SocketIfname()),
+                       {static_cast<int>(param::NSocks()), keepaliveMs});
+}
 
 NetLinks connectNetLinks(int rank, int nranks, const std::vector<NetLinkKey>& keys,
                          const std::function<void(void*, size_t)>& allGather,
                          Clock::time_point deadline) {
-  const SocketOptions options{static_cast<int>(param::NSocks()),
-                              static_cast<int>(param::SocketKeepaliveMs())};
   NetLinks result;
-  result.net = makeSocketNet(findInterfaces(param::SocketIfname()), options);
+  result.net = makeConfiguredNet();
   Net& net = *result.net;
   if (net.deviceCount() == 0)
     fail(braidSystemError,
          "rank {} has peers on other hosts but no UP network interface with an address", rank);
   const DeviceProperties device = net.properties(0);
-  BRAID_INFO(log::kNet,
-             "rank {}: NET/{} on {} {} ({} Mbps, {}), {} socket(s) per connection, "
-             "BRAID_SOCKET_IFNAME='{}'",
-             rank, net.name(), device.name, device.address, device.speedMbps,
-             device.pciPath.empty() ? "virtual" : device.pciPath, options.socketsPerConnection,
-             param::SocketIfname());
+  BRAID_INFO(log::kNet, "rank {}: NET/{} on {} {} ({} Mbps, {}), BRAID_SOCKET_IFNAME='{}'", rank,
+             net.name(), device.name, device.address, device.speedMbps,
+             device.pciPath.empty() ? "virtual" : device.pciPath, param::SocketIfname());
   std::vector<Handle> handles(nranks);
   const std::unique_ptr<ListenComm> listener = net.listen(0, &handles[rank]);
   allGather(handles.data(), sizeof(Handle));

@@ -25,6 +25,11 @@ struct NetLinks {
   std::map<NetLinkKey, std::pair<std::unique_ptr<SendComm>, std::unique_ptr<RecvComm>>> links;
 };
 
+// The plug-in that carries this process's traffic between hosts, as the environment chooses:
+// BRAID_NET_PLUGIN, else BRAID_NET (socket, ucx), else UCX where an RDMA device is present and
+// sockets elsewhere.
+std::unique_ptr<Net> makeConfiguredNet();
+
 // Every rank of `nranks` calls it: listens on the interface BRAID_SOCKET_IFNAME chooses,
 // all-gathers the listeners' handles (`allGather`: bytes per rank, this rank's slice filled), then
 // opens a connection each way for each of `keys` (the peer's keys must name this rank alike) and

@@ -195,13 +195,21 @@ bool Proxy::progressRecv(Link& link) {
 // of a slice.
 void Proxy::sleep() {
   std::vector<pollfd> fds{{wakeFd_, POLLIN, 0}};
+  // A send in flight on a comm with nothing to poll (an NCCL net plug-in's) moves only when the
+  // thread tests it, and a peer waits for it: the thread looks again soon, as during an
+  // operation. Receives need no such care: the operation that reads them wakes the thread.
+  bool unwatchedSends = false;
   for (const auto& link : links_) {
     if (link->failed) continue;
-    if (link->sendDone != link->sendPosted) link->send->pollDescriptors(fds);
+    if (link->sendDone != link->sendPosted) {
+      const size_t watched = fds.size();
+      link->send->pollDescriptors(fds);
+      unwatchedSends |= fds.size() == watched;
+    }
     if (link->recvDone != link->recvPosted) link->recv->pollDescriptors(fds);
   }
   sleeping_.store(true, std::memory_order_seq_cst);
-  const bool active = activeOperations_.load(std::memory_order_seq_cst) > 0;
+  const bool active = activeOperations_.load(std::memory_order_seq_cst) > 0 || unwatchedSends;
   const long sliceNs = active ? kActiveSliceNs : kIdleSliceNs;
   const timespec slice{sliceNs / 1000000000L, sliceNs % 1000000000L};
   const int ready = ppoll(fds.data(), fds.size(), &slice, nullptr);

@@ -33,6 +33,28 @@ PartRange messagePart(uint64_t bytes, int parts, int part) {
   return {begin, end - begin};
 }
 
+Handle packHandle(const SocketAddress& bound, const uint8_t* token) {
+  HandleContents h{};
+  h.family = bound.family() == AF_INET6 ? 6 : 4;
+  h.port = bound.port();
+  const std::vector<uint8_t> raw = bound.bytes();
+  std::memcpy(h.address, raw.data(), raw.size());
+  std::memcpy(h.token, token, kTokenBytes);
+  Handle handle;
+  std::memcpy(handle.bytes, &h, sizeof h);
+  return handle;
+}
+
+SocketAddress unpackHandle(const Handle& handle, uint8_t* token, const char* plugin) {
+  HandleContents h;
+  std::memcpy(&h, handle.bytes, sizeof h);
+  if ((h.family != 4 && h.family != 6) || h.port == 0)
+    fail(braidInvalidArgument, "NET/{}: a handle with address family {} and port {}", plugin,
+         h.family, h.port);
+  std::memcpy(token, h.token, kTokenBytes);
+  return SocketAddress::fromBytes(h.family == 4 ? AF_INET : AF_INET6, h.address, h.port);
+}
+
 int socketOfPart(uint64_t seq, int part, int sockets) {
   return static_cast<int>((seq + part) % sockets);
 }
@@ -58,17 +80,6 @@ constexpr size_t kMaxPendingSockets = 1024;
 void setOption(int fd, int level, int name, int value, const char* what) {
   if (setsockopt(fd, level, name, &value, sizeof value) != 0)
     failErrno(braidSystemError, fmt::format("setting {} on a socket", what), errno);
-}
-
-// Probes an idle connection every second; `keepaliveMs` without an answer ends it with
-// ETIMEDOUT. Only the side that waits for data sees it: a socket with unacknowledged data in
-// flight does not probe. Every rank receives from every peer on another host, so each end of a
-// broken link learns about it.
-void enableKeepalive(int fd, int keepaliveMs) {
-  setOption(fd, SOL_SOCKET, SO_KEEPALIVE, 1, "SO_KEEPALIVE");
-  setOption(fd, IPPROTO_TCP, TCP_KEEPIDLE, 1, "TCP_KEEPIDLE");
-  setOption(fd, IPPROTO_TCP, TCP_KEEPINTVL, 1, "TCP_KEEPINTVL");
-  setOption(fd, IPPROTO_TCP, TCP_KEEPCNT, std::max(1, (keepaliveMs + 999) / 1000), "TCP_KEEPCNT");
 }
 
 // Turns a failed send or receive into a sentence about the peer.
@@ -416,39 +427,53 @@ class SocketListenComm final : public ListenComm {
 
   std::unique_ptr<RecvComm> accept(uint32_t* tag, Clock::time_point deadline) {
     for (;;) {
-      if (!complete_.empty()) {
-        Connection c = std::move(complete_.front());
-        complete_.pop_front();
-        *tag = c.tag;
-        return std::make_unique<SocketRecvComm>(std::move(c.sockets), keepaliveMs_);
-      }
-      const Clock::time_point now = Clock::now();
-      std::erase_if(pending_, [&](const Pending& p) {
-        if (now < p.helloDeadline) return false;
-        drop(p, fmt::format("no complete hello within {} s ({} of {} bytes)", kHelloTimeout.count(),
-                            p.have, sizeof(Hello)));
-        return true;
-      });
-      if (now >= deadline)
+      if (std::unique_ptr<RecvComm> comm = takeComplete(tag)) return comm;
+      if (Clock::now() >= deadline)
         fail(braidTimeout, "{}: no complete connection arrived before the deadline ({} pending)",
              where_, pending_.size() + waiting_.size());
-      Clock::time_point wake = deadline;
-      std::vector<pollfd> fds{{listener_.fd(), POLLIN, 0}};
-      for (const Pending& p : pending_) {
-        wake = std::min(wake, p.helloDeadline);
-        fds.push_back({p.socket.fd(), POLLIN, 0});
-      }
-      const int rc = ::poll(fds.data(), fds.size(), pollTimeoutMs(wake));
-      if (rc < 0 && errno != EINTR) failErrno(braidSystemError, where_ + ": poll", errno);
-      if (rc <= 0) continue;
-      for (size_t i = 0; i < pending_.size(); ++i)
-        if (fds[i + 1].revents != 0) readHello(pending_[i]);
-      std::erase_if(pending_, [](const Pending& p) { return !p.socket.valid(); });
-      if ((fds[0].revents & POLLIN) != 0) acceptWaiting();
+      admitArrivals(deadline);
     }
   }
 
+  // What has arrived is taken in without waiting; a connection complete by then, or nullptr.
+  std::unique_ptr<RecvComm> acceptReady(uint32_t* tag) {
+    admitArrivals(Clock::now());
+    return takeComplete(tag);
+  }
+
  private:
+  std::unique_ptr<RecvComm> takeComplete(uint32_t* tag) {
+    if (complete_.empty()) return nullptr;
+    Connection c = std::move(complete_.front());
+    complete_.pop_front();
+    *tag = c.tag;
+    return std::make_unique<SocketRecvComm>(std::move(c.sockets), keepaliveMs_);
+  }
+
+  // Drops connections silent past their hello's deadline, then waits until `wake` at most for new
+  // connections and hello bytes, and takes in what arrived.
+  void admitArrivals(Clock::time_point wake) {
+    const Clock::time_point now = Clock::now();
+    std::erase_if(pending_, [&](const Pending& p) {
+      if (now < p.helloDeadline) return false;
+      drop(p, fmt::format("no complete hello within {} s ({} of {} bytes)", kHelloTimeout.count(),
+                          p.have, sizeof(Hello)));
+      return true;
+    });
+    std::vector<pollfd> fds{{listener_.fd(), POLLIN, 0}};
+    for (const Pending& p : pending_) {
+      wake = std::min(wake, p.helloDeadline);
+      fds.push_back({p.socket.fd(), POLLIN, 0});
+    }
+    const int rc = ::poll(fds.data(), fds.size(), pollTimeoutMs(wake));
+    if (rc < 0 && errno != EINTR) failErrno(braidSystemError, where_ + ": poll", errno);
+    if (rc <= 0) return;
+    for (size_t i = 0; i < pending_.size(); ++i)
+      if (fds[i + 1].revents != 0) readHello(pending_[i]);
+    std::erase_if(pending_, [](const Pending& p) { return !p.socket.valid(); });
+    if ((fds[0].revents & POLLIN) != 0) acceptWaiting();
+  }
+
   struct Pending {
     Socket socket;
     Clock::time_point helloDeadline;
@@ -541,10 +566,46 @@ std::string readSysfs(const std::filesystem::path& path) {
   return value;
 }
 
-class SocketNet final : public Net {
+}  // namespace
+
+// Only the side that waits for data sees it: a socket with unacknowledged data in flight does not
+// probe. Every rank receives from every peer on another host, so each end of a broken link learns
+// about it.
+void enableKeepalive(int fd, int keepaliveMs) {
+  setOption(fd, SOL_SOCKET, SO_KEEPALIVE, 1, "SO_KEEPALIVE");
+  setOption(fd, IPPROTO_TCP, TCP_KEEPIDLE, 1, "TCP_KEEPIDLE");
+  setOption(fd, IPPROTO_TCP, TCP_KEEPINTVL, 1, "TCP_KEEPINTVL");
+  setOption(fd, IPPROTO_TCP, TCP_KEEPCNT, std::max(1, (keepaliveMs + 999) / 1000), "TCP_KEEPCNT");
+}
+
+const NetInterface& InterfaceNet::checkedDevice(int device) const {
+  if (device < 0 || device >= deviceCount())
+    fail(braidInvalidArgument, "NET/{} has no device {} (it has {})", name(), device,
+         deviceCount());
+  return devices_[device];
+}
+
+DeviceProperties InterfaceNet::properties(int device) const {
+  const NetInterface& i = checkedDevice(device);
+  const std::filesystem::path sysfs = "/sys/class/net/" + i.name;
+  DeviceProperties p;
+  p.name = i.name;
+  p.address = i.address.host();
+  std::error_code error;
+  // Physical NICs link to their PCI function; virtual interfaces have no device link.
+  if (std::filesystem::exists(sysfs / "device", error))
+    p.pciPath = std::filesystem::canonical(sysfs / "device", error).string();
+  const std::string speed = readSysfs(sysfs / "speed");
+  p.speedMbps = speed.empty() || speed[0] == '-' ? 0 : std::atoi(speed.c_str());
+  return p;
+}
+
+namespace {
+
+class SocketNet final : public InterfaceNet {
  public:
   SocketNet(std::vector<NetInterface> devices, SocketOptions options)
-      : devices_(std::move(devices)), options_(options) {
+      : InterfaceNet(std::move(devices)), options_(options) {
     if (options_.socketsPerConnection < 1 || options_.socketsPerConnection > kMaxSockets)
       fail(braidInvalidArgument, "BRAID_NSOCKS={} is out of range (expected 1..{})",
            options_.socketsPerConnection, kMaxSockets);
@@ -554,52 +615,23 @@ class SocketNet final : public Net {
   }
 
   const char* name() const override { return "Socket"; }
-  int deviceCount() const override { return static_cast<int>(devices_.size()); }
-
-  DeviceProperties properties(int device) const override {
-    const NetInterface& i = checkedDevice(device);
-    const std::filesystem::path sysfs = "/sys/class/net/" + i.name;
-    DeviceProperties p;
-    p.name = i.name;
-    p.address = i.address.host();
-    std::error_code error;
-    // Physical NICs link to their PCI function; virtual interfaces have no device link.
-    if (std::filesystem::exists(sysfs / "device", error))
-      p.pciPath = std::filesystem::canonical(sysfs / "device", error).string();
-    const std::string speed = readSysfs(sysfs / "speed");
-    p.speedMbps = speed.empty() || speed[0] == '-' ? 0 : std::atoi(speed.c_str());
-    return p;
-  }
 
   std::unique_ptr<ListenComm> listen(int device, Handle* handle) override {
     SocketAddress address = checkedDevice(device).address;
     address.setPort(0);
     Socket listener = Socket::listen(address, false);
-    HandleContents h{};
-    const SocketAddress bound = listener.localAddress();
-    h.family = bound.family() == AF_INET6 ? 6 : 4;
-    h.port = bound.port();
-    const std::vector<uint8_t> raw = bound.bytes();
-    std::memcpy(h.address, raw.data(), raw.size());
-    fillRandom(h.token, sizeof h.token);
-    *handle = Handle{};
-    std::memcpy(handle->bytes, &h, sizeof h);
-    return std::make_unique<SocketListenComm>(std::move(listener), h.token, options_.keepaliveMs);
+    uint8_t token[wire::kTokenBytes];
+    fillRandom(token, sizeof token);
+    *handle = wire::packHandle(listener.localAddress(), token);
+    return std::make_unique<SocketListenComm>(std::move(listener), token, options_.keepaliveMs);
   }
 
   std::unique_ptr<SendComm> connect(int device, const Handle& handle, uint32_t tag,
                                     Clock::time_point deadline) override {
     checkedDevice(device);
-    HandleContents h;
-    std::memcpy(&h, handle.bytes, sizeof h);
-    if ((h.family != 4 && h.family != 6) || h.port == 0)
-      fail(braidInvalidArgument, "NET/Socket: a handle with address family {} and port {}",
-           h.family, h.port);
-    const SocketAddress address =
-        SocketAddress::fromBytes(h.family == 4 ? AF_INET : AF_INET6, h.address, h.port);
-    const std::string activity = "NET/Socket: connecting to " + address.toString();
     Hello hello;
-    std::memcpy(hello.token, h.token, sizeof hello.token);
+    const SocketAddress address = wire::unpackHandle(handle, hello.token, "Socket");
+    const std::string activity = "NET/Socket: connecting to " + address.toString();
     hello.tag = tag;
     fillRandom(&hello.connection, sizeof hello.connection);
     hello.sockets = static_cast<uint16_t>(options_.socketsPerConnection);
@@ -620,13 +652,6 @@ class SocketNet final : public Net {
   }
 
  private:
-  const NetInterface& checkedDevice(int device) const {
-    if (device < 0 || device >= deviceCount())
-      fail(braidInvalidArgument, "NET/Socket has no device {} (it has {})", device, deviceCount());
-    return devices_[device];
-  }
-
-  std::vector<NetInterface> devices_;
   SocketOptions options_;
 };
 
@@ -634,6 +659,10 @@ class SocketNet final : public Net {
 
 std::unique_ptr<Net> makeSocketNet(std::vector<NetInterface> devices, SocketOptions options) {
   return std::make_unique<SocketNet>(std::move(devices), options);
+}
+
+std::unique_ptr<RecvComm> acceptReady(ListenComm& listener, uint32_t* tag) {
+  return static_cast<SocketListenComm&>(listener).acceptReady(tag);
 }
 
 std::unique_ptr<RecvComm> receiveOver(std::vector<Socket> sockets, int keepaliveMs) {

@@ -25,6 +25,30 @@ constexpr int kMaxSockets = 16;
 // `devices` in order of preference (findInterfaces); device i of the plug-in is devices[i].
 std::unique_ptr<Net> makeSocketNet(std::vector<NetInterface> devices, SocketOptions options);
 
+// Probes a TCP connection that is idle every second; `keepaliveMs` without an answer ends it with
+// ETIMEDOUT.
+void enableKeepalive(int fd, int keepaliveMs);
+
+// A plug-in whose devices are network interfaces (`devices`, in order of preference): sockets, and
+// UCX, whose connection manager listens on an interface's address.
+class InterfaceNet : public Net {
+ public:
+  explicit InterfaceNet(std::vector<NetInterface> devices) : devices_(std::move(devices)) {}
+  int deviceCount() const override { return static_cast<int>(devices_.size()); }
+  // Name, address, PCI function and speed, from sysfs.
+  DeviceProperties properties(int device) const override;
+
+ protected:
+  const NetInterface& checkedDevice(int device) const;
+
+ private:
+  std::vector<NetInterface> devices_;
+};
+
+// A connection to `listener` (from a socket Net's listen()) that is complete now, or nullptr: takes
+// in what has arrived without waiting, for callers that poll, as NCCL's accept() does.
+std::unique_ptr<RecvComm> acceptReady(ListenComm& listener, uint32_t* tag);
+
 // The receiving side of a connection over sockets that passed the handshake: what reads frames a
 // peer sends. For tests and the fuzz target that play that peer.
 std::unique_ptr<RecvComm> receiveOver(std::vector<Socket> sockets, int keepaliveMs);
@@ -76,6 +100,12 @@ struct HandleContents {
   uint8_t token[kTokenBytes];
 };
 static_assert(sizeof(HandleContents) <= sizeof(Handle));
+
+// A listener's handle: where it is bound and its token.
+Handle packHandle(const SocketAddress& bound, const uint8_t* token);
+// The address in `handle`, its token copied to `token`; a malformed handle is braidInvalidArgument
+// naming `plugin`.
+SocketAddress unpackHandle(const Handle& handle, uint8_t* token, const char* plugin);
 
 struct PartRange {
   uint64_t offset;

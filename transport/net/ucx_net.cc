@@ -1,0 +1,694 @@
+#include "transport/net/ucx_net.h"
+
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/random.h"
+#include "transport/net/socket_net.h"
+
+namespace braid::net {
+
+bool rdmaDevicePresent() {
+  std::error_code error;
+  const std::filesystem::directory_iterator devices("/sys/class/infiniband", error);
+  return !error && devices != std::filesystem::directory_iterator();
+}
+
+namespace {
+
+constexpr uint64_t kHelloMagic = 0x31552d6469617262;  // "braid-U1"
+// Data messages carry the connection id as their tag; the end of the stream sets this bit too.
+constexpr uint64_t kEndOfStreamTag = uint64_t{1} << 63;
+constexpr uint64_t kExactTag = ~uint64_t{0};
+// A connection must send its hello this quickly: a stranger that sends nothing is dropped.
+constexpr auto kHelloTimeout = std::chrono::seconds(5);
+// How long closing an endpoint may flush what it still holds (the end of the stream) before it is
+// torn down.
+constexpr auto kCloseTimeout = std::chrono::seconds(2);
+
+// The first message on a connection's stream.
+struct Hello {
+  uint64_t magic = kHelloMagic;
+  uint8_t token[wire::kTokenBytes] = {};  // the listener's, from its handle
+  uint32_t tag = 0;                       // the connecting rank's
+  uint32_t reserved = 0;
+  uint64_t connection = 0;  // tags this connection's messages; top bit clear
+};
+static_assert(sizeof(Hello) == 40);
+
+std::string text(ucs_status_t status) {
+  return ucs_status_string(status);
+}
+
+void check(ucs_status_t status, const char* what) {
+  if (status != UCS_OK) fail(braidSystemError, "NET/UCX: {} failed: {}", what, text(status));
+}
+
+// Turns a failed transfer or endpoint into a sentence about the peer.
+[[noreturn]] void failTransfer(const std::string& activity, ucs_status_t status, int keepaliveMs) {
+  switch (status) {
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+      fail(braidRemoteError,
+           "{}: no answer for {} s (UCX: {}): the peer is unreachable (link down or host gone)",
+           activity, (keepaliveMs + 999) / 1000, text(status));
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_NOT_CONNECTED:
+    case UCS_ERR_REJECTED:
+    case UCS_ERR_UNREACHABLE:
+      // UCX reports a TCP keepalive timeout on a receiving socket as a reset too.
+      fail(braidRemoteError,
+           "{}: the peer closed the connection, or it was unreachable for {} s (UCX: {}): its "
+           "process exited, or the link is down or the host gone",
+           activity, (keepaliveMs + 999) / 1000, text(status));
+    case UCS_ERR_MESSAGE_TRUNCATED:
+      fail(braidRemoteError,
+           "{}: the peer sent a message larger than the posted buffer (oversized)", activity);
+    default: fail(braidSystemError, "{}: UCX: {}", activity, text(status));
+  }
+}
+
+// UCX enables TCP keepalive only on the sockets it connects, not on those it accepts (uct/tcp,
+// uct_tcp_ep_create_socket_and_connect, in 1.13 as in its master branch), so over TCP the side of a
+// hop that only receives would never notice a dead link. This enables it, as braid's socket
+// plug-in does, on every established TCP socket of the process on one of `addresses` that lacks it:
+// UCX's accepted ones, and any other socket on those addresses, which probes do not harm.
+void enableKeepaliveOnAcceptedSockets(const std::vector<std::string>& addresses, int keepaliveMs) {
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", error)) {
+    const int fd = std::atoi(entry.path().filename().c_str());
+    int type = 0, keepalive = 0;
+    socklen_t length = sizeof type;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length) != 0 || type != SOCK_STREAM) continue;
+    length = sizeof keepalive;
+    if (getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &keepalive, &length) != 0 || keepalive != 0)
+      continue;
+    sockaddr_storage local{}, peer{};
+    socklen_t localLength = sizeof local, peerLength = sizeof peer;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &localLength) != 0 ||
+        getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peerLength) != 0 ||
+        (local.ss_family != AF_INET && local.ss_family != AF_INET6))
+      continue;
+    const std::string host = SocketAddress(reinterpret_cast<sockaddr*>(&local), localLength).host();
+    if (std::find(addresses.begin(), addresses.end(), host) == addresses.end()) continue;
+    try {
+      enableKeepalive(fd, keepaliveMs);
+    } catch (const Error& e) {
+      BRAID_INFO(log::kNet, "NET/UCX: no keepalive on socket {}: {}", fd, e.what());
+    }
+  }
+}
+
+// Sets a UCX variable unless the user set it: UCX's own variables win.
+void setDefault(ucp_config_t* config, const char* name, const std::string& value) {
+  if (std::getenv(fmt::format("UCX_{}", name).c_str()) != nullptr) return;
+  if (ucp_config_modify(config, name, value.c_str()) != UCS_OK)
+    BRAID_INFO(log::kNet, "NET/UCX: this UCX has no {} to set", name);
+}
+
+// The context and worker that a Net's listeners and connections share; the last one frees it.
+// A communicator's setup and its proxy use it in turn, but nothing stops two proxies from sharing
+// one (tests do), so the worker is thread-safe (MULTI): uncontended, its locks cost little.
+class Worker {
+ public:
+  explicit Worker(int keepaliveMs) : keepaliveMs(keepaliveMs) {
+    ucp_config_t* config = nullptr;
+    check(ucp_config_read(nullptr, nullptr, &config), "reading the UCX configuration");
+    // A silent peer is declared lost after about keepaliveMs, as over braid's sockets. On an RDMA
+    // fabric UCP probes every second and the fabric reports a probe that finds no one. Over TCP
+    // kernel keepalive does it (see enableKeepaliveOnAcceptedSockets), and UCP's probes would
+    // stop it: a socket with a probe unacknowledged sends no keepalive, and TCP retransmits for
+    // many minutes.
+    const int seconds = std::max(1, (keepaliveMs + 999) / 1000);
+    setDefault(config, "KEEPALIVE_INTERVAL", rdmaDevicePresent() ? "1s" : "inf");
+    // Every buffer UCX sees is a FIFO registered once (ucp_mem_map), so no registration cache,
+    // and none of the memory hooks it installs: those deadlock a process forked while another
+    // thread held their lock.
+    setDefault(config, "RCACHE_ENABLE", "n");
+    setDefault(config, "TCP_KEEPIDLE", "1s");
+    setDefault(config, "TCP_KEEPINTVL", "1s");
+    setDefault(config, "TCP_KEEPCNT", std::to_string(seconds));
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_TAG | UCP_FEATURE_STREAM | UCP_FEATURE_WAKEUP;
+    const ucs_status_t status = ucp_init(&params, config, &context);
+    ucp_config_release(config);
+    check(status, "ucp_init");
+    ucp_worker_params_t workerParams{};
+    workerParams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    workerParams.thread_mode = UCS_THREAD_MODE_MULTI;
+    if (ucp_worker_create(context, &workerParams, &worker) != UCS_OK) {
+      ucp_cleanup(context);
+      fail(braidSystemError, "NET/UCX: creating a UCP worker failed");
+    }
+    alwaysReady = eventfd(1, EFD_CLOEXEC);
+    if (ucp_worker_get_efd(worker, &wakeFd) != UCS_OK || alwaysReady < 0) {
+      if (alwaysReady >= 0) close(alwaysReady);
+      ucp_worker_destroy(worker);
+      ucp_cleanup(context);
+      fail(braidSystemError, "NET/UCX: the worker offers no file descriptor to wait on");
+    }
+  }
+  ~Worker() {
+    if (alwaysReady >= 0) close(alwaysReady);
+    ucp_worker_destroy(worker);
+    ucp_cleanup(context);
+  }
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  void progress() {
+    while (ucp_worker_progress(worker) != 0) {
+    }
+  }
+
+  // Where this worker's listeners and connections are: where its sockets get keepalive.
+  void addAddress(const std::string& host) {
+    std::lock_guard<std::mutex> lock(addressesMutex_);
+    if (std::find(addresses_.begin(), addresses_.end(), host) == addresses_.end())
+      addresses_.push_back(host);
+  }
+
+  // What to poll() on until the worker has something to do. The worker's descriptor fires only
+  // once armed, and arming fails while events are pending: then a descriptor that is always ready
+  // sends the caller straight back to progress. A caller about to wait also keeps the sockets UCX
+  // accepted since the last look (at most every second) under keepalive.
+  void pollDescriptor(std::vector<pollfd>& out) {
+    progress();
+    if (Clock::now() - lastKeepaliveScan_.load() > std::chrono::seconds(1)) {
+      lastKeepaliveScan_ = Clock::now();
+      std::lock_guard<std::mutex> lock(addressesMutex_);
+      enableKeepaliveOnAcceptedSockets(addresses_, keepaliveMs);
+    }
+    out.push_back({ucp_worker_arm(worker) == UCS_OK ? wakeFd : alwaysReady, POLLIN, 0});
+  }
+
+  // Progresses until `done` or `deadline`, sleeping on the worker's descriptor in between.
+  template <typename Done>
+  bool progressUntil(Done done, Clock::time_point deadline) {
+    for (;;) {
+      progress();
+      if (done()) return true;
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) return false;
+      std::vector<pollfd> fds;
+      pollDescriptor(fds);
+      ::poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left.count() + 1, 10)));
+    }
+  }
+
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  int wakeFd = -1;
+  int alwaysReady = -1;
+  const int keepaliveMs;
+
+ private:
+  std::mutex addressesMutex_;
+  std::vector<std::string> addresses_;
+  std::atomic<Clock::time_point> lastKeepaliveScan_{};
+};
+
+// A UCP request's handle, polled rather than called back, so that nothing UCX does later can
+// reach freed memory. One dropped unfinished is cancelled (a receive ends at once; a send ends
+// when its endpoint closes) and released to UCX.
+class Operation {
+ public:
+  Operation() = default;
+  Operation(ucp_worker_h worker, ucs_status_ptr_t handle) : worker_(worker) {
+    if (UCS_PTR_IS_ERR(handle))
+      status_ = UCS_PTR_STATUS(handle);
+    else if (handle != nullptr)
+      handle_ = handle, status_ = UCS_INPROGRESS;
+  }
+  Operation(Operation&& other) noexcept { *this = std::move(other); }
+  Operation& operator=(Operation&& other) noexcept {
+    release();
+    worker_ = other.worker_;
+    handle_ = std::exchange(other.handle_, nullptr);
+    status_ = other.status_;
+    return *this;
+  }
+  ~Operation() { release(); }
+
+  // UCS_INPROGRESS until the operation ends; then its outcome. For a tagged receive, `tagInfo`
+  // gets what arrived; for a stream receive, `streamBytes`.
+  ucs_status_t poll(ucp_tag_recv_info_t* tagInfo = nullptr, size_t* streamBytes = nullptr) {
+    if (status_ != UCS_INPROGRESS) return status_;
+    if (tagInfo != nullptr) {
+      status_ = ucp_tag_recv_request_test(handle_, tagInfo);
+    } else if (streamBytes != nullptr) {
+      status_ = ucp_stream_recv_request_test(handle_, streamBytes);
+    } else {
+      status_ = ucp_request_check_status(handle_);
+    }
+    if (status_ != UCS_INPROGRESS) release();
+    return status_;
+  }
+
+ private:
+  void release() {
+    if (handle_ == nullptr) return;
+    if (status_ == UCS_INPROGRESS) ucp_request_cancel(worker_, handle_);
+    ucp_request_free(handle_);
+    handle_ = nullptr;
+  }
+  ucp_worker_h worker_ = nullptr;
+  void* handle_ = nullptr;
+  ucs_status_t status_ = UCS_OK;
+};
+
+// A UCP endpoint and the error its handler recorded.
+class Endpoint {
+ public:
+  Endpoint(std::shared_ptr<Worker> worker, std::string peer)
+      : worker_(std::move(worker)), peer_(std::move(peer)) {}
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+  // Flushes what the endpoint still holds (the end of a stream), bounded, unless it failed; then
+  // closes it, forcibly: a peer that will not take the rest must not hold up the close.
+  ~Endpoint() {
+    if (ep_ == nullptr) return;
+    if (error() == UCS_OK) {
+      const ucp_request_param_t flushParam{};
+      Operation flush(worker_->worker, ucp_ep_flush_nbx(ep_, &flushParam));
+      worker_->progressUntil([&] { return flush.poll() != UCS_INPROGRESS; },
+                             Clock::now() + kCloseTimeout);
+    }
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    Operation close(worker_->worker, ucp_ep_close_nbx(ep_, &param));
+    worker_->progressUntil([&] { return close.poll() != UCS_INPROGRESS; },
+                           Clock::now() + kCloseTimeout);
+  }
+
+  // Completes the endpoint's parameters with this object's error handler and creates it.
+  void create(ucp_ep_params_t params) {
+    params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    params.err_handler.cb = [](void* self, ucp_ep_h, ucs_status_t status) {
+      static_cast<Endpoint*>(self)->error_.store(status, std::memory_order_release);
+    };
+    params.err_handler.arg = this;
+    const ucs_status_t status = ucp_ep_create(worker_->worker, &params, &ep_);
+    if (status != UCS_OK) {
+      ep_ = nullptr;
+      failTransfer("NET/UCX: connecting to " + peer_, status, worker_->keepaliveMs);
+    }
+  }
+
+  ucp_ep_h get() const { return ep_; }
+  ucs_status_t error() const { return error_.load(std::memory_order_acquire); }
+  const std::string& peer() const { return peer_; }
+  Worker& worker() const { return *worker_; }
+
+ private:
+  std::shared_ptr<Worker> worker_;
+  std::string peer_;
+  ucp_ep_h ep_ = nullptr;
+  std::atomic<ucs_status_t> error_{UCS_OK};  // set by the handler, from any progressing thread
+};
+
+class UcxMemoryRegion final : public MemoryRegion {
+ public:
+  UcxMemoryRegion(std::shared_ptr<Worker> worker, void* data, size_t bytes)
+      : worker_(std::move(worker)) {
+    ucp_mem_map_params_t params{};
+    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    params.address = data;
+    params.length = bytes;
+    check(ucp_mem_map(worker_->context, &params, &handle_), "registering a FIFO (ucp_mem_map)");
+  }
+  ~UcxMemoryRegion() override { ucp_mem_unmap(worker_->context, handle_); }
+  ucp_mem_h handle() const { return handle_; }
+
+ private:
+  std::shared_ptr<Worker> worker_;
+  ucp_mem_h handle_ = nullptr;
+};
+
+struct UcxRequest : Request {
+  Operation operation;
+  uint64_t seq = 0;
+  size_t bytes = 0;            // a send's size
+  ucp_tag_recv_info_t info{};  // a receive's, once it is done
+};
+
+// One direction of a connection: its endpoint, tag and requests. Requests are tested in posting
+// order.
+class UcxComm {
+ protected:
+  UcxComm(std::unique_ptr<Endpoint> endpoint, uint64_t connection, std::string activity)
+      : endpoint_(std::move(endpoint)), connection_(connection), activity_(std::move(activity)) {}
+
+  bool full() const { return posted_ - reported_ >= kMaxRequests; }
+  UcxRequest& nextRequest() {
+    UcxRequest& r = requests_[posted_ % kMaxRequests];
+    r = UcxRequest{};
+    r.seq = posted_++;
+    return r;
+  }
+  ucp_request_param_t param(size_t bytes, MemoryRegion* region) const {
+    ucp_request_param_t p{};
+    if (region != nullptr && bytes > 0) {
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
+      p.memh = static_cast<UcxMemoryRegion*>(region)->handle();
+    }
+    return p;
+  }
+  // Reports `request` done once its operation ends; throws if it failed.
+  bool finished(UcxRequest& r, size_t* bytes, bool receive) {
+    if (r.seq != reported_)
+      fail(braidInternalError, "{}: request #{} tested before #{}", activity_, r.seq, reported_);
+    const ucs_status_t status = r.operation.poll(receive ? &r.info : nullptr);
+    if (status == UCS_INPROGRESS) return false;
+    if (status != UCS_OK) failTransfer(activity_, status, endpoint_->worker().keepaliveMs);
+    *bytes = receive ? r.info.length : r.bytes;
+    ++reported_;
+    return true;
+  }
+  // Requests are destroyed (their operations released) before the endpoint closes.
+  std::unique_ptr<Endpoint> endpoint_;
+  uint64_t connection_;
+  std::string activity_;  // "sending to 10.0.0.2:4000", for errors
+  std::array<UcxRequest, kMaxRequests> requests_;
+  uint64_t posted_ = 0;
+  uint64_t reported_ = 0;
+};
+
+class UcxSendComm final : public SendComm, UcxComm {
+ public:
+  // `hello` is in flight on the endpoint's stream, from `helloBuffer`.
+  UcxSendComm(std::unique_ptr<Endpoint> endpoint, std::unique_ptr<Hello> helloBuffer,
+              Operation hello, std::shared_ptr<Worker> worker, const std::string& peer)
+      : UcxComm(std::move(endpoint), helloBuffer->connection, "sending to " + peer),
+        helloBuffer_(std::move(helloBuffer)),
+        hello_(std::move(hello)),
+        worker_(std::move(worker)) {}
+
+  std::unique_ptr<MemoryRegion> registerMemory(void* data, size_t bytes) override {
+    return std::make_unique<UcxMemoryRegion>(worker_, data, bytes);
+  }
+
+  Request* isend(const void* data, size_t bytes, MemoryRegion* region) override {
+    if (full()) return nullptr;
+    UcxRequest& r = nextRequest();
+    r.bytes = bytes;
+    const ucp_request_param_t p = param(bytes, region);
+    r.operation = Operation(worker_->worker,
+                            ucp_tag_send_nbx(endpoint_->get(), data, bytes, connection_, &p));
+    return &r;
+  }
+
+  bool test(Request* request, size_t* bytes) override {
+    worker_->progress();
+    if (const ucs_status_t hello = hello_.poll(); hello != UCS_INPROGRESS && hello != UCS_OK)
+      failTransfer(activity_, hello, worker_->keepaliveMs);
+    if (endpoint_->error() != UCS_OK)
+      failTransfer(activity_, endpoint_->error(), worker_->keepaliveMs);
+    return finished(*static_cast<UcxRequest*>(request), bytes, false);
+  }
+
+  void pollDescriptors(std::vector<pollfd>& out) const override { worker_->pollDescriptor(out); }
+
+  // The end is a message of its own tag after the last one; closing the endpoint then flushes it.
+  void end() override {
+    const ucp_request_param_t p{};
+    end_ = Operation(worker_->worker, ucp_tag_send_nbx(endpoint_->get(), nullptr, 0,
+                                                       connection_ | kEndOfStreamTag, &p));
+  }
+
+ private:
+  std::unique_ptr<Hello> helloBuffer_;
+  Operation hello_;
+  Operation end_;
+  std::shared_ptr<Worker> worker_;
+};
+
+class UcxRecvComm final : public RecvComm, UcxComm {
+ public:
+  UcxRecvComm(std::unique_ptr<Endpoint> endpoint, uint64_t connection,
+              std::shared_ptr<Worker> worker, const std::string& peer)
+      : UcxComm(std::move(endpoint), connection, "receiving from " + peer),
+        worker_(std::move(worker)) {
+    const ucp_request_param_t p{};
+    end_ =
+        Operation(worker_->worker, ucp_tag_recv_nbx(worker_->worker, nullptr, 0,
+                                                    connection_ | kEndOfStreamTag, kExactTag, &p));
+  }
+
+  std::unique_ptr<MemoryRegion> registerMemory(void* data, size_t bytes) override {
+    return std::make_unique<UcxMemoryRegion>(worker_, data, bytes);
+  }
+
+  Request* irecv(void* data, size_t capacity, MemoryRegion* region) override {
+    if (full()) return nullptr;
+    UcxRequest& r = nextRequest();
+    // Always a handle to test, which then says what arrived: UCX 1.13 leaves recv_info unset for
+    // some receives that complete at once.
+    ucp_request_param_t p = param(capacity, region);
+    p.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    r.operation = Operation(worker_->worker, ucp_tag_recv_nbx(worker_->worker, data, capacity,
+                                                              connection_, kExactTag, &p));
+    return &r;
+  }
+
+  // After the end of the stream nothing more arrives, and the close that follows is no failure.
+  bool test(Request* request, size_t* bytes) override {
+    worker_->progress();
+    if (finished(*static_cast<UcxRequest*>(request), bytes, true)) return true;
+    if (ended()) return false;
+    if (endpoint_->error() != UCS_OK)
+      failTransfer(activity_, endpoint_->error(), worker_->keepaliveMs);
+    return false;
+  }
+
+  void pollDescriptors(std::vector<pollfd>& out) const override {
+    if (!ended_) worker_->pollDescriptor(out);
+  }
+
+ private:
+  bool ended() {
+    ucp_tag_recv_info_t ignored{};
+    if (!ended_ && end_.poll(&ignored) == UCS_OK) ended_ = true;
+    return ended_;
+  }
+
+  Operation end_;
+  bool ended_ = false;
+  std::shared_ptr<Worker> worker_;
+};
+
+// A UCP listener and the connections it received that have not been accepted yet.
+class UcxListenComm final : public ListenComm {
+ public:
+  UcxListenComm(std::shared_ptr<Worker> worker, const SocketAddress& address, const uint8_t* token)
+      : worker_(std::move(worker)) {
+    std::memcpy(token_, token, sizeof token_);
+    ucp_listener_params_t params{};
+    params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+    params.sockaddr.addr = address.get();
+    params.sockaddr.addrlen = address.length();
+    params.conn_handler.cb = [](ucp_conn_request_h request, void* self) {
+      static_cast<UcxListenComm*>(self)->requests_.push_back(request);
+    };
+    params.conn_handler.arg = this;
+    check(ucp_listener_create(worker_->worker, &params, &listener_), "ucp_listener_create");
+    ucp_listener_attr_t attr{};
+    attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+    check(ucp_listener_query(listener_, &attr), "ucp_listener_query");
+    bound_ = SocketAddress(reinterpret_cast<const sockaddr*>(&attr.sockaddr), sizeof attr.sockaddr);
+  }
+  ~UcxListenComm() override {
+    pending_.clear();
+    for (ucp_conn_request_h request : requests_) ucp_listener_reject(listener_, request);
+    ucp_listener_destroy(listener_);
+  }
+
+  const SocketAddress& bound() const { return bound_; }
+
+  std::unique_ptr<RecvComm> accept(uint32_t* tag, Clock::time_point deadline) {
+    std::unique_ptr<RecvComm> accepted;
+    const bool arrived = worker_->progressUntil(
+        [&] {
+          takeRequests();
+          accepted = nextHello(tag);
+          return accepted != nullptr;
+        },
+        deadline);
+    if (!arrived)
+      fail(braidTimeout, "NET/UCX: no connection to {} proved itself before the deadline",
+           bound_.toString());
+    return accepted;
+  }
+
+ private:
+  struct Pending {
+    std::unique_ptr<Endpoint> endpoint;
+    Hello hello;
+    Operation receive;
+    Clock::time_point since;
+  };
+
+  // Makes an endpoint for each connection request and waits for its hello.
+  void takeRequests() {
+    while (!requests_.empty()) {
+      ucp_conn_request_h request = requests_.front();
+      requests_.pop_front();
+      ucp_conn_request_attr_t attr{};
+      attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+      std::string peer = "an unknown address";
+      if (ucp_conn_request_query(request, &attr) == UCS_OK)
+        peer = SocketAddress(reinterpret_cast<const sockaddr*>(&attr.client_address),
+                             sizeof attr.client_address)
+                   .toString();
+      auto pending = std::make_unique<Pending>();
+      pending->endpoint = std::make_unique<Endpoint>(worker_, peer);
+      ucp_ep_params_t params{};
+      params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST;
+      params.conn_request = request;
+      try {
+        pending->endpoint->create(params);
+      } catch (const Error& e) {
+        BRAID_WARN(log::kNet, "NET/UCX: dropped a connection: {}", e.what());
+        continue;
+      }
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_STREAM_RECV_FLAG_WAITALL;
+      size_t length = 0;
+      pending->receive =
+          Operation(worker_->worker, ucp_stream_recv_nbx(pending->endpoint->get(), &pending->hello,
+                                                         sizeof(Hello), &length, &p));
+      pending->since = Clock::now();
+      pending_.push_back(std::move(pending));
+    }
+  }
+
+  // The first connection whose hello arrived and carries this listener's token.
+  std::unique_ptr<RecvComm> nextHello(uint32_t* tag) {
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      Pending& p = **it;
+      size_t length = 0;
+      const ucs_status_t status = p.receive.poll(nullptr, &length);
+      std::string refused;
+      if (status == UCS_INPROGRESS && Clock::now() - p.since > kHelloTimeout)
+        refused = "no hello";
+      else if (status != UCS_INPROGRESS && status != UCS_OK)
+        refused = "the connection failed: " + text(status);
+      else if (status == UCS_OK && (p.hello.magic != kHelloMagic ||
+                                    std::memcmp(p.hello.token, token_, sizeof token_) != 0 ||
+                                    (p.hello.connection & kEndOfStreamTag) != 0))
+        refused = "a hello without this listener's token";
+      if (!refused.empty()) {
+        BRAID_WARN(log::kNet, "NET/UCX: dropped a connection from {} to {}: {}", p.endpoint->peer(),
+                   bound_.toString(), refused);
+        it = pending_.erase(it);
+        continue;
+      }
+      if (status == UCS_INPROGRESS) {
+        ++it;
+        continue;
+      }
+      *tag = p.hello.tag;
+      const std::string peer = p.endpoint->peer();
+      auto comm =
+          std::make_unique<UcxRecvComm>(std::move(p.endpoint), p.hello.connection, worker_, peer);
+      pending_.erase(it);
+      return comm;
+    }
+    return nullptr;
+  }
+
+  std::shared_ptr<Worker> worker_;
+  ucp_listener_h listener_ = nullptr;
+  SocketAddress bound_;
+  uint8_t token_[wire::kTokenBytes];
+  std::deque<ucp_conn_request_h> requests_;  // from the connection handler
+  std::vector<std::unique_ptr<Pending>> pending_;
+};
+
+class UcxNet final : public InterfaceNet {
+ public:
+  UcxNet(std::vector<NetInterface> devices, int keepaliveMs)
+      : InterfaceNet(std::move(devices)), keepaliveMs_(keepaliveMs) {
+    if (keepaliveMs < 1)
+      fail(braidInvalidArgument, "BRAID_SOCKET_KEEPALIVE_MS={} must be positive", keepaliveMs);
+  }
+
+  const char* name() const override { return "UCX"; }
+
+  std::unique_ptr<ListenComm> listen(int device, Handle* handle) override {
+    SocketAddress address = checkedDevice(device).address;
+    address.setPort(0);
+    uint8_t token[wire::kTokenBytes];
+    fillRandom(token, sizeof token);
+    worker()->addAddress(address.host());
+    auto listener = std::make_unique<UcxListenComm>(worker(), address, token);
+    *handle = wire::packHandle(listener->bound(), token);
+    return listener;
+  }
+
+  std::unique_ptr<SendComm> connect(int device, const Handle& handle, uint32_t tag,
+                                    Clock::time_point) override {
+    worker()->addAddress(checkedDevice(device).address.host());
+    auto hello = std::make_unique<Hello>();
+    const SocketAddress address = wire::unpackHandle(handle, hello->token, "UCX");
+    auto endpoint = std::make_unique<Endpoint>(worker(), address.toString());
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
+    params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    params.sockaddr.addr = address.get();
+    params.sockaddr.addrlen = address.length();
+    endpoint->create(params);
+    hello->tag = tag;
+    fillRandom(&hello->connection, sizeof hello->connection);
+    hello->connection &= ~kEndOfStreamTag;
+    // The send may wait for the endpoint's wire-up: the comm keeps its buffer.
+    ucp_request_param_t p{};
+    Operation sent(worker_->worker,
+                   ucp_stream_send_nbx(endpoint->get(), hello.get(), sizeof(Hello), &p));
+    const std::string peer = address.toString();
+    return std::make_unique<UcxSendComm>(std::move(endpoint), std::move(hello), std::move(sent),
+                                         worker_, peer);
+  }
+
+  std::unique_ptr<RecvComm> accept(ListenComm& listener, uint32_t* tag,
+                                   Clock::time_point deadline) override {
+    return static_cast<UcxListenComm&>(listener).accept(tag, deadline);
+  }
+
+ private:
+  // Made on first use: a Net that only describes its devices starts no UCX.
+  const std::shared_ptr<Worker>& worker() {
+    if (worker_ == nullptr) worker_ = std::make_shared<Worker>(keepaliveMs_);
+    return worker_;
+  }
+
+  int keepaliveMs_;
+  std::shared_ptr<Worker> worker_;
+};
+
+}  // namespace
+
+std::unique_ptr<Net> makeUcxNet(std::vector<NetInterface> devices, int keepaliveMs) {
+  return std::make_unique<UcxNet>(std::move(devices), keepaliveMs);
+}
+
+}  // namespace braid::net
