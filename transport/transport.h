@@ -59,6 +59,9 @@ class LinkService {
   virtual void operationFinished() {}
   // The communicator ends in good order: deliver what the rank posted, until `deadline`.
   virtual void finish(Clock::time_point deadline) {}
+  // Moves, on the calling (waiting) thread, what it can of the links with `peer` (-1: all);
+  // true if anything moved.
+  virtual bool drive(int peer) { return false; }
   // The story of a failed link, preferring one with `peer`; nothing while all are well.
   virtual std::optional<std::string> failure(int peer) const { return std::nullopt; }
 };

@@ -26,6 +26,10 @@ class Watchdog {
   virtual ~Watchdog() = default;
   // Called between sleep slices; `peer` is the rank being waited for (-1 if several).
   virtual void poll(int peer, const char* waitingFor) = 0;
+  // Moves what the waiting thread can move itself, such as the sockets of its connection with
+  // `peer` on another host, instead of waiting for a progress thread to do it; true if anything
+  // moved. Called every few spins and before every yield.
+  virtual bool drive(int peer) { return false; }
 
   // How long a wait busy-polls, then yields, before it sleeps. Fewer spins when ranks outnumber
   // cores: a spinning rank would hold the core its producer needs.
@@ -90,13 +94,15 @@ inline uint32_t waitUntil(WakeableWord w, Ready ready, Watchdog& dog, int peer,
                           const char* waitingFor) {
   uint32_t v = w.load();
   if (ready(v)) return v;
+  constexpr int64_t kSpinsPerDrive = 16;
   for (int64_t i = 0; i < dog.spins; ++i) {
+    if (i % kSpinsPerDrive == 0) dog.drive(peer);
     cpuRelax();
     v = w.load();
     if (ready(v)) return v;
   }
   for (int64_t i = 0; i < dog.yields; ++i) {
-    sched_yield();
+    if (!dog.drive(peer)) sched_yield();
     v = w.load();
     if (ready(v)) return v;
   }

@@ -641,6 +641,13 @@ std::string braidComm::laggingPeers() const {
   return fmt::format("; ranks that have not started this operation: {}", fmt::join(lagging, ", "));
 }
 
+bool braidComm::drive(int peer) {
+  bool moved = false;
+  for (const auto& service : share_->links.services)
+    moved |= service->drive(peer >= 0 ? linkIndex_[peer] : -1);
+  return moved;
+}
+
 void braidComm::poll(int peer, const char* waitingFor) {
   // A peer process that exited: its pidfd turns readable.
   for (int r = 0; r < nranks_; ++r) {

@@ -126,6 +126,7 @@ struct braidComm : public braid::Watchdog {
 
   // Watchdog: deadline, aborts and dead peers.
   void poll(int peer, const char* waitingFor) override;
+  bool drive(int peer) override;
 
  private:
   template <typename Body>

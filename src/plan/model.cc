@@ -115,9 +115,10 @@ Model::Model(const LinkGraph& graph, const Plan& plan, ModelInput input)
       if (lat.simpleUs > slowestHop_.simpleUs) slowestHop_ = lat;
     }
   }
-  // One-shot exchanges need every pair joined directly: shared memory on one host, or NVLink /
-  // NVSwitch between devices, or one GPU that every rank shares.
-  allPairsDirect_ = hosts_ == 1;
+  // One-shot exchanges need every pair joined directly: shared memory on one host, the network
+  // transport between host ranks on different hosts (it connects any pair), or NVLink / NVSwitch
+  // between devices, or one GPU that every rank shares.
+  allPairsDirect_ = hosts_ == 1 || in_.hostRanks;
   directGBs_ = ringGBs_;
   if (!in_.hostRanks && in_.ranksShareDevice) {
     // Ranks on one GPU share its memory: n ranks move their bytes at once. A ring hop writes a
@@ -214,8 +215,10 @@ double Model::directTimeUs(Operation op, Protocol protocol, size_t bytes) const 
     // Posts its input to n-1 peers, then reduces n inputs: one handoff of latency.
     if (op != Operation::AllReduce || bytes > in_.directMaxBytes || protocol != Protocol::Simple)
       return kInfinity;
+    // Across hosts each of the n - 1 messages is a send of its own on the network.
     const double share = oversubscription();
-    return in_.latency.callUs + stepLatencyUs(protocol) +
+    const double messagesUs = hosts_ > 1 ? (n - 1) * in_.latency.netHopUs / 4 : 0;
+    return in_.latency.callUs + stepLatencyUs(protocol) + messagesUs +
            (microseconds((n - 1) * bytes, in_.core.copyGBs) +
             microseconds((n - 1) * bytes, in_.core.reduceGBs)) *
                share;

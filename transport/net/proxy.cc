@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cerrno>
+#include <mutex>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -36,12 +37,15 @@ struct Proxy::Link {
   // Requests by FIFO slot, and the slots handed to the plug-in and finished, as FIFO counters.
   std::array<Request*, kMaxFifoSlots> sendRequests{};
   std::array<Request*, kMaxFifoSlots> recvRequests{};
-  uint32_t sendPosted = 0;
+  std::atomic<uint32_t> sendPosted{0};  // also read, unlocked, by drive()
   uint32_t sendDone = 0;
   uint32_t recvPosted = 0;
   uint32_t recvDone = 0;
   std::atomic<bool> failed{false};
   std::string failure;  // guarded by failureMutex_
+  // Held by whoever moves the link (the proxy thread or a waiting rank): guards the counters,
+  // requests and comms above.
+  std::mutex driver;
 };
 
 Proxy::Proxy(int rank, const FifoGeometry& geometry, Allocate allocate)
@@ -106,6 +110,7 @@ void Proxy::finish(Clock::time_point deadline) {
     return peers;
   };
   operationStarted();
+  wake();
   while (!unsent().empty() && Clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   operationFinished();
@@ -119,14 +124,23 @@ void Proxy::finish(Clock::time_point deadline) {
 
 void Proxy::operationStarted() {
   activeOperations_.fetch_add(1, std::memory_order_seq_cst);
+}
+
+// An operation that ends with slots not yet handed to the network (a send, which returns once its
+// data is in the FIFO) leaves them to this thread: it must not sleep on them.
+void Proxy::operationFinished() {
+  activeOperations_.fetch_sub(1, std::memory_order_seq_cst);
+  bool unsent = false;
+  for (const auto& link : links_)
+    unsent |= link->sendFifo.control->tail().load() != link->sendPosted.load();
+  if (unsent) wake();
+}
+
+void Proxy::wake() {
   if (sleeping_.load(std::memory_order_seq_cst)) {
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t ignored = write(wakeFd_, &one, sizeof one);
   }
-}
-
-void Proxy::operationFinished() {
-  activeOperations_.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 void Proxy::fail(Link& link, const std::string& why) {
@@ -139,6 +153,29 @@ void Proxy::fail(Link& link, const std::string& why) {
     BRAID_INFO(log::kNet, "rank {}: {}", rank_, link.failure);
   }
   anyFailure_.store(true, std::memory_order_release);
+}
+
+bool Proxy::progress(Link& link, bool send, bool recv) {
+  std::unique_lock<std::mutex> lock(link.driver, std::try_to_lock);
+  if (!lock.owns_lock() || link.failed.load(std::memory_order_relaxed)) return false;
+  try {
+    return (send && progressSend(link)) | (recv && progressRecv(link));
+  } catch (...) {
+    fail(link, currentError().what());
+    return false;
+  }
+}
+
+bool Proxy::drive(int peer) {
+  drives_.fetch_add(1, std::memory_order_relaxed);
+  bool moved = false;
+  for (const auto& link : links_) {
+    const bool awaited = peer < 0 || link->peer == peer;
+    // Without the lock this read may be stale; the next drive, or the proxy, catches up.
+    const bool toSend = link->sendFifo.control->tail().load() != link->sendPosted;
+    if (awaited || toSend) moved |= progress(*link, true, awaited);
+  }
+  return moved;
 }
 
 // Hands the slots the rank published to isend; returns the finished ones to the rank.
@@ -200,7 +237,9 @@ void Proxy::sleep() {
   // operation. Receives need no such care: the operation that reads them wakes the thread.
   bool unwatchedSends = false;
   for (const auto& link : links_) {
-    if (link->failed) continue;
+    std::unique_lock<std::mutex> lock(link->driver, std::try_to_lock);
+    // A link a rank is driving needs no wake-up from here.
+    if (!lock.owns_lock() || link->failed) continue;
     if (link->sendDone != link->sendPosted) {
       const size_t watched = fds.size();
       link->send->pollDescriptors(fds);
@@ -223,17 +262,19 @@ void Proxy::sleep() {
 void Proxy::run() {
   log::setThreadRank(rank_);
   int idleRounds = 0;
+  uint64_t drivesSeen = 0;
   while (!stop_.load(std::memory_order_acquire)) {
-    bool moved = false;
-    for (const auto& link : links_) {
-      if (link->failed) continue;
-      try {
-        moved |= progressSend(*link);
-        moved |= progressRecv(*link);
-      } catch (...) {
-        fail(*link, currentError().what());
-      }
+    // A rank that drives its links is waiting for them and moves them sooner than this thread
+    // could: stay out of its way (off the core, off the links' locks) until it stops driving,
+    // computing or gone between operations.
+    if (const uint64_t drives = drives_.load(std::memory_order_relaxed); drives != drivesSeen) {
+      drivesSeen = drives;
+      idleRounds = 0;
+      std::this_thread::sleep_for(std::chrono::nanoseconds(kActiveSliceNs));
+      continue;
     }
+    bool moved = false;
+    for (const auto& link : links_) moved |= progress(*link, true, true);
     if (moved) {
       idleRounds = 0;
     } else if (idleRounds < kYieldRounds) {

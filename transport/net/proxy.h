@@ -50,18 +50,29 @@ class Proxy : public LinkService {
   std::optional<std::string> failure(int peer) const override;
 
   // An operation of the rank starts or ends. Meanwhile the thread sleeps in short slices, since the
-  // rank's FIFO moves cannot wake it; in between it sleeps until a socket stirs.
+  // rank's FIFO moves cannot wake it; in between it sleeps until a socket stirs. The rank moves
+  // its links itself while it waits (drive), so an operation's start does not wake the thread;
+  // its end does, if it leaves slots to send.
   void operationStarted() override;
   void operationFinished() override;
   int busyThreads() const override { return 1; }
+
+  // The waiting rank moves its links itself: a small message then crosses no thread handoff
+  // (rank -> proxy -> socket), which on few cores costs more than the network. The links with
+  // `peer` (-1: all), and every link with slots to send.
+  bool drive(int peer) override;
 
  private:
   struct Link;
 
   void run();
+  // Both take the link's driver lock, held by the proxy or a waiting rank, whichever comes first;
+  // false (nothing moved) if the other holds it.
   bool progressSend(Link& link);
   bool progressRecv(Link& link);
+  bool progress(Link& link, bool send, bool recv);
   void sleep();
+  void wake();
   void fail(Link& link, const std::string& why);
 
   const int rank_;
@@ -73,6 +84,7 @@ class Proxy : public LinkService {
   std::atomic<bool> stop_{false};
   std::atomic<int> activeOperations_{0};
   std::atomic<bool> sleeping_{false};
+  std::atomic<uint64_t> drives_{0};  // drive() calls: a rank is waiting on its links
   bool departing_ = false;  // finish() ran: end the streams on purpose
 
   std::atomic<bool> anyFailure_{false};

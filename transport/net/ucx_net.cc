@@ -134,7 +134,15 @@ class Worker {
     // stop it: a socket with a probe unacknowledged sends no keepalive, and TCP retransmits for
     // many minutes.
     const int seconds = std::max(1, (keepaliveMs + 999) / 1000);
-    setDefault(config, "KEEPALIVE_INTERVAL", rdmaDevicePresent() ? "1s" : "inf");
+    const bool rdma = rdmaDevicePresent();
+    setDefault(config, "KEEPALIVE_INTERVAL", rdma ? "1s" : "inf");
+    if (!rdma) {
+      // Over TCP, rendezvous costs round trips that move nothing (its "zero copy" is emulated),
+      // and UCX's 8 KiB segments cost a system call each: a FIFO slot goes eagerly, in one piece.
+      setDefault(config, "RNDV_THRESH", "inf");
+      setDefault(config, "TCP_TX_SEG_SIZE", "256k");
+      setDefault(config, "TCP_RX_SEG_SIZE", "256k");
+    }
     // Every buffer UCX sees is a FIFO registered once (ucp_mem_map), so no registration cache,
     // and none of the memory hooks it installs: those deadlock a process forked while another
     // thread held their lock.
