@@ -38,7 +38,9 @@ struct RankControl {
   alignas(64) std::atomic<uint64_t> opSeq{0};
   alignas(64) std::atomic<uint32_t> failed{0};
   std::atomic<uint32_t> departed{0};  // destroyed its communicator: its exit is no failure
-  char reason[240] = {};  // why it failed, NUL-terminated, written before `failed` is set
+  // Why it failed, NUL-terminated, written before `failed` is set. Room for a chain: a rank that
+  // fails because a peer did quotes that peer's reason, which may quote another's.
+  char reason[1024] = {};
 };
 
 struct FifoGeometry {
@@ -64,6 +66,9 @@ class LinkService {
   virtual bool drive(int peer) { return false; }
   // The story of a failed link, preferring one with `peer`; nothing while all are well.
   virtual std::optional<std::string> failure(int peer) const { return std::nullopt; }
+  // The rank failed: tell the peers it serves why, best effort and without waiting for them, as
+  // the rank's RankControl tells the ranks on its host. Its links carry nothing more.
+  virtual void abandon(const std::string& reason) {}
 };
 
 // Everything a rank holds to talk to its peers; indexed by peer rank.

@@ -41,14 +41,20 @@ int main(void) {
   int rank = 0;
   check(braidCommUserRank(comm, &rank), comm, "braidCommUserRank");
   const int atInit = countSockets();
-  float data[1024];
-  for (int i = 0; i < 1024; ++i) data[i] = (float)rank;
-  check(braidAllReduce(data, data, 1024, braidFloat32, braidSum, comm, NULL), comm,
+  /* 4 MiB: past the one-shot exchange of small all-reduces (every pair), so the ring runs. */
+  const size_t count = (size_t)1 << 20;
+  float* data = malloc(count * sizeof(float));
+  if (data == NULL) return 1;
+  for (size_t i = 0; i < count; ++i) data[i] = (float)rank;
+  check(braidAllReduce(data, data, count, braidFloat32, braidSum, comm, NULL), comm,
         "braidAllReduce");
   const int afterAllReduce = countSockets();
-  /* No rank destroys its communicator (closing its connections) before every rank has counted. */
-  check(braidAllReduce(data, data, 1, braidFloat32, braidSum, comm, NULL), comm, "braidAllReduce");
+  /* No rank destroys its communicator (closing its connections) before every rank has counted; a
+     second ring all-reduce waits for that without joining other pairs, as a small one would. */
+  check(braidAllReduce(data, data, count, braidFloat32, braidSum, comm, NULL), comm,
+        "braidAllReduce");
   printf("rank %d: %d sockets at init, %d after an all-reduce\n", rank, atInit, afterAllReduce);
   check(braidCommDestroy(comm), NULL, "braidCommDestroy");
+  free(data);
   return 0;
 }

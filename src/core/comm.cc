@@ -508,6 +508,10 @@ void braidComm::markFailed(const std::string& reason) {
   if (own == nullptr || own->failed.load() != 0) return;
   std::snprintf(own->reason, sizeof own->reason, "%s", reason.c_str());
   own->failed.store(1, std::memory_order_release);
+  // Ranks on other hosts do not see the control block: the transports that reach them tell them.
+  // No link is being driven on this thread (a wait's poll() throws after drive() returns).
+  // Communicators sharing the links share the control block too: the first failure is told.
+  for (const auto& service : share_->links.services) service->abandon(reason);
 }
 
 template <typename Body>

@@ -76,6 +76,8 @@ braid_multihost_test(multihost_killed_rank HOSTS 2
   COMMAND ${faults} --gtest_filter=Faults.KilledRankIsNamedByPeersOnEveryHost)
 braid_multihost_test(multihost_stops_reading HOSTS 2
   COMMAND ${faults} --gtest_filter=Faults.PeerThatStopsReadingEndsInATimeoutNamingIt)
+braid_multihost_test(multihost_failure_reason HOSTS 2
+  COMMAND ${faults} --gtest_filter=Faults.FailedRanksReasonReachesPeersOnOtherHosts)
 braid_multihost_test(multihost_departure HOSTS 3
   COMMAND ${faults} --gtest_filter=Departure.SendThenDestroyDeliversEverythingAndIsNoFailure)
 # The same over braid's NCCL net plug-in, which ends its stream when NCCL's closeSend() closes it.
@@ -99,5 +101,7 @@ braid_multihost_test(multihost_killed_rank_ucx HOSTS 2
   COMMAND ${ucx} ${faults} --gtest_filter=Faults.KilledRankIsNamedByPeersOnEveryHost)
 braid_multihost_test(multihost_stops_reading_ucx HOSTS 2
   COMMAND ${ucx} ${faults} --gtest_filter=Faults.PeerThatStopsReadingEndsInATimeoutNamingIt)
+braid_multihost_test(multihost_failure_reason_ucx HOSTS 2
+  COMMAND ${ucx} ${faults} --gtest_filter=Faults.FailedRanksReasonReachesPeersOnOtherHosts)
 braid_multihost_test(multihost_departure_ucx HOSTS 3
   COMMAND ${ucx} ${faults} --gtest_filter=Departure.SendThenDestroyDeliversEverythingAndIsNoFailure)

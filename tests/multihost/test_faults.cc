@@ -36,6 +36,7 @@ struct Board {
   std::atomic<int> looping{0};  // ranks that finished their first all-reduce
   std::atomic<int> failed{0};   // ranks whose all-reduce returned an error
   std::atomic<pid_t> pid[kMaxRanks];
+  std::atomic<int64_t> waitedMs[kMaxRanks];  // how long a rank's failed operation took
 };
 
 Board* sharedBoard() {
@@ -117,7 +118,9 @@ class Faults : public testing::Test {
 };
 
 // Host 1's port on the bridge goes down while 6 ranks on 3 hosts (2 each) all-reduce. Ranks on
-// host 1 lose every peer elsewhere; ranks elsewhere lose host 1's ranks. Each must say so.
+// host 1 lose every peer elsewhere; ranks elsewhere lose host 1's ranks. Each must say so: a rank
+// may first hear of it from a peer that failed (its reason quoted), so the connection named last
+// before "unreachable" is the one lost.
 TEST_F(Faults, LinkDownMidAllReduceEveryRankNamesAPeerItLost) {
   requireHosts(3);
   const int nranks = 6;
@@ -133,7 +136,8 @@ TEST_F(Faults, LinkDownMidAllReduceEveryRankNamesAPeerItLost) {
   run("ip -n " + switchNamespace() + " link set port1 up");
 
   const std::vector<std::string> lines = byRank(failures, nranks);
-  const std::regex lost("connection with rank ([0-9]+) failed: .*unreachable");
+  const std::regex lost(
+      "connection with rank ([0-9]+) failed: (?:(?!connection with rank).)*unreachable");
   for (int rank = 0; rank < nranks; ++rank) {
     SCOPED_TRACE("rank " + std::to_string(rank) + " on host " + std::to_string(hostOfRank(rank)));
     std::smatch m;
@@ -158,6 +162,61 @@ TEST_F(Faults, KilledRankIsNamedByPeersOnEveryHost) {
   for (int rank : {0, 1, 2}) {
     EXPECT_EQ(lines[rank].rfind("braidRemoteError", 0), 0u) << lines[rank];
     EXPECT_NE(lines[rank].find("rank 3"), std::string::npos) << lines[rank];
+  }
+}
+
+// Rank 1 (host 1 of 2) times out waiting for a message rank 0 never sends, while the others wait
+// for rank 1 with a long timeout. Rank 3, on its host, reads the reason from its control block;
+// ranks 0 and 2 must learn it across the network (SendComm::abort) and fail at once quoting it,
+// not with a closed connection or at their own timeout.
+TEST_F(Faults, FailedRanksReasonReachesPeersOnOtherHosts) {
+  requireHosts(2);
+  const int nranks = 4, failing = 1, shortMs = 4000, longMs = 60000;
+  Board* board = sharedBoard();
+  RankProgram program;
+  program.describeStep = [](int64_t step) {
+    return step == 0 ? std::string("the first all-reduce") : std::string("the receive");
+  };
+  program.run = [=](const RankEnv& env) -> Failures {
+    braidComm_t comm = nullptr;
+    if (braidResult_t r = initRank(&comm, env, env.rank == failing ? shortMs : longMs);
+        r != braidSuccess)
+      return {"init: " + describeResult(r, nullptr)};
+    float value = 1;
+    env.at(0);
+    // Every rank has joined before rank 1's short timeout counts. A ring all-reduce (4 MiB: no
+    // one-shot exchange) connects ring neighbours only: ranks 0 and 2 have no connection from
+    // rank 1 (ring 0 2 1 3), which must make one on first use to tell them why it failed.
+    std::vector<float> warmUp(size_t{1} << 20, 1.0f);
+    if (braidResult_t r = braidAllReduce(warmUp.data(), warmUp.data(), warmUp.size(),
+                                         braidFloat32, braidSum, comm, nullptr);
+        r != braidSuccess)
+      return {"all-reduce: " + describeResult(r, comm)};
+    env.at(1);
+    const auto start = std::chrono::steady_clock::now();
+    const braidResult_t r =
+        braidRecv(&value, 1, braidFloat32, env.rank == failing ? 0 : failing, comm, nullptr);
+    board->waitedMs[env.rank] = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    std::chrono::steady_clock::now() - start)
+                                    .count();
+    const std::string error = describeResult(r, comm);
+    // Rank 1 keeps its connections until every rank has failed: their close would say less.
+    board->failed.fetch_add(1);
+    waitFor(board->failed, nranks, 60s);
+    braidCommDestroy(comm);
+    return {error};
+  };
+  const Failures failures = launchRanks(Launch::Processes, nranks, program, 100s);
+  const std::vector<std::string> lines = byRank(failures, nranks);
+  EXPECT_EQ(lines[failing].rfind("braidTimeout", 0), 0u) << lines[failing];
+  const std::regex reason("rank 1: [a-z/-]+ #[0-9]+ timed out after " + std::to_string(shortMs) +
+                          " ms waiting for [a-z/-]+ from rank 0");
+  for (int rank : {0, 2, 3}) {
+    SCOPED_TRACE("rank " + std::to_string(rank) + " on host " + std::to_string(hostOfRank(rank)));
+    EXPECT_EQ(lines[rank].rfind("braidRemoteError", 0), 0u) << lines[rank];
+    EXPECT_TRUE(std::regex_search(lines[rank], reason)) << lines[rank];
+    // Rank 1's timeout and a little: nowhere near its own.
+    EXPECT_LT(board->waitedMs[rank].load(), shortMs + 5000) << lines[rank];
   }
 }
 

@@ -305,6 +305,45 @@ TEST(UcxNet, ACloseIsADepartureOnlyAfterTheEndOfTheStream) {
   expectACloseIsADepartureOnlyAfterTheEndOfTheStream(ucxPair);
 }
 
+// A sender whose rank failed says why before it closes: the receiver fails quoting the reason
+// (at most kMaxReasonBytes of it), not with a lost peer.
+void expectAnAbortTellsTheReceiverWhyTheRankFailed(const std::function<Pair()>& makePair) {
+  const std::string reason =
+      "rank 7: all-reduce #4 timed out after 1000 ms waiting for data from rank 0";
+  for (const std::string& sent : {reason, reason + std::string(kMaxReasonBytes, '.')}) {
+    SCOPED_TRACE(std::to_string(sent.size()) + "-byte reason");
+    Pair p = makePair();
+    std::vector<uint8_t> buffer(100);
+    Request* request = p.recv->irecv(buffer.data(), buffer.size(), nullptr);
+    p.send->abort(sent);
+    p.send.reset();
+    std::string error;
+    const bool failed = keepTrying(
+        [&] {
+          try {
+            size_t bytes = 0;
+            return p.recv->test(request, &bytes);
+          } catch (const Error& e) {
+            EXPECT_EQ(e.code(), braidRemoteError);
+            error = e.what();
+            return true;
+          }
+        },
+        5s);
+    ASSERT_TRUE(failed) << "the receiver never heard";
+    EXPECT_TRUE(error.ends_with("the peer's rank failed: " + sent.substr(0, kMaxReasonBytes)))
+        << error;
+  }
+}
+
+TEST(SocketNet, AnAbortTellsTheReceiverWhyTheRankFailed) {
+  expectAnAbortTellsTheReceiverWhyTheRankFailed([] { return connectedPair(3); });
+}
+
+TEST(UcxNet, AnAbortTellsTheReceiverWhyTheRankFailed) {
+  expectAnAbortTellsTheReceiverWhyTheRankFailed(ucxPair);
+}
+
 // A message larger than the posted buffer is an error naming the peer, never a write past it.
 TEST(UcxNet, OversizedMessageIsAnErrorNotAnOverflow) {
   Pair p = ucxPair();
@@ -548,6 +587,34 @@ TEST(SocketNet, FramesOutOfOrderAreAnError) {
   EXPECT_NE(s.errorOfTest().find("already complete"), std::string::npos);
 }
 
+// A failed rank's reason is read only up to its cap: a longer one is refused before its text, a
+// cut one is a truncated frame; neither touches the posted buffer.
+TEST(SocketNet, MalformedRankFailedFramesAreErrors) {
+  const std::vector<uint8_t> text(kMaxReasonBytes + 1, 'x');
+  for (uint64_t announced : {uint64_t{kMaxReasonBytes + 1}, uint64_t{1} << 62}) {
+    RawSender s;
+    wire::FrameHeader h;
+    h.flags = wire::kRankFailed;
+    h.bytes = announced;
+    s.peer.send(&h, sizeof h);
+    s.peer.send(text.data(), text.size());
+    const std::string error = s.errorOfTest();
+    EXPECT_NE(error.find(std::to_string(announced) + "-byte reason"), std::string::npos) << error;
+    EXPECT_NE(error.find("malformed"), std::string::npos) << error;
+    EXPECT_TRUE(s.bufferUntouched());
+  }
+  RawSender s;
+  wire::FrameHeader h;
+  h.flags = wire::kRankFailed;
+  h.bytes = 100;
+  s.peer.send(&h, sizeof h);
+  s.peer.send(text.data(), 10);
+  s.peer.socket() = Socket();
+  const std::string error = s.errorOfTest();
+  EXPECT_NE(error.find("10 of 100 payload bytes"), std::string::npos) << error;
+  EXPECT_TRUE(s.bufferUntouched());
+}
+
 // A peer that never reads: the sender's kernel buffers fill, test() keeps answering "not yet"
 // without blocking, and no more than kMaxRequests are ever taken.
 TEST(SocketNet, SenderToAPeerThatNeverReadsStaysBounded) {
@@ -623,6 +690,33 @@ TEST(NetProxy, MovesFifoSlotsInOrderWithTheirSizes) {
 
 TEST(NetProxy, MovesFifoSlotsOverUcx) {
   expectProxiesMoveFifoSlotsInOrderWithTheirSizes(ucxPair(), ucxPair());
+}
+
+// A rank that fails tells its peers on other hosts why: their proxies record the reason under its
+// rank. Its own links then move no more, which is no failure of theirs to report.
+void expectAbandonTellsThePeersWhyTheRankFailed(Pair ab, Pair ba) {
+  const FifoGeometry geometry{4096, 4};
+  Proxy a(3, geometry), b(0, geometry);
+  a.addPeer(0, std::move(ab.send), std::move(ba.recv));
+  b.addPeer(3, std::move(ba.send), std::move(ab.recv));
+  a.start();
+  b.start();
+  const std::string reason =
+      "rank 3: all-reduce #4 timed out after 1000 ms waiting for data from rank 0";
+  a.abandon(reason);
+  ASSERT_TRUE(keepTrying([&] { return b.failure(3).has_value(); }));
+  const std::string failure = *b.failure(3);
+  EXPECT_EQ(failure.rfind("the connection with rank 3 failed: ", 0), 0u) << failure;
+  EXPECT_TRUE(failure.ends_with("the peer's rank failed: " + reason)) << failure;
+  EXPECT_EQ(a.failure(0), std::nullopt);
+}
+
+TEST(NetProxy, AbandonTellsThePeersWhyTheRankFailed) {
+  expectAbandonTellsThePeersWhyTheRankFailed(connectedPair(1), connectedPair(1));
+}
+
+TEST(NetProxy, AbandonTellsThePeersWhyTheRankFailedOverUcx) {
+  expectAbandonTellsThePeersWhyTheRankFailed(ucxPair(), ucxPair());
 }
 
 TEST(NetProxy, RecordsABrokenConnectionNamingThePeerRank) {

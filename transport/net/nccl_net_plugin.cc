@@ -149,7 +149,8 @@ ncclResult_t pluginConnect(int dev, void* handle, void** sendComm, ncclNetDevice
 ncclResult_t pluginAccept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v8_t**) {
   return guarded("accept", [&] {
     uint32_t tag = 0;
-    std::unique_ptr<RecvComm> comm = acceptReady(*static_cast<ListenComm*>(listenComm), &tag);
+    std::unique_ptr<RecvComm> comm =
+        network->net->acceptReady(*static_cast<ListenComm*>(listenComm), &tag);
     *recvComm = comm != nullptr ? new Connection{std::move(comm)} : nullptr;
   });
 }

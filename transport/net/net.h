@@ -39,8 +39,16 @@ class MemoryRegion {
 // A posted isend or irecv. Owned by its comm; the caller holds it until test() reports it done.
 struct Request {};
 
+// A connection's tag: the rank that opened it times this, plus which of its links with the peer it
+// is (a CUDA communicator has one per channel).
+constexpr int kMaxLinksPerPeer = 256;
+
 // Up to this many requests may be in flight on one comm.
 constexpr int kMaxRequests = 32;
+
+// At most this much of a failed rank's reason crosses to its peers (SendComm::abort): what a
+// RankControl holds for the ranks on its host.
+constexpr size_t kMaxReasonBytes = 1024;
 
 // One direction of a connection. Requests complete, and must be tested, in posting order. Errors
 // (the peer closed, reset or went silent; a malformed message) throw braid::Error naming the
@@ -62,6 +70,12 @@ class SendComm : public Comm {
   // Ends the stream on purpose after the last message, so that the receiver takes the close that
   // follows for a departure. Without it, a close reads as a lost peer.
   virtual void end() = 0;
+  // This sender's rank failed: tells the receiver why, best effort and without waiting, so that
+  // ranks on other hosts learn the reason as ranks on this one do (RankControl::reason). The
+  // receiver's test() then fails with braidRemoteError quoting `reason`, cut to kMaxReasonBytes.
+  // Nothing is sent on the comm after it. A plug-in without such a message leaves the close to
+  // say it.
+  virtual void abort(const std::string& reason) {}
 };
 
 class RecvComm : public Comm {
@@ -74,6 +88,8 @@ class RecvComm : public Comm {
 class ListenComm {
  public:
   virtual ~ListenComm() = default;
+  // Descriptors that turn ready when a connection arrives, for a poll() meanwhile.
+  virtual void pollDescriptors(std::vector<pollfd>& out) const {}
 };
 
 class Net {
@@ -92,6 +108,13 @@ class Net {
   // dropped and logged. Fails with braidTimeout once the deadline passes.
   virtual std::unique_ptr<RecvComm> accept(ListenComm& listener, uint32_t* tag,
                                            Clock::time_point deadline) = 0;
+  // Whether acceptReady() works, so that connections can be made on first use. NCCL plug-ins'
+  // accept() must meet connect() halfway: they are connected at init instead.
+  virtual bool acceptsWithoutWaiting() const { return false; }
+  // The next connection that already proved itself, without waiting; nullptr if none yet.
+  virtual std::unique_ptr<RecvComm> acceptReady(ListenComm& listener, uint32_t* tag) {
+    return nullptr;
+  }
 };
 
 }  // namespace braid::net

@@ -26,12 +26,20 @@ std::unique_ptr<Net> makeConfiguredNet() {
                        {static_cast<int>(param::NSocks()), keepaliveMs});
 }
 
-NetLinks connectNetLinks(int rank, int nranks, const std::vector<NetLinkKey>& keys,
-                         const std::function<void(void*, size_t)>& allGather,
-                         Clock::time_point deadline) {
-  NetLinks result;
-  result.net = makeConfiguredNet();
-  Net& net = *result.net;
+namespace {
+
+// A rank's plug-in, its listener, and every rank's listener handle.
+struct Listening {
+  std::unique_ptr<Net> net;
+  std::unique_ptr<ListenComm> listener;
+  std::vector<Handle> handles;
+};
+
+Listening listenAndExchange(int rank, int nranks,
+                            const std::function<void(void*, size_t)>& allGather) {
+  Listening l;
+  l.net = makeConfiguredNet();
+  Net& net = *l.net;
   if (net.deviceCount() == 0)
     fail(braidSystemError,
          "rank {} has peers on other hosts but no UP network interface with an address", rank);
@@ -39,9 +47,18 @@ NetLinks connectNetLinks(int rank, int nranks, const std::vector<NetLinkKey>& ke
   BRAID_INFO(log::kNet, "rank {}: NET/{} on {} {} ({} Mbps, {}), BRAID_SOCKET_IFNAME='{}'", rank,
              net.name(), device.name, device.address, device.speedMbps,
              device.pciPath.empty() ? "virtual" : device.pciPath, param::SocketIfname());
-  std::vector<Handle> handles(nranks);
-  const std::unique_ptr<ListenComm> listener = net.listen(0, &handles[rank]);
-  allGather(handles.data(), sizeof(Handle));
+  l.handles.resize(nranks);
+  l.listener = net.listen(0, &l.handles[rank]);
+  allGather(l.handles.data(), sizeof(Handle));
+  return l;
+}
+
+// Connects every link of `keys` now: each rank connects, then accepts.
+NetLinks connectAll(int rank, const std::vector<NetLinkKey>& keys, Listening l,
+                    Clock::time_point deadline) {
+  Net& net = *l.net;
+  const std::vector<Handle>& handles = l.handles;
+  ListenComm* listener = l.listener.get();
 
   // Connecting never waits for the other side to accept, so every rank connects, then accepts.
   // A connection's tag says who opened it and which of its links it is.
@@ -75,9 +92,19 @@ NetLinks connectNetLinks(int rank, int nranks, const std::vector<NetLinkKey>& ke
     }
     recvs[key] = std::move(comm);
   }
+  NetLinks result;
   for (const NetLinkKey& key : keys)
     result.links[key] = {std::move(sends[key]), std::move(recvs[key])};
+  result.net = std::move(l.net);
   return result;
+}
+
+}  // namespace
+
+NetLinks connectNetLinks(int rank, int nranks, const std::vector<NetLinkKey>& keys,
+                         const std::function<void(void*, size_t)>& allGather,
+                         Clock::time_point deadline) {
+  return connectAll(rank, keys, listenAndExchange(rank, nranks, allGather), deadline);
 }
 
 namespace {
@@ -86,22 +113,33 @@ namespace {
 // memory.
 class NetSetup : public TransportSetup {
  public:
-  // Listens and all-gathers every rank's listener handle (connectNetLinks), then connects.
+  // Listens and all-gathers every rank's listener handle, then connects: on first use where the
+  // plug-in can accept without waiting, else every remote pair now.
   NetSetup(ConnectState& state, std::vector<int> remotePeers)
       : remotePeers_(std::move(remotePeers)) {}
 
   void connect(ConnectState& state) override {
     const int rank = state.rank;
-    std::vector<NetLinkKey> keys;
-    for (int peer : remotePeers_) keys.push_back({peer, 0});
-    NetLinks connected = connectNetLinks(rank, static_cast<int>(state.peers.size()), keys,
-                                         state.rendezvous.allGather, state.rendezvous.deadline);
+    Listening listening =
+        listenAndExchange(rank, static_cast<int>(state.peers.size()), state.rendezvous.allGather);
     auto proxy = std::make_shared<Proxy>(rank, state.geometry);
-    for (int peer : remotePeers_) {
-      auto& [send, recv] = connected.links[{peer, 0}];
-      const Proxy::Fifos fifos = proxy->addPeer(peer, std::move(send), std::move(recv));
+    auto serve = [&](int peer, const Proxy::Fifos& fifos) {
       state.links.send[peer] = SendConnector(fifos.send, rank, peer);
       state.links.recv[peer] = RecvConnector(fifos.recv, rank, peer);
+    };
+    if (listening.net->acceptsWithoutWaiting()) {
+      proxy->connectOnFirstUse({std::move(listening.net), std::move(listening.listener),
+                                std::move(listening.handles), rank,
+                                std::chrono::milliseconds(param::TimeoutMs())});
+      for (int peer : remotePeers_) serve(peer, proxy->addPeer(peer));
+    } else {
+      std::vector<NetLinkKey> keys;
+      for (int peer : remotePeers_) keys.push_back({peer, 0});
+      NetLinks connected = connectAll(rank, keys, std::move(listening), state.rendezvous.deadline);
+      for (int peer : remotePeers_) {
+        auto& [send, recv] = connected.links[{peer, 0}];
+        serve(peer, proxy->addPeer(peer, std::move(send), std::move(recv)));
+      }
     }
     proxy->start();
     state.links.services.push_back(proxy);

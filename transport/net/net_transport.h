@@ -18,7 +18,6 @@ struct NetLinkKey {
   int index = 0;  // < kMaxLinksPerPeer
   auto operator<=>(const NetLinkKey&) const = default;
 };
-constexpr int kMaxLinksPerPeer = 256;
 
 struct NetLinks {
   std::unique_ptr<Net> net;

@@ -22,6 +22,8 @@ constexpr int kYieldRounds = 64;
 // again soon; between operations only a socket or the next operation can give it work.
 constexpr long kActiveSliceNs = 100 * 1000;
 constexpr long kIdleSliceNs = 100 * 1000 * 1000;
+// How long a failed rank tries to reach a peer it never connected to, to tell it why.
+constexpr auto kAbandonConnectTimeout = std::chrono::seconds(2);
 
 }  // namespace
 
@@ -41,8 +43,8 @@ struct Proxy::Link {
   uint32_t sendDone = 0;
   uint32_t recvPosted = 0;
   uint32_t recvDone = 0;
-  std::atomic<bool> failed{false};
-  std::string failure;  // guarded by failureMutex_
+  std::atomic<bool> failed{false};  // moves no more: it broke (`failure` says how), or abandon()
+  std::string failure;              // guarded by failureMutex_
   // Held by whoever moves the link (the proxy thread or a waiting rank): guards the counters,
   // requests and comms above.
   std::mutex driver;
@@ -63,11 +65,10 @@ Proxy::~Proxy() {
   close(wakeFd_);
   if (departing_)
     for (const auto& link : links_)
-      if (!link->failed.load()) link->send->end();
+      if (!link->failed.load() && link->send != nullptr) link->send->end();
 }
 
-Proxy::Fifos Proxy::addPeer(int peer, std::unique_ptr<SendComm> send,
-                            std::unique_ptr<RecvComm> recv) {
+Proxy::Link& Proxy::newLink(int peer) {
   auto link = std::make_unique<Link>();
   link->peer = peer;
   const size_t fifoBytes = FifoDesc::footprint(geometry_.slotBytes, geometry_.nSlots);
@@ -75,13 +76,67 @@ Proxy::Fifos Proxy::addPeer(int peer, std::unique_ptr<SendComm> send,
   auto* base = static_cast<uint8_t*>(link->memory.get());
   link->sendFifo = FifoDesc::over(base, geometry_.slotBytes, geometry_.nSlots);
   link->recvFifo = FifoDesc::over(base + fifoBytes, geometry_.slotBytes, geometry_.nSlots);
-  const size_t slotsBytes = geometry_.slotBytes * geometry_.nSlots;
-  link->sendRegion = send->registerMemory(link->sendFifo.slots, slotsBytes);
-  link->recvRegion = recv->registerMemory(link->recvFifo.slots, slotsBytes);
-  link->send = std::move(send);
-  link->recv = std::move(recv);
   links_.push_back(std::move(link));
-  return {links_.back()->sendFifo, links_.back()->recvFifo};
+  return *links_.back();
+}
+
+Proxy::Fifos Proxy::addPeer(int peer, std::unique_ptr<SendComm> send,
+                            std::unique_ptr<RecvComm> recv) {
+  Link& link = newLink(peer);
+  const size_t slotsBytes = geometry_.slotBytes * geometry_.nSlots;
+  link.sendRegion = send->registerMemory(link.sendFifo.slots, slotsBytes);
+  link.recvRegion = recv->registerMemory(link.recvFifo.slots, slotsBytes);
+  link.send = std::move(send);
+  link.recv = std::move(recv);
+  return {link.sendFifo, link.recvFifo};
+}
+
+void Proxy::connectOnFirstUse(Connector connector) {
+  connector_ = std::move(connector);
+}
+
+Proxy::Fifos Proxy::addPeer(int peer) {
+  Link& link = newLink(peer);
+  ++unaccepted_;
+  return {link.sendFifo, link.recvFifo};
+}
+
+// Under the link's lock, the first time the rank has a slot for the peer.
+void Proxy::connectSend(Link& link, Clock::time_point deadline) {
+  const Connector& c = *connector_;
+  const uint32_t tag = static_cast<uint32_t>(c.rank) * kMaxLinksPerPeer;
+  link.send = c.net->connect(0, c.handles.at(link.peer), tag, deadline);
+  link.sendRegion =
+      link.send->registerMemory(link.sendFifo.slots, geometry_.slotBytes * geometry_.nSlots);
+  BRAID_INFO(log::kNet, "rank {}: connected to rank {} on first use", rank_, link.peer);
+}
+
+bool Proxy::acceptArrivals() {
+  if (!connector_ || unaccepted_.load(std::memory_order_relaxed) == 0) return false;
+  std::unique_lock<std::mutex> accepting(acceptMutex_, std::try_to_lock);
+  if (!accepting.owns_lock()) return false;
+  bool any = false;
+  uint32_t tag = 0;
+  while (std::unique_ptr<RecvComm> comm =
+             connector_->net->acceptReady(*connector_->listener, &tag)) {
+    const int peer = static_cast<int>(tag / kMaxLinksPerPeer);
+    Link* link = nullptr;
+    for (const auto& candidate : links_)
+      if (candidate->peer == peer && tag % kMaxLinksPerPeer == 0) link = candidate.get();
+    std::unique_lock<std::mutex> lock;
+    if (link != nullptr) lock = std::unique_lock<std::mutex>(link->driver);
+    if (link == nullptr || link->recv != nullptr) {
+      BRAID_WARN(log::kNet, "rank {}: dropped a second or unexpected connection from rank {}",
+                 rank_, peer);
+      continue;
+    }
+    link->recvRegion =
+        comm->registerMemory(link->recvFifo.slots, geometry_.slotBytes * geometry_.nSlots);
+    link->recv = std::move(comm);
+    --unaccepted_;
+    any = true;
+  }
+  return any;
 }
 
 void Proxy::start() {
@@ -97,6 +152,29 @@ std::optional<std::string> Proxy::failure(int peer) const {
   for (const auto& link : links_)
     if (!link->failure.empty()) return link->failure;
   return std::nullopt;
+}
+
+static_assert(kMaxReasonBytes >= sizeof(RankControl::reason),
+              "peers on other hosts learn as much of a failed rank's reason as those on its host");
+
+void Proxy::abandon(const std::string& reason) {
+  for (const auto& link : links_) {
+    // Its holder only moves the link, without waiting for the peer.
+    std::lock_guard<std::mutex> lock(link->driver);
+    if (link->failed.load()) continue;
+    // A link not connected yet (connections made on first use) is connected to tell: its peer
+    // may be waiting for this rank's first message. Briefly: a peer may be out of reach.
+    if (link->send == nullptr && connector_) {
+      try {
+        connectSend(*link, Clock::now() + kAbandonConnectTimeout);
+      } catch (const Error& e) {
+        BRAID_INFO(log::kNet, "rank {}: could not tell rank {} of its failure: {}", rank_,
+                   link->peer, e.what());
+      }
+    }
+    if (link->send != nullptr) link->send->abort(reason);
+    link->failed = true;
+  }
 }
 
 void Proxy::finish(Clock::time_point deadline) {
@@ -159,7 +237,11 @@ bool Proxy::progress(Link& link, bool send, bool recv) {
   std::unique_lock<std::mutex> lock(link.driver, std::try_to_lock);
   if (!lock.owns_lock() || link.failed.load(std::memory_order_relaxed)) return false;
   try {
-    return (send && progressSend(link)) | (recv && progressRecv(link));
+    if (send && link.send == nullptr && connector_ &&
+        link.sendFifo.control->tail().load() != link.sendPosted)
+      connectSend(link, Clock::now() + connector_->timeout);
+    return (send && link.send != nullptr && progressSend(link)) |
+           (recv && link.recv != nullptr && progressRecv(link));
   } catch (...) {
     fail(link, currentError().what());
     return false;
@@ -168,7 +250,7 @@ bool Proxy::progress(Link& link, bool send, bool recv) {
 
 bool Proxy::drive(int peer) {
   drives_.fetch_add(1, std::memory_order_relaxed);
-  bool moved = false;
+  bool moved = acceptArrivals();
   for (const auto& link : links_) {
     const bool awaited = peer < 0 || link->peer == peer;
     // Without the lock this read may be stale; the next drive, or the proxy, catches up.
@@ -247,6 +329,10 @@ void Proxy::sleep() {
     }
     if (link->recvDone != link->recvPosted) link->recv->pollDescriptors(fds);
   }
+  if (connector_ && unaccepted_.load() > 0) {
+    std::unique_lock<std::mutex> accepting(acceptMutex_, std::try_to_lock);
+    if (accepting.owns_lock()) connector_->listener->pollDescriptors(fds);
+  }
   sleeping_.store(true, std::memory_order_seq_cst);
   const bool active = activeOperations_.load(std::memory_order_seq_cst) > 0 || unwatchedSends;
   const long sliceNs = active ? kActiveSliceNs : kIdleSliceNs;
@@ -273,7 +359,7 @@ void Proxy::run() {
       std::this_thread::sleep_for(std::chrono::nanoseconds(kActiveSliceNs));
       continue;
     }
-    bool moved = false;
+    bool moved = acceptArrivals();
     for (const auto& link : links_) moved |= progress(*link, true, true);
     if (moved) {
       idleRounds = 0;

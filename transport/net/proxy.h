@@ -39,6 +39,22 @@ class Proxy : public LinkService {
   };
   // Serves `peer` over these connections; before start(). The FIFOs live as long as the proxy.
   Fifos addPeer(int peer, std::unique_ptr<SendComm> send, std::unique_ptr<RecvComm> recv);
+
+  // Where connections made on first use come from: the plug-in (one whose acceptReady works),
+  // this rank's listener, and every rank's handle, by peer.
+  struct Connector {
+    std::unique_ptr<Net> net;
+    std::unique_ptr<ListenComm> listener;
+    std::vector<Handle> handles;
+    int rank = 0;                          // this rank's tag on the connections it opens
+    std::chrono::milliseconds timeout{0};  // for connecting to a peer
+  };
+  // Serves `peer` over connections made when first needed: the one to the peer when the rank
+  // first sends it a slot, the one from it when the peer first sends (accepted by whichever
+  // thread moves the links). Sockets per rank then grow with the peers a rank talks to (its ring
+  // neighbours), not with the ranks on other hosts. Before start().
+  void connectOnFirstUse(Connector connector);
+  Fifos addPeer(int peer);
   void start();
 
   // For a communicator that ends in good order: waits until the network has taken every slot the
@@ -48,6 +64,10 @@ class Proxy : public LinkService {
 
   // The first failed connection's story, preferring one with `peer`; nothing while all are well.
   std::optional<std::string> failure(int peer) const override;
+
+  // Sends `reason` on every connection to a peer that is still well (SendComm::abort), then stops
+  // moving them all. Waits for the links' driver locks, never for a peer.
+  void abandon(const std::string& reason) override;
 
   // An operation of the rank starts or ends. Meanwhile the thread sleeps in short slices, since the
   // rank's FIFO moves cannot wake it; in between it sleeps until a socket stirs. The rank moves
@@ -71,6 +91,10 @@ class Proxy : public LinkService {
   bool progressSend(Link& link);
   bool progressRecv(Link& link);
   bool progress(Link& link, bool send, bool recv);
+  Link& newLink(int peer);
+  void connectSend(Link& link, Clock::time_point deadline);
+  // Takes the connections that arrived, each to its link; true if any did.
+  bool acceptArrivals();
   void sleep();
   void wake();
   void fail(Link& link, const std::string& why);
@@ -79,13 +103,16 @@ class Proxy : public LinkService {
   const FifoGeometry geometry_;
   const Allocate allocate_;
   std::vector<std::unique_ptr<Link>> links_;
+  std::optional<Connector> connector_;
+  std::atomic<int> unaccepted_{0};  // links still without their connection from the peer
+  std::mutex acceptMutex_;          // one thread takes arrivals at a time
   std::thread thread_;
   int wakeFd_ = -1;  // eventfd: an operation started, or stop
   std::atomic<bool> stop_{false};
   std::atomic<int> activeOperations_{0};
   std::atomic<bool> sleeping_{false};
   std::atomic<uint64_t> drives_{0};  // drive() calls: a rank is waiting on its links
-  bool departing_ = false;  // finish() ran: end the streams on purpose
+  bool departing_ = false;           // finish() ran: end the streams on purpose
 
   std::atomic<bool> anyFailure_{false};
   mutable std::mutex failureMutex_;

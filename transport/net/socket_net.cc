@@ -86,10 +86,11 @@ void setOption(int fd, int level, int name, int value, const char* what) {
 [[noreturn]] void failTransfer(const std::string& activity, int err, int keepaliveMs) {
   switch (err) {
     case ETIMEDOUT:
-      fail(braidRemoteError,
-           "{}: no answer to TCP keepalive probes for {} s: the peer is unreachable (link down or "
-           "host gone)",
-           activity, (keepaliveMs + 999) / 1000);
+      fail(
+          braidRemoteError,
+          "{}: no answer (TCP keepalive, acknowledgements) for {} s: the peer is unreachable (link "
+          "down or host gone)",
+          activity, (keepaliveMs + 999) / 1000);
     case ECONNRESET:
     case EPIPE:
       fail(braidRemoteError, "{}: the peer reset the connection (its process exited?)", activity);
@@ -163,6 +164,22 @@ class SocketSendComm final : public SendComm, SocketComm<SendRequest, SendLane> 
     end.flags = wire::kEndOfStream;
     for (const SendLane& lane : lanes_)
       if (!lane.inFrame) ::send(lane.socket.fd(), &end, sizeof end, MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+
+  // Best effort, as end(): the reason goes on every socket that is not in the middle of a frame
+  // (the receiver may read any of them first); one too full to take the whole frame leaves its
+  // receiver a truncated frame.
+  void abort(const std::string& reason) override {
+    FrameHeader header;
+    header.flags = wire::kRankFailed;
+    header.bytes = std::min(reason.size(), kMaxReasonBytes);
+    iovec parts[2] = {{&header, sizeof header},
+                      {const_cast<char*>(reason.data()), static_cast<size_t>(header.bytes)}};
+    msghdr message{};
+    message.msg_iov = parts;
+    message.msg_iovlen = 2;
+    for (const SendLane& lane : lanes_)
+      if (!lane.inFrame) ::sendmsg(lane.socket.fd(), &message, MSG_DONTWAIT | MSG_NOSIGNAL);
   }
 
   std::unique_ptr<MemoryRegion> registerMemory(void*, size_t) override {
@@ -272,6 +289,7 @@ struct RecvLane {
   bool ended = false;    // the sender ended the stream on purpose; the socket is closed
   bool anyFrame = false;
   uint64_t lastSeq = 0;  // of the last complete frame, once anyFrame
+  std::string reason;    // of a rank-failed frame, as it arrives
 };
 
 class SocketRecvComm final : public RecvComm, SocketComm<RecvRequest, RecvLane> {
@@ -334,6 +352,14 @@ class SocketRecvComm final : public RecvComm, SocketComm<RecvRequest, RecvLane> 
            "{}: a frame with bad magic 0x{:08x} (expected 0x{:08x}): not a braid peer, or a "
            "corrupt stream",
            lane.activity, h.magic, wire::kFrameMagic);
+    if (h.flags == wire::kRankFailed) {
+      if (h.bytes > kMaxReasonBytes)
+        fail(braidRemoteError,
+             "{}: the peer's rank failed, and its frame announces a {}-byte reason (at most {}): "
+             "malformed frame",
+             lane.activity, h.bytes, kMaxReasonBytes);
+      return;
+    }
     if (h.flags != 0)
       fail(braidRemoteError, "{}: a frame with unknown flags 0x{:x}", lane.activity, h.flags);
     if (h.seq < reported_)
@@ -372,6 +398,20 @@ class SocketRecvComm final : public RecvComm, SocketComm<RecvRequest, RecvLane> 
     r.messageBytes = h.messageBytes;
   }
 
+  // Reads what arrived of a rank-failed frame's reason (its size checked with the header); fails
+  // with it once it is whole.
+  void readReason(RecvLane& lane) {
+    const uint64_t bytes = lane.header.bytes;
+    lane.reason.resize(bytes);
+    while (lane.payloadHave < bytes) {
+      const long n =
+          lane.socket.readSome(lane.reason.data() + lane.payloadHave, bytes - lane.payloadHave);
+      if (!arrived(n, lane)) return;
+      lane.payloadHave += n;
+    }
+    fail(braidRemoteError, "{}: the peer's rank failed: {}", lane.activity, lane.reason);
+  }
+
   void progress(int index) {
     RecvLane& lane = lanes_[index];
     for (;;) {
@@ -390,6 +430,8 @@ class SocketRecvComm final : public RecvComm, SocketComm<RecvRequest, RecvLane> 
         checkHeader(lane);
       }
       const FrameHeader& h = lane.header;
+      // A failed rank's reason needs no posted buffer: nothing follows it.
+      if (h.flags == wire::kRankFailed) return readReason(lane);
       // Later messages wait in the socket until their buffer is posted: memory stays bounded.
       lane.stalled = h.seq >= posted_;
       if (lane.stalled) return;
@@ -439,6 +481,11 @@ class SocketListenComm final : public ListenComm {
   std::unique_ptr<RecvComm> acceptReady(uint32_t* tag) {
     admitArrivals(Clock::now());
     return takeComplete(tag);
+  }
+
+  void pollDescriptors(std::vector<pollfd>& out) const override {
+    out.push_back({listener_.fd(), POLLIN, 0});
+    for (const Pending& p : pending_) out.push_back({p.socket.fd(), POLLIN, 0});
   }
 
  private:
@@ -568,14 +615,16 @@ std::string readSysfs(const std::filesystem::path& path) {
 
 }  // namespace
 
-// Only the side that waits for data sees it: a socket with unacknowledged data in flight does not
-// probe. Every rank receives from every peer on another host, so each end of a broken link learns
-// about it.
+// Keepalive probes serve the side that waits for data: a socket with unacknowledged data in flight
+// does not probe. That side, a sender into a dead link, has TCP_USER_TIMEOUT instead, which ends
+// the connection once data has gone unacknowledged that long (TCP would retransmit for many
+// minutes). A peer that is alive but stops reading still acknowledges, so it is not "unreachable".
 void enableKeepalive(int fd, int keepaliveMs) {
   setOption(fd, SOL_SOCKET, SO_KEEPALIVE, 1, "SO_KEEPALIVE");
   setOption(fd, IPPROTO_TCP, TCP_KEEPIDLE, 1, "TCP_KEEPIDLE");
   setOption(fd, IPPROTO_TCP, TCP_KEEPINTVL, 1, "TCP_KEEPINTVL");
   setOption(fd, IPPROTO_TCP, TCP_KEEPCNT, std::max(1, (keepaliveMs + 999) / 1000), "TCP_KEEPCNT");
+  setOption(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, keepaliveMs, "TCP_USER_TIMEOUT");
 }
 
 const NetInterface& InterfaceNet::checkedDevice(int device) const {
@@ -651,6 +700,11 @@ class SocketNet final : public InterfaceNet {
     return static_cast<SocketListenComm&>(listener).accept(tag, deadline);
   }
 
+  bool acceptsWithoutWaiting() const override { return true; }
+  std::unique_ptr<RecvComm> acceptReady(ListenComm& listener, uint32_t* tag) override {
+    return static_cast<SocketListenComm&>(listener).acceptReady(tag);
+  }
+
  private:
   SocketOptions options_;
 };
@@ -659,10 +713,6 @@ class SocketNet final : public InterfaceNet {
 
 std::unique_ptr<Net> makeSocketNet(std::vector<NetInterface> devices, SocketOptions options) {
   return std::make_unique<SocketNet>(std::move(devices), options);
-}
-
-std::unique_ptr<RecvComm> acceptReady(ListenComm& listener, uint32_t* tag) {
-  return static_cast<SocketListenComm&>(listener).acceptReady(tag);
 }
 
 std::unique_ptr<RecvComm> receiveOver(std::vector<Socket> sockets, int keepaliveMs) {

@@ -25,8 +25,8 @@ constexpr int kMaxSockets = 16;
 // `devices` in order of preference (findInterfaces); device i of the plug-in is devices[i].
 std::unique_ptr<Net> makeSocketNet(std::vector<NetInterface> devices, SocketOptions options);
 
-// Probes a TCP connection that is idle every second; `keepaliveMs` without an answer ends it with
-// ETIMEDOUT.
+// Probes a TCP connection that is idle every second; `keepaliveMs` without an answer, or with data
+// unacknowledged, ends it with ETIMEDOUT.
 void enableKeepalive(int fd, int keepaliveMs);
 
 // A plug-in whose devices are network interfaces (`devices`, in order of preference): sockets, and
@@ -44,10 +44,6 @@ class InterfaceNet : public Net {
  private:
   std::vector<NetInterface> devices_;
 };
-
-// A connection to `listener` (from a socket Net's listen()) that is complete now, or nullptr: takes
-// in what has arrived without waiting, for callers that poll, as NCCL's accept() does.
-std::unique_ptr<RecvComm> acceptReady(ListenComm& listener, uint32_t* tag);
 
 // The receiving side of a connection over sockets that passed the handshake: what reads frames a
 // peer sends. For tests and the fuzz target that play that peer.
@@ -79,6 +75,9 @@ static_assert(sizeof(Hello) == 40);
 
 // Flags of a frame header.
 constexpr uint32_t kEndOfStream = 1;  // the sender closes this socket on purpose; nothing follows
+// The sender's rank failed: `bytes` (at most kMaxReasonBytes) of its reason follow, and nothing
+// after them. Its other fields are unused.
+constexpr uint32_t kRankFailed = 2;
 
 // Precedes each part of a message. Part p of message `seq` travels on socket (seq + p) % sockets.
 struct FrameHeader {

@@ -1,5 +1,6 @@
 #include "transport/net/ucx_net.h"
 
+#include <netinet/tcp.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <ucp/api/ucp.h>
@@ -32,8 +33,11 @@ bool rdmaDevicePresent() {
 namespace {
 
 constexpr uint64_t kHelloMagic = 0x31552d6469617262;  // "braid-U1"
-// Data messages carry the connection id as their tag; the end of the stream sets this bit too.
+// Data messages carry the connection id as their tag; the end of the stream sets this bit too,
+// and a failed rank's reason (SendComm::abort) the next. Connection ids have neither.
 constexpr uint64_t kEndOfStreamTag = uint64_t{1} << 63;
+constexpr uint64_t kRankFailedTag = uint64_t{1} << 62;
+constexpr uint64_t kControlTags = kEndOfStreamTag | kRankFailedTag;
 constexpr uint64_t kExactTag = ~uint64_t{0};
 // A connection must send its hello this quickly: a stranger that sends nothing is dropped.
 constexpr auto kHelloTimeout = std::chrono::seconds(5);
@@ -83,19 +87,21 @@ void check(ucs_status_t status, const char* what) {
 }
 
 // UCX enables TCP keepalive only on the sockets it connects, not on those it accepts (uct/tcp,
-// uct_tcp_ep_create_socket_and_connect, in 1.13 as in its master branch), so over TCP the side of a
-// hop that only receives would never notice a dead link. This enables it, as braid's socket
-// plug-in does, on every established TCP socket of the process on one of `addresses` that lacks it:
-// UCX's accepted ones, and any other socket on those addresses, which probes do not harm.
-void enableKeepaliveOnAcceptedSockets(const std::vector<std::string>& addresses, int keepaliveMs) {
+// uct_tcp_ep_create_socket_and_connect, in 1.13 as in its master branch), and sets no
+// TCP_USER_TIMEOUT, so over TCP neither the side of a hop that only receives nor a sender into a
+// dead link would notice it for many minutes. This sets both, as braid's socket plug-in does
+// (enableKeepalive), on every established TCP socket of the process on one of `addresses` that
+// lacks the user timeout: UCX's, and any other socket on those addresses, which it does not harm.
+void watchSockets(const std::vector<std::string>& addresses, int keepaliveMs) {
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", error)) {
     const int fd = std::atoi(entry.path().filename().c_str());
-    int type = 0, keepalive = 0;
+    int type = 0, userTimeout = 0;
     socklen_t length = sizeof type;
     if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length) != 0 || type != SOCK_STREAM) continue;
-    length = sizeof keepalive;
-    if (getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &keepalive, &length) != 0 || keepalive != 0)
+    length = sizeof userTimeout;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeout, &length) != 0 ||
+        userTimeout != 0)
       continue;
     sockaddr_storage local{}, peer{};
     socklen_t localLength = sizeof local, peerLength = sizeof peer;
@@ -108,129 +114,23 @@ void enableKeepaliveOnAcceptedSockets(const std::vector<std::string>& addresses,
     try {
       enableKeepalive(fd, keepaliveMs);
     } catch (const Error& e) {
-      BRAID_INFO(log::kNet, "NET/UCX: no keepalive on socket {}: {}", fd, e.what());
+      BRAID_INFO(log::kNet, "NET/UCX: socket {} left unwatched: {}", fd, e.what());
     }
   }
 }
 
-// Sets a UCX variable unless the user set it: UCX's own variables win.
+// Sets a UCP variable unless the user set it: UCX's own variables win.
 void setDefault(ucp_config_t* config, const char* name, const std::string& value) {
   if (std::getenv(fmt::format("UCX_{}", name).c_str()) != nullptr) return;
   if (ucp_config_modify(config, name, value.c_str()) != UCS_OK)
     BRAID_INFO(log::kNet, "NET/UCX: this UCX has no {} to set", name);
 }
 
-// The context and worker that a Net's listeners and connections share; the last one frees it.
-// A communicator's setup and its proxy use it in turn, but nothing stops two proxies from sharing
-// one (tests do), so the worker is thread-safe (MULTI): uncontended, its locks cost little.
-class Worker {
- public:
-  explicit Worker(int keepaliveMs) : keepaliveMs(keepaliveMs) {
-    ucp_config_t* config = nullptr;
-    check(ucp_config_read(nullptr, nullptr, &config), "reading the UCX configuration");
-    // A silent peer is declared lost after about keepaliveMs, as over braid's sockets. On an RDMA
-    // fabric UCP probes every second and the fabric reports a probe that finds no one. Over TCP
-    // kernel keepalive does it (see enableKeepaliveOnAcceptedSockets), and UCP's probes would
-    // stop it: a socket with a probe unacknowledged sends no keepalive, and TCP retransmits for
-    // many minutes.
-    const int seconds = std::max(1, (keepaliveMs + 999) / 1000);
-    const bool rdma = rdmaDevicePresent();
-    setDefault(config, "KEEPALIVE_INTERVAL", rdma ? "1s" : "inf");
-    if (!rdma) {
-      // Over TCP, rendezvous costs round trips that move nothing (its "zero copy" is emulated),
-      // and UCX's 8 KiB segments cost a system call each: a FIFO slot goes eagerly, in one piece.
-      setDefault(config, "RNDV_THRESH", "inf");
-      setDefault(config, "TCP_TX_SEG_SIZE", "256k");
-      setDefault(config, "TCP_RX_SEG_SIZE", "256k");
-    }
-    // Every buffer UCX sees is a FIFO registered once (ucp_mem_map), so no registration cache,
-    // and none of the memory hooks it installs: those deadlock a process forked while another
-    // thread held their lock.
-    setDefault(config, "RCACHE_ENABLE", "n");
-    setDefault(config, "TCP_KEEPIDLE", "1s");
-    setDefault(config, "TCP_KEEPINTVL", "1s");
-    setDefault(config, "TCP_KEEPCNT", std::to_string(seconds));
-    ucp_params_t params{};
-    params.field_mask = UCP_PARAM_FIELD_FEATURES;
-    params.features = UCP_FEATURE_TAG | UCP_FEATURE_STREAM | UCP_FEATURE_WAKEUP;
-    const ucs_status_t status = ucp_init(&params, config, &context);
-    ucp_config_release(config);
-    check(status, "ucp_init");
-    ucp_worker_params_t workerParams{};
-    workerParams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    workerParams.thread_mode = UCS_THREAD_MODE_MULTI;
-    if (ucp_worker_create(context, &workerParams, &worker) != UCS_OK) {
-      ucp_cleanup(context);
-      fail(braidSystemError, "NET/UCX: creating a UCP worker failed");
-    }
-    alwaysReady = eventfd(1, EFD_CLOEXEC);
-    if (ucp_worker_get_efd(worker, &wakeFd) != UCS_OK || alwaysReady < 0) {
-      if (alwaysReady >= 0) close(alwaysReady);
-      ucp_worker_destroy(worker);
-      ucp_cleanup(context);
-      fail(braidSystemError, "NET/UCX: the worker offers no file descriptor to wait on");
-    }
-  }
-  ~Worker() {
-    if (alwaysReady >= 0) close(alwaysReady);
-    ucp_worker_destroy(worker);
-    ucp_cleanup(context);
-  }
-  Worker(const Worker&) = delete;
-  Worker& operator=(const Worker&) = delete;
-
-  void progress() {
-    while (ucp_worker_progress(worker) != 0) {
-    }
-  }
-
-  // Where this worker's listeners and connections are: where its sockets get keepalive.
-  void addAddress(const std::string& host) {
-    std::lock_guard<std::mutex> lock(addressesMutex_);
-    if (std::find(addresses_.begin(), addresses_.end(), host) == addresses_.end())
-      addresses_.push_back(host);
-  }
-
-  // What to poll() on until the worker has something to do. The worker's descriptor fires only
-  // once armed, and arming fails while events are pending: then a descriptor that is always ready
-  // sends the caller straight back to progress. A caller about to wait also keeps the sockets UCX
-  // accepted since the last look (at most every second) under keepalive.
-  void pollDescriptor(std::vector<pollfd>& out) {
-    progress();
-    if (Clock::now() - lastKeepaliveScan_.load() > std::chrono::seconds(1)) {
-      lastKeepaliveScan_ = Clock::now();
-      std::lock_guard<std::mutex> lock(addressesMutex_);
-      enableKeepaliveOnAcceptedSockets(addresses_, keepaliveMs);
-    }
-    out.push_back({ucp_worker_arm(worker) == UCS_OK ? wakeFd : alwaysReady, POLLIN, 0});
-  }
-
-  // Progresses until `done` or `deadline`, sleeping on the worker's descriptor in between.
-  template <typename Done>
-  bool progressUntil(Done done, Clock::time_point deadline) {
-    for (;;) {
-      progress();
-      if (done()) return true;
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0) return false;
-      std::vector<pollfd> fds;
-      pollDescriptor(fds);
-      ::poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left.count() + 1, 10)));
-    }
-  }
-
-  ucp_context_h context = nullptr;
-  ucp_worker_h worker = nullptr;
-  int wakeFd = -1;
-  int alwaysReady = -1;
-  const int keepaliveMs;
-
- private:
-  std::mutex addressesMutex_;
-  std::vector<std::string> addresses_;
-  std::atomic<Clock::time_point> lastKeepaliveScan_{};
-};
+// A transport's variable, which ucp_config_modify does not reach (UCX reports it unused): through
+// the environment UCX reads, unless the user set it.
+void setTransportDefault(const char* name, const char* value) {
+  setenv(fmt::format("UCX_{}", name).c_str(), value, /*overwrite=*/0);
+}
 
 // A UCP request's handle, polled rather than called back, so that nothing UCX does later can
 // reach freed memory. One dropped unfinished is cancelled (a receive ends at once; a send ends
@@ -279,6 +179,130 @@ class Operation {
   ucp_worker_h worker_ = nullptr;
   void* handle_ = nullptr;
   ucs_status_t status_ = UCS_OK;
+};
+
+// The context and worker that a Net's listeners and connections share; the last one frees it.
+// A communicator's setup and its proxy use it in turn, but nothing stops two proxies from sharing
+// one (tests do), so the worker is thread-safe (MULTI): uncontended, its locks cost little.
+class Worker {
+ public:
+  explicit Worker(int keepaliveMs) : keepaliveMs(keepaliveMs) {
+    const bool rdma = rdmaDevicePresent();
+    if (!rdma) {
+      // UCX's 8 KiB TCP segments cost a system call each: a FIFO slot goes in one piece.
+      setTransportDefault("TCP_TX_SEG_SIZE", "256k");
+      setTransportDefault("TCP_RX_SEG_SIZE", "256k");
+    }
+    ucp_config_t* config = nullptr;
+    check(ucp_config_read(nullptr, nullptr, &config), "reading the UCX configuration");
+    // A silent peer is declared lost after about keepaliveMs, as over braid's sockets. On an RDMA
+    // fabric UCP probes every second and the fabric reports a probe that finds no one. Over TCP
+    // the kernel does it (keepalive and user timeout, see watchSockets), and UCP's probes would
+    // stop it: a socket with a probe unacknowledged sends no keepalive.
+    setDefault(config, "KEEPALIVE_INTERVAL", rdma ? "1s" : "inf");
+    // Over TCP, rendezvous costs round trips that move nothing (its zero copy is emulated).
+    if (!rdma) setDefault(config, "RNDV_THRESH", "inf");
+    // Every buffer UCX sees is a FIFO registered once (ucp_mem_map), so no registration cache,
+    // and none of the memory hooks it installs: those deadlock a process forked while another
+    // thread held their lock.
+    setDefault(config, "RCACHE_ENABLE", "n");
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_TAG | UCP_FEATURE_STREAM | UCP_FEATURE_WAKEUP;
+    const ucs_status_t status = ucp_init(&params, config, &context);
+    ucp_config_release(config);
+    check(status, "ucp_init");
+    ucp_worker_params_t workerParams{};
+    workerParams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    workerParams.thread_mode = UCS_THREAD_MODE_MULTI;
+    if (ucp_worker_create(context, &workerParams, &worker) != UCS_OK) {
+      ucp_cleanup(context);
+      fail(braidSystemError, "NET/UCX: creating a UCP worker failed");
+    }
+    alwaysReady = eventfd(1, EFD_CLOEXEC);
+    if (ucp_worker_get_efd(worker, &wakeFd) != UCS_OK || alwaysReady < 0) {
+      if (alwaysReady >= 0) close(alwaysReady);
+      ucp_worker_destroy(worker);
+      ucp_cleanup(context);
+      fail(braidSystemError, "NET/UCX: the worker offers no file descriptor to wait on");
+    }
+  }
+  ~Worker() {
+    if (alwaysReady >= 0) close(alwaysReady);
+    discardUnexpected();
+    ucp_worker_destroy(worker);
+    ucp_cleanup(context);
+  }
+  // Messages that arrived for no posted receive (a peer's last slots or end of stream, after this
+  // side closed) are received and dropped, rather than reported by UCX as unmatched at exit.
+  void discardUnexpected() {
+    std::vector<uint8_t> sink;
+    ucp_tag_recv_info_t info{};
+    while (ucp_tag_message_h message = ucp_tag_probe_nb(worker, 0, 0, 1, &info)) {
+      sink.resize(std::max<size_t>(info.length, 1));
+      const ucp_request_param_t param{};
+      Operation received(worker,
+                         ucp_tag_msg_recv_nbx(worker, sink.data(), info.length, message, &param));
+      ucp_tag_recv_info_t ignored{};
+      progressUntil([&] { return received.poll(&ignored) != UCS_INPROGRESS; },
+                    Clock::now() + kCloseTimeout);
+    }
+  }
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  // Also brings the sockets UCX opened since the last look (at most a second ago) under watch.
+  void progress() {
+    while (ucp_worker_progress(worker) != 0) {
+    }
+    const Clock::time_point now = Clock::now();
+    if (now - lastWatch_.load(std::memory_order_relaxed) < std::chrono::seconds(1)) return;
+    std::unique_lock<std::mutex> lock(addressesMutex_, std::try_to_lock);
+    if (!lock.owns_lock()) return;
+    lastWatch_ = now;
+    watchSockets(addresses_, keepaliveMs);
+  }
+
+  // Where this worker's listeners and connections are: where its sockets get keepalive.
+  void addAddress(const std::string& host) {
+    std::lock_guard<std::mutex> lock(addressesMutex_);
+    if (std::find(addresses_.begin(), addresses_.end(), host) == addresses_.end())
+      addresses_.push_back(host);
+  }
+
+  // What to poll() on until the worker has something to do. The worker's descriptor fires only
+  // once armed, and arming fails while events are pending: then a descriptor that is always ready
+  // sends the caller straight back to progress.
+  void pollDescriptor(std::vector<pollfd>& out) {
+    progress();
+    out.push_back({ucp_worker_arm(worker) == UCS_OK ? wakeFd : alwaysReady, POLLIN, 0});
+  }
+
+  // Progresses until `done` or `deadline`, sleeping on the worker's descriptor in between.
+  template <typename Done>
+  bool progressUntil(Done done, Clock::time_point deadline) {
+    for (;;) {
+      progress();
+      if (done()) return true;
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) return false;
+      std::vector<pollfd> fds;
+      pollDescriptor(fds);
+      ::poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left.count() + 1, 10)));
+    }
+  }
+
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  int wakeFd = -1;
+  int alwaysReady = -1;
+  const int keepaliveMs;
+
+ private:
+  std::mutex addressesMutex_;
+  std::vector<std::string> addresses_;
+  std::atomic<Clock::time_point> lastWatch_{};
 };
 
 // A UCP endpoint and the error its handler recorded.
@@ -391,6 +415,9 @@ class UcxComm {
     ++reported_;
     return true;
   }
+  // A failed rank's reason, sent by SendComm::abort from here: closing the endpoint flushes it,
+  // so it goes after the endpoint.
+  std::string sentReason_;
   // Requests are destroyed (their operations released) before the endpoint closes.
   std::unique_ptr<Endpoint> endpoint_;
   uint64_t connection_;
@@ -414,8 +441,15 @@ class UcxSendComm final : public SendComm, UcxComm {
     return std::make_unique<UcxMemoryRegion>(worker_, data, bytes);
   }
 
+  // Nothing is sent before the hello has gone: messages queued while the endpoint is still being
+  // wired up may overtake each other (seen with UCX 1.13 over TCP: a connection's second message
+  // matched before its first).
   Request* isend(const void* data, size_t bytes, MemoryRegion* region) override {
     if (full()) return nullptr;
+    if (hello_.poll() == UCS_INPROGRESS) {
+      worker_->progress();
+      if (hello_.poll() == UCS_INPROGRESS) return nullptr;
+    }
     UcxRequest& r = nextRequest();
     r.bytes = bytes;
     const ucp_request_param_t p = param(bytes, region);
@@ -442,10 +476,22 @@ class UcxSendComm final : public SendComm, UcxComm {
                                                        connection_ | kEndOfStreamTag, &p));
   }
 
+  // The reason is a message of its own tag. It goes at once on a connection with nothing queued;
+  // otherwise as the worker progresses, at the latest when closing the endpoint flushes it.
+  void abort(const std::string& reason) override {
+    sentReason_ = reason.substr(0, kMaxReasonBytes);
+    const ucp_request_param_t p{};
+    abort_ = Operation(worker_->worker,
+                       ucp_tag_send_nbx(endpoint_->get(), sentReason_.data(), sentReason_.size(),
+                                        connection_ | kRankFailedTag, &p));
+    worker_->progress();
+  }
+
  private:
   std::unique_ptr<Hello> helloBuffer_;
   Operation hello_;
   Operation end_;
+  Operation abort_;
   std::shared_ptr<Worker> worker_;
 };
 
@@ -459,6 +505,13 @@ class UcxRecvComm final : public RecvComm, UcxComm {
     end_ =
         Operation(worker_->worker, ucp_tag_recv_nbx(worker_->worker, nullptr, 0,
                                                     connection_ | kEndOfStreamTag, kExactTag, &p));
+    // A handle to test, which then says how long the reason is (see irecv). A longer one is
+    // truncated, an error.
+    ucp_request_param_t reason{};
+    reason.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    rankFailed_ = Operation(worker_->worker,
+                            ucp_tag_recv_nbx(worker_->worker, reason_, sizeof reason_,
+                                             connection_ | kRankFailedTag, kExactTag, &reason));
   }
 
   std::unique_ptr<MemoryRegion> registerMemory(void* data, size_t bytes) override {
@@ -477,10 +530,16 @@ class UcxRecvComm final : public RecvComm, UcxComm {
     return &r;
   }
 
+  // A failed rank's reason is the error to report, whatever the close that follows it says.
   // After the end of the stream nothing more arrives, and the close that follows is no failure.
   bool test(Request* request, size_t* bytes) override {
     worker_->progress();
     if (finished(*static_cast<UcxRequest*>(request), bytes, true)) return true;
+    if (const ucs_status_t status = rankFailed_.poll(&reasonInfo_); status == UCS_OK)
+      fail(braidRemoteError, "{}: the peer's rank failed: {}", activity_,
+           std::string(reason_, reasonInfo_.length));
+    else if (status != UCS_INPROGRESS)
+      failTransfer(activity_, status, worker_->keepaliveMs);
     if (ended()) return false;
     if (endpoint_->error() != UCS_OK)
       failTransfer(activity_, endpoint_->error(), worker_->keepaliveMs);
@@ -500,6 +559,9 @@ class UcxRecvComm final : public RecvComm, UcxComm {
 
   Operation end_;
   bool ended_ = false;
+  char reason_[kMaxReasonBytes];  // a failed rank's reason, when it arrives
+  ucp_tag_recv_info_t reasonInfo_{};
+  Operation rankFailed_;  // receives the reason; released before its buffer
   std::shared_ptr<Worker> worker_;
 };
 
@@ -514,7 +576,9 @@ class UcxListenComm final : public ListenComm {
     params.sockaddr.addr = address.get();
     params.sockaddr.addrlen = address.length();
     params.conn_handler.cb = [](ucp_conn_request_h request, void* self) {
-      static_cast<UcxListenComm*>(self)->requests_.push_back(request);
+      auto* listener = static_cast<UcxListenComm*>(self);
+      std::lock_guard<std::mutex> lock(listener->requestsMutex_);
+      listener->requests_.push_back(request);
     };
     params.conn_handler.arg = this;
     check(ucp_listener_create(worker_->worker, &params, &listener_), "ucp_listener_create");
@@ -525,11 +589,24 @@ class UcxListenComm final : public ListenComm {
   }
   ~UcxListenComm() override {
     pending_.clear();
-    for (ucp_conn_request_h request : requests_) ucp_listener_reject(listener_, request);
+    std::deque<ucp_conn_request_h> left;
+    {
+      std::lock_guard<std::mutex> lock(requestsMutex_);
+      left.swap(requests_);
+    }
+    for (ucp_conn_request_h request : left) ucp_listener_reject(listener_, request);
     ucp_listener_destroy(listener_);
   }
 
   const SocketAddress& bound() const { return bound_; }
+
+  std::unique_ptr<RecvComm> acceptReady(uint32_t* tag) {
+    worker_->progress();
+    takeRequests();
+    return nextHello(tag);
+  }
+
+  void pollDescriptors(std::vector<pollfd>& out) const override { worker_->pollDescriptor(out); }
 
   std::unique_ptr<RecvComm> accept(uint32_t* tag, Clock::time_point deadline) {
     std::unique_ptr<RecvComm> accepted;
@@ -556,9 +633,14 @@ class UcxListenComm final : public ListenComm {
 
   // Makes an endpoint for each connection request and waits for its hello.
   void takeRequests() {
-    while (!requests_.empty()) {
-      ucp_conn_request_h request = requests_.front();
-      requests_.pop_front();
+    for (;;) {
+      ucp_conn_request_h request = nullptr;
+      {
+        std::lock_guard<std::mutex> lock(requestsMutex_);
+        if (requests_.empty()) break;
+        request = requests_.front();
+        requests_.pop_front();
+      }
       ucp_conn_request_attr_t attr{};
       attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
       std::string peer = "an unknown address";
@@ -602,7 +684,7 @@ class UcxListenComm final : public ListenComm {
         refused = "the connection failed: " + text(status);
       else if (status == UCS_OK && (p.hello.magic != kHelloMagic ||
                                     std::memcmp(p.hello.token, token_, sizeof token_) != 0 ||
-                                    (p.hello.connection & kEndOfStreamTag) != 0))
+                                    (p.hello.connection & kControlTags) != 0))
         refused = "a hello without this listener's token";
       if (!refused.empty()) {
         BRAID_WARN(log::kNet, "NET/UCX: dropped a connection from {} to {}: {}", p.endpoint->peer(),
@@ -628,7 +710,9 @@ class UcxListenComm final : public ListenComm {
   ucp_listener_h listener_ = nullptr;
   SocketAddress bound_;
   uint8_t token_[wire::kTokenBytes];
-  std::deque<ucp_conn_request_h> requests_;  // from the connection handler
+  // From the connection handler, which UCX may call on its own (async) thread.
+  std::mutex requestsMutex_;
+  std::deque<ucp_conn_request_h> requests_;
   std::vector<std::unique_ptr<Pending>> pending_;
 };
 
@@ -667,7 +751,7 @@ class UcxNet final : public InterfaceNet {
     endpoint->create(params);
     hello->tag = tag;
     fillRandom(&hello->connection, sizeof hello->connection);
-    hello->connection &= ~kEndOfStreamTag;
+    hello->connection &= ~kControlTags;
     // The send may wait for the endpoint's wire-up: the comm keeps its buffer.
     ucp_request_param_t p{};
     Operation sent(worker_->worker,
@@ -680,6 +764,11 @@ class UcxNet final : public InterfaceNet {
   std::unique_ptr<RecvComm> accept(ListenComm& listener, uint32_t* tag,
                                    Clock::time_point deadline) override {
     return static_cast<UcxListenComm&>(listener).accept(tag, deadline);
+  }
+
+  bool acceptsWithoutWaiting() const override { return true; }
+  std::unique_ptr<RecvComm> acceptReady(ListenComm& listener, uint32_t* tag) override {
+    return static_cast<UcxListenComm&>(listener).acceptReady(tag);
   }
 
  private:
