@@ -13,6 +13,9 @@ set(BRAID_MULTIHOST_DIR ${CMAKE_CURRENT_LIST_DIR})
 set(BRAID_MULTIRANK_DIR ${CMAKE_CURRENT_LIST_DIR}/../multirank)
 
 braid_test(test_net INTERNAL SOURCES ${BRAID_MULTIHOST_DIR}/test_net.cc LABELS unit)
+if(BRAID_HAVE_UCX)
+  target_compile_definitions(test_net PRIVATE BRAID_HAVE_UCX=1)
+endif()
 
 # NCCL net plug-ins through braid's loader: braid's socket plug-in (libnccl-net-braid.so) on
 # loopback, and the load errors, with libbraid.so as a library without the plug-in symbol and a
@@ -86,6 +89,7 @@ braid_multihost_test(multihost_departure_nccl_plugin HOSTS 3
   --gtest_filter=Departure.SendThenDestroyDeliversEverythingAndIsNoFailure)
 add_dependencies(test_multihost_faults nccl_net_braid)
 
+if(BRAID_HAVE_UCX)
 # The grid and the failures again over UCX (BRAID_NET=ucx), TCP underneath as on a cluster without
 # RDMA: namespaces share the machine, so UCX would otherwise choose shared memory between them.
 set(ucx env BRAID_NET=ucx UCX_TLS=tcp)
@@ -105,3 +109,4 @@ braid_multihost_test(multihost_failure_reason_ucx HOSTS 2
   COMMAND ${ucx} ${faults} --gtest_filter=Faults.FailedRanksReasonReachesPeersOnOtherHosts)
 braid_multihost_test(multihost_departure_ucx HOSTS 3
   COMMAND ${ucx} ${faults} --gtest_filter=Departure.SendThenDestroyDeliversEverythingAndIsNoFailure)
+endif()

@@ -20,7 +20,9 @@
 #include "plan/plan.h"
 #include "transport/net/proxy.h"
 #include "transport/net/socket_net.h"
+#ifdef BRAID_HAVE_UCX
 #include "transport/net/ucx_net.h"
+#endif
 #include "transport/transport.h"
 
 namespace braid::net {
@@ -160,9 +162,11 @@ Pair connectedPair(int sockets) {
   return connectedPair(makeSocketNet({loopback()}, {sockets, 5000}));
 }
 
+#ifdef BRAID_HAVE_UCX
 Pair ucxPair() {
   return connectedPair(makeUcxNet({loopback()}, 5000));
 }
+#endif
 
 std::vector<uint8_t> randomBytes(size_t n, uint32_t seed) {
   std::mt19937 random(seed);
@@ -257,6 +261,7 @@ TEST(SocketNet, MovesMessagesIntactOverSeveralSockets) {
   }
 }
 
+#ifdef BRAID_HAVE_UCX
 TEST(UcxNet, MovesMessagesIntactFromAndIntoRegisteredMemory) {
   for (bool registered : {false, true}) {
     SCOPED_TRACE(registered ? "registered" : "not registered");
@@ -264,6 +269,7 @@ TEST(UcxNet, MovesMessagesIntactFromAndIntoRegisteredMemory) {
     expectMessagesMoveIntact(p, registered);
   }
 }
+#endif
 
 // A sender that ends its stream before closing has departed; one that just closes is lost.
 void expectACloseIsADepartureOnlyAfterTheEndOfTheStream(const std::function<Pair()>& makePair) {
@@ -301,9 +307,11 @@ TEST(SocketNet, ACloseIsADepartureOnlyAfterTheEndOfTheStream) {
   expectACloseIsADepartureOnlyAfterTheEndOfTheStream([] { return connectedPair(3); });
 }
 
+#ifdef BRAID_HAVE_UCX
 TEST(UcxNet, ACloseIsADepartureOnlyAfterTheEndOfTheStream) {
   expectACloseIsADepartureOnlyAfterTheEndOfTheStream(ucxPair);
 }
+#endif
 
 // A sender whose rank failed says why before it closes: the receiver fails quoting the reason
 // (at most kMaxReasonBytes of it), not with a lost peer.
@@ -340,6 +348,7 @@ TEST(SocketNet, AnAbortTellsTheReceiverWhyTheRankFailed) {
   expectAnAbortTellsTheReceiverWhyTheRankFailed([] { return connectedPair(3); });
 }
 
+#ifdef BRAID_HAVE_UCX
 TEST(UcxNet, AnAbortTellsTheReceiverWhyTheRankFailed) {
   expectAnAbortTellsTheReceiverWhyTheRankFailed(ucxPair);
 }
@@ -387,6 +396,7 @@ TEST(UcxNet, DescribesItsDeviceAndRefusesOthers) {
   EXPECT_EQ(net->properties(0).address, "127.0.0.1");
   EXPECT_THROW(net->properties(1), Error);
 }
+#endif
 
 // A raw connection to a listener, speaking the wire format by hand.
 class RawPeer {
@@ -688,9 +698,11 @@ TEST(NetProxy, MovesFifoSlotsInOrderWithTheirSizes) {
   expectProxiesMoveFifoSlotsInOrderWithTheirSizes(connectedPair(2), connectedPair(2));
 }
 
+#ifdef BRAID_HAVE_UCX
 TEST(NetProxy, MovesFifoSlotsOverUcx) {
   expectProxiesMoveFifoSlotsInOrderWithTheirSizes(ucxPair(), ucxPair());
 }
+#endif
 
 // A rank that fails tells its peers on other hosts why: their proxies record the reason under its
 // rank. Its own links then move no more, which is no failure of theirs to report.
@@ -715,9 +727,11 @@ TEST(NetProxy, AbandonTellsThePeersWhyTheRankFailed) {
   expectAbandonTellsThePeersWhyTheRankFailed(connectedPair(1), connectedPair(1));
 }
 
+#ifdef BRAID_HAVE_UCX
 TEST(NetProxy, AbandonTellsThePeersWhyTheRankFailedOverUcx) {
   expectAbandonTellsThePeersWhyTheRankFailed(ucxPair(), ucxPair());
 }
+#endif
 
 TEST(NetProxy, RecordsABrokenConnectionNamingThePeerRank) {
   const FifoGeometry geometry{4096, 4};

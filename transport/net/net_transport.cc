@@ -16,10 +16,21 @@ namespace braid::net {
 
 std::unique_ptr<Net> makeConfiguredNet() {
   if (!param::NetPlugin().empty()) return loadNcclNetPlugin(param::NetPlugin());
-  const std::string choice =
-      param::Net().empty() ? (rdmaDevicePresent() ? "ucx" : "socket") : param::Net();
+#ifdef BRAID_HAVE_UCX
+  const std::string fallback = rdmaDevicePresent() ? "ucx" : "socket";
+#else
+  const std::string fallback = "socket";
+#endif
+  const std::string choice = param::Net().empty() ? fallback : param::Net();
   const int keepaliveMs = static_cast<int>(param::SocketKeepaliveMs());
-  if (choice == "ucx") return makeUcxNet(findInterfaces(param::SocketIfname()), keepaliveMs);
+  if (choice == "ucx") {
+#ifdef BRAID_HAVE_UCX
+    return makeUcxNet(findInterfaces(param::SocketIfname()), keepaliveMs);
+#else
+    fail(braidInvalidArgument,
+         "BRAID_NET=ucx, but this braid was built without UCX (install libucx-dev and rebuild)");
+#endif
+  }
   if (choice != "socket")
     fail(braidInvalidArgument, "BRAID_NET='{}' names no network (expected socket or ucx)", choice);
   return makeSocketNet(findInterfaces(param::SocketIfname()),
