@@ -172,7 +172,7 @@ void P2pLinks::connectNetwork(const std::vector<bool>& remote,
     if (ringNext(key.index) == key.peer) netRingSend_[key.index] = onDevice(fifos.send, true);
     if (ringPrev(key.index) == key.peer) netRingRecv_[key.index] = onDevice(fifos.recv, false);
   }
-  proxy_->start();
+  proxy_->start(net::nicName(*connected.net));
   proxy_->operationStarted();
   BRAID_INFO(log::kNet,
              "rank {}: {} network links to {} ranks on other hosts, FIFOs in pinned "

@@ -164,7 +164,7 @@ class Grid {
                             .recv;
       }
     for (auto& proxy : proxies_) {
-      proxy->start();
+      proxy->start("lo");
       proxy->operationStarted();  // kernels' FIFO moves cannot wake it: it keeps polling
     }
   }

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <numeric>
 #include <random>
@@ -656,13 +658,26 @@ TEST(SocketNet, SenderToAPeerThatNeverReadsStaysBounded) {
 
 // ---- the proxy ----
 
+// Threads of this process with the progress thread's name.
+int progressThreads() {
+  int count = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::string name;
+    std::ifstream(task.path() / "comm") >> name;
+    count += name == "braid-proxy";
+  }
+  return count;
+}
+
+// Two proxies on one NIC (two ranks, or two communicators, of a process) share its thread.
 void expectProxiesMoveFifoSlotsInOrderWithTheirSizes(Pair ab, Pair ba) {
   const FifoGeometry geometry{4096, 4};
   Proxy a(0, geometry), b(1, geometry);
   const Proxy::Fifos fa = a.addPeer(1, std::move(ab.send), std::move(ba.recv));
   const Proxy::Fifos fb = b.addPeer(0, std::move(ba.send), std::move(ab.recv));
-  a.start();
-  b.start();
+  a.start("lo");
+  b.start("lo");
+  EXPECT_EQ(progressThreads(), 1);
   SendConnector toB(fa.send, 0, 1);
   RecvConnector fromA(fb.recv, 1, 0);
   struct Deadline : Watchdog {
@@ -711,8 +726,8 @@ void expectAbandonTellsThePeersWhyTheRankFailed(Pair ab, Pair ba) {
   Proxy a(3, geometry), b(0, geometry);
   a.addPeer(0, std::move(ab.send), std::move(ba.recv));
   b.addPeer(3, std::move(ba.send), std::move(ab.recv));
-  a.start();
-  b.start();
+  a.start("lo");
+  b.start("lo");
   const std::string reason =
       "rank 3: all-reduce #4 timed out after 1000 ms waiting for data from rank 0";
   a.abandon(reason);
@@ -745,7 +760,7 @@ TEST(NetProxy, RecordsABrokenConnectionNamingThePeerRank) {
   Pair unused = connectedPair(1);
   Proxy proxy(0, geometry);
   proxy.addPeer(3, std::move(unused.send), std::move(recv));
-  proxy.start();
+  proxy.start("lo");
   EXPECT_EQ(proxy.failure(3), std::nullopt);
   peer.frame(0, 100, 0, 100);
   peer.socket() = Socket();

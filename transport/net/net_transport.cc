@@ -37,6 +37,10 @@ std::unique_ptr<Net> makeConfiguredNet() {
                        {static_cast<int>(param::NSocks()), keepaliveMs});
 }
 
+std::string nicName(Net& net) {
+  return fmt::format("NET/{} {}", net.name(), net.properties(0).name);
+}
+
 namespace {
 
 // A rank's plug-in, its listener, and every rank's listener handle.
@@ -134,6 +138,7 @@ class NetSetup : public TransportSetup {
     Listening listening =
         listenAndExchange(rank, static_cast<int>(state.peers.size()), state.rendezvous.allGather);
     auto proxy = std::make_shared<Proxy>(rank, state.geometry);
+    const std::string device = nicName(*listening.net);
     auto serve = [&](int peer, const Proxy::Fifos& fifos) {
       state.links.send[peer] = SendConnector(fifos.send, rank, peer);
       state.links.recv[peer] = RecvConnector(fifos.recv, rank, peer);
@@ -152,7 +157,7 @@ class NetSetup : public TransportSetup {
         serve(peer, proxy->addPeer(peer, std::move(send), std::move(recv)));
       }
     }
-    proxy->start();
+    proxy->start(device);
     state.links.services.push_back(proxy);
   }
 

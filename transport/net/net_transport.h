@@ -29,6 +29,9 @@ struct NetLinks {
 // sockets elsewhere.
 std::unique_ptr<Net> makeConfiguredNet();
 
+// What names the NIC a plug-in's first device is, for the progress thread its proxies share.
+std::string nicName(Net& net);
+
 // Every rank of `nranks` calls it: listens on the interface BRAID_SOCKET_IFNAME chooses,
 // all-gathers the listeners' handles (`allGather`: bytes per rank, this rank's slice filled), then
 // opens a connection each way for each of `keys` (the peer's keys must name this rank alike) and

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cerrno>
+#include <map>
 #include <mutex>
 
 #include "base/error.h"
@@ -50,19 +51,108 @@ struct Proxy::Link {
   std::mutex driver;
 };
 
-Proxy::Proxy(int rank, const FifoGeometry& geometry, Allocate allocate)
-    : rank_(rank), geometry_(geometry), allocate_(std::move(allocate)) {
-  static_assert(kMaxFifoSlots <= kMaxRequests);
-  wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wakeFd_ < 0) failErrno(braidSystemError, "creating the network proxy's eventfd", errno);
+std::shared_ptr<ProgressThread> ProgressThread::forDevice(const std::string& device) {
+  static std::mutex mutex;
+  static std::map<std::string, std::weak_ptr<ProgressThread>> threads;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::shared_ptr<ProgressThread> thread = threads[device].lock();
+  if (thread == nullptr) {
+    thread = std::make_shared<ProgressThread>(device);
+    threads[device] = thread;
+  }
+  return thread;
 }
 
-Proxy::~Proxy() {
+ProgressThread::ProgressThread(const std::string& device) {
+  wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wakeFd_ < 0) failErrno(braidSystemError, "creating the network progress eventfd", errno);
+  thread_ = std::thread([this] { run(); });
+  pthread_setname_np(thread_.native_handle(), "braid-proxy");
+  BRAID_INFO(log::kNet, "a progress thread for {}", device);
+}
+
+ProgressThread::~ProgressThread() {
   stop_.store(true, std::memory_order_release);
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t ignored = write(wakeFd_, &one, sizeof one);
-  if (thread_.joinable()) thread_.join();
+  thread_.join();
   close(wakeFd_);
+}
+
+void ProgressThread::attach(Proxy* proxy) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  proxies_.push_back(proxy);
+}
+
+void ProgressThread::detach(Proxy* proxy) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::erase(proxies_, proxy);
+}
+
+void ProgressThread::wake() {
+  if (sleeping_.load(std::memory_order_seq_cst)) {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t ignored = write(wakeFd_, &one, sizeof one);
+  }
+}
+
+void ProgressThread::run() {
+  int idleRounds = 0;
+  while (!stop_.load(std::memory_order_acquire)) {
+    bool moved = false, driving = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (Proxy* proxy : proxies_) {
+        log::setThreadRank(proxy->rank_);
+        const Proxy::Round round = proxy->round();
+        moved |= round == Proxy::Round::kMoved;
+        driving |= round == Proxy::Round::kRankDriving;
+      }
+    }
+    if (moved) {
+      idleRounds = 0;
+    } else if (driving) {
+      // A rank that drives its links is waiting for them and moves them sooner than this thread
+      // could: stay out of its way (off the core, off the links' locks) until it stops driving,
+      // computing or gone between operations.
+      idleRounds = 0;
+      std::this_thread::sleep_for(std::chrono::nanoseconds(kActiveSliceNs));
+    } else if (idleRounds < kYieldRounds) {
+      ++idleRounds;
+      sched_yield();
+    } else {
+      sleep();
+    }
+  }
+}
+
+// Waits for a descriptor of a connection with requests in flight, a wake-up, or the end of a
+// slice.
+void ProgressThread::sleep() {
+  std::vector<pollfd> fds{{wakeFd_, POLLIN, 0}};
+  bool active = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (Proxy* proxy : proxies_) active |= proxy->sleepDescriptors(fds);
+  }
+  sleeping_.store(true, std::memory_order_seq_cst);
+  const long sliceNs = active ? kActiveSliceNs : kIdleSliceNs;
+  const timespec slice{sliceNs / 1000000000L, sliceNs % 1000000000L};
+  const int ready = ppoll(fds.data(), fds.size(), &slice, nullptr);
+  sleeping_.store(false, std::memory_order_relaxed);
+  if (ready > 0 && (fds[0].revents & POLLIN) != 0) {
+    uint64_t count = 0;
+    [[maybe_unused]] ssize_t ignored = read(wakeFd_, &count, sizeof count);
+  }
+}
+
+Proxy::Proxy(int rank, const FifoGeometry& geometry, Allocate allocate)
+    : rank_(rank), geometry_(geometry), allocate_(std::move(allocate)) {
+  static_assert(kMaxFifoSlots <= kMaxRequests);
+}
+
+Proxy::~Proxy() {
+  if (thread_ != nullptr) thread_->detach(this);
   if (departing_)
     for (const auto& link : links_)
       if (!link->failed.load() && link->send != nullptr) link->send->end();
@@ -139,9 +229,9 @@ bool Proxy::acceptArrivals() {
   return any;
 }
 
-void Proxy::start() {
-  thread_ = std::thread([this] { run(); });
-  pthread_setname_np(thread_.native_handle(), "braid-proxy");
+void Proxy::start(const std::string& device) {
+  thread_ = ProgressThread::forDevice(device);
+  thread_->attach(this);
 }
 
 std::optional<std::string> Proxy::failure(int peer) const {
@@ -215,10 +305,7 @@ void Proxy::operationFinished() {
 }
 
 void Proxy::wake() {
-  if (sleeping_.load(std::memory_order_seq_cst)) {
-    const uint64_t one = 1;
-    [[maybe_unused]] ssize_t ignored = write(wakeFd_, &one, sizeof one);
-  }
+  if (thread_ != nullptr) thread_->wake();
 }
 
 void Proxy::fail(Link& link, const std::string& why) {
@@ -310,10 +397,7 @@ bool Proxy::progressRecv(Link& link) {
   return moved;
 }
 
-// Waits for a socket of a connection with requests in flight, an operation to start, or the end
-// of a slice.
-void Proxy::sleep() {
-  std::vector<pollfd> fds{{wakeFd_, POLLIN, 0}};
+bool Proxy::sleepDescriptors(std::vector<pollfd>& fds) {
   // A send in flight on a comm with nothing to poll (an NCCL net plug-in's) moves only when the
   // thread tests it, and a peer waits for it: the thread looks again soon, as during an
   // operation. Receives need no such care: the operation that reads them wakes the thread.
@@ -333,43 +417,17 @@ void Proxy::sleep() {
     std::unique_lock<std::mutex> accepting(acceptMutex_, std::try_to_lock);
     if (accepting.owns_lock()) connector_->listener->pollDescriptors(fds);
   }
-  sleeping_.store(true, std::memory_order_seq_cst);
-  const bool active = activeOperations_.load(std::memory_order_seq_cst) > 0 || unwatchedSends;
-  const long sliceNs = active ? kActiveSliceNs : kIdleSliceNs;
-  const timespec slice{sliceNs / 1000000000L, sliceNs % 1000000000L};
-  const int ready = ppoll(fds.data(), fds.size(), &slice, nullptr);
-  sleeping_.store(false, std::memory_order_relaxed);
-  if (ready > 0 && (fds[0].revents & POLLIN) != 0) {
-    uint64_t count = 0;
-    [[maybe_unused]] ssize_t ignored = read(wakeFd_, &count, sizeof count);
-  }
+  return activeOperations_.load(std::memory_order_seq_cst) > 0 || unwatchedSends;
 }
 
-void Proxy::run() {
-  log::setThreadRank(rank_);
-  int idleRounds = 0;
-  uint64_t drivesSeen = 0;
-  while (!stop_.load(std::memory_order_acquire)) {
-    // A rank that drives its links is waiting for them and moves them sooner than this thread
-    // could: stay out of its way (off the core, off the links' locks) until it stops driving,
-    // computing or gone between operations.
-    if (const uint64_t drives = drives_.load(std::memory_order_relaxed); drives != drivesSeen) {
-      drivesSeen = drives;
-      idleRounds = 0;
-      std::this_thread::sleep_for(std::chrono::nanoseconds(kActiveSliceNs));
-      continue;
-    }
-    bool moved = acceptArrivals();
-    for (const auto& link : links_) moved |= progress(*link, true, true);
-    if (moved) {
-      idleRounds = 0;
-    } else if (idleRounds < kYieldRounds) {
-      ++idleRounds;
-      sched_yield();
-    } else {
-      sleep();
-    }
+Proxy::Round Proxy::round() {
+  if (const uint64_t drives = drives_.load(std::memory_order_relaxed); drives != drivesSeen_) {
+    drivesSeen_ = drives;
+    return Round::kRankDriving;
   }
+  bool moved = acceptArrivals();
+  for (const auto& link : links_) moved |= progress(*link, true, true);
+  return moved ? Round::kMoved : Round::kIdle;
 }
 
 }  // namespace braid::net

@@ -21,6 +21,38 @@
 
 namespace braid::net {
 
+class Proxy;
+
+// The thread that moves the links of every proxy on one network device (NIC) of the process:
+// communicators that share a NIC share it, instead of a thread each. It spins while links move,
+// yields, then sleeps on the descriptors of all its proxies' connections and an eventfd.
+class ProgressThread {
+ public:
+  // The device's thread, started on first use; it ends with its last proxy.
+  static std::shared_ptr<ProgressThread> forDevice(const std::string& device);
+  explicit ProgressThread(const std::string& device);
+  ~ProgressThread();
+  ProgressThread(const ProgressThread&) = delete;
+  ProgressThread& operator=(const ProgressThread&) = delete;
+
+  void attach(Proxy* proxy);
+  // Returns once the thread no longer touches `proxy`.
+  void detach(Proxy* proxy);
+  // Ends a sleep now.
+  void wake();
+
+ private:
+  void run();
+  void sleep();
+
+  std::mutex mutex_;  // proxies_; held through a round, so that detach() waits for it
+  std::vector<Proxy*> proxies_;
+  int wakeFd_ = -1;  // eventfd: work for a proxy, or stop
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> sleeping_{false};
+  std::thread thread_;
+};
+
 // The network transport's LinkService for its communicator.
 class Proxy : public LinkService {
  public:
@@ -55,7 +87,9 @@ class Proxy : public LinkService {
   // neighbours), not with the ranks on other hosts. Before start().
   void connectOnFirstUse(Connector connector);
   Fifos addPeer(int peer);
-  void start();
+  // Hands the links to the progress thread of `device` (the NIC they use), shared with the other
+  // proxies on it.
+  void start(const std::string& device);
 
   // For a communicator that ends in good order: waits until the network has taken every slot the
   // rank posted (a rank may destroy its communicator right after a send), a connection fails, or
@@ -85,7 +119,14 @@ class Proxy : public LinkService {
  private:
   struct Link;
 
-  void run();
+  friend class ProgressThread;
+  enum class Round { kMoved, kIdle, kRankDriving };
+  // One pass of the progress thread over the links; kRankDriving, touching nothing, while the rank
+  // drives them itself.
+  Round round();
+  // Adds what the progress thread sleeps on for these links; true if it must look again soon (an
+  // operation runs, or a send waits on a comm with nothing to poll).
+  bool sleepDescriptors(std::vector<pollfd>& fds);
   // Both take the link's driver lock, held by the proxy or a waiting rank, whichever comes first;
   // false (nothing moved) if the other holds it.
   bool progressSend(Link& link);
@@ -95,7 +136,6 @@ class Proxy : public LinkService {
   void connectSend(Link& link, Clock::time_point deadline);
   // Takes the connections that arrived, each to its link; true if any did.
   bool acceptArrivals();
-  void sleep();
   void wake();
   void fail(Link& link, const std::string& why);
 
@@ -106,12 +146,10 @@ class Proxy : public LinkService {
   std::optional<Connector> connector_;
   std::atomic<int> unaccepted_{0};  // links still without their connection from the peer
   std::mutex acceptMutex_;          // one thread takes arrivals at a time
-  std::thread thread_;
-  int wakeFd_ = -1;  // eventfd: an operation started, or stop
-  std::atomic<bool> stop_{false};
+  std::shared_ptr<ProgressThread> thread_;
   std::atomic<int> activeOperations_{0};
-  std::atomic<bool> sleeping_{false};
   std::atomic<uint64_t> drives_{0};  // drive() calls: a rank is waiting on its links
+  uint64_t drivesSeen_ = 0;          // by the progress thread
   bool departing_ = false;           // finish() ran: end the streams on purpose
 
   std::atomic<bool> anyFailure_{false};
