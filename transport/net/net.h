@@ -2,7 +2,8 @@
 // the spirit of NCCL's net API. A plug-in lists devices, listens, connects and accepts, and moves
 // whole messages between registered buffers with non-blocking isend/irecv and test. It knows
 // nothing of FIFOs or collectives; the proxy (proxy.h) maps FIFO slots onto messages. TCP sockets
-// are the first plug-in (socket_net.h); verbs will be the second.
+// are one plug-in (socket_net.h), UCX another (ucx_net.h); an NCCL net plug-in is seen through the
+// same interface (nccl_plugin_net.h).
 #pragma once
 
 #include <poll.h>

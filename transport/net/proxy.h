@@ -60,7 +60,7 @@ class Proxy : public LinkService {
   // CPU communicator; a CUDA communicator's is pinned host memory its GPU reads and writes.
   using Allocate = std::function<std::shared_ptr<void>(size_t bytes)>;
   Proxy(int rank, const FifoGeometry& geometry, Allocate allocate = allocateZeroed);
-  // Stops the thread, then closes the connections.
+  // Leaves the progress thread, then closes the connections.
   ~Proxy() override;
   Proxy(const Proxy&) = delete;
   Proxy& operator=(const Proxy&) = delete;
