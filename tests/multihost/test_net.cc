@@ -656,6 +656,45 @@ TEST(SocketNet, SenderToAPeerThatNeverReadsStaysBounded) {
   EXPECT_FALSE(fds.empty()) << "a blocked sender must give the proxy a socket to wait on";
 }
 
+// A receiver that is alive but reads nothing for longer than the keepalive time (a slow rank, a
+// rank computing) is no failure: its kernel still answers, so the sender waits, then finishes.
+// (A TCP_USER_TIMEOUT would end it: since Linux 5.11 it also ends a zero window that lasts.)
+TEST(SocketNet, SenderToAReceiverThatPausesLongerThanKeepaliveFinishes) {
+  constexpr int kKeepaliveMs = 1000;
+  std::unique_ptr<Net> net = makeSocketNet({loopback()}, {1, kKeepaliveMs});
+  Handle handle;
+  std::unique_ptr<ListenComm> listener = net->listen(0, &handle);
+  std::unique_ptr<SendComm> send = net->connect(0, handle, 1, in(10s));
+  uint32_t tag = 0;
+  std::unique_ptr<RecvComm> recv = net->accept(*listener, &tag, in(10s));
+  // 16 MiB: more than loopback's socket buffers hold, so the window closes.
+  const std::vector<uint8_t> data = randomBytes(1 << 20, 5);
+  std::vector<Request*> sends;
+  for (int i = 0; i < 16; ++i) sends.push_back(send->isend(data.data(), data.size(), nullptr));
+  size_t sent = 0, bytes = 0;
+  const auto pauseEnd = Clock::now() + std::chrono::milliseconds(kKeepaliveMs * 5 / 2);
+  while (Clock::now() < pauseEnd) {
+    while (sent < sends.size() && send->test(sends[sent], &bytes)) ++sent;
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_LT(sent, sends.size()) << "the receiver's buffers took everything: nothing was tested";
+  std::vector<uint8_t> in(data.size());
+  size_t received = 0;
+  Request* receiving = nullptr;
+  const bool finished = keepTrying([&] {
+    while (sent < sends.size() && send->test(sends[sent], &bytes)) ++sent;
+    if (receiving == nullptr && received < sends.size())
+      receiving = recv->irecv(in.data(), in.size(), nullptr);
+    if (receiving != nullptr && recv->test(receiving, &bytes)) {
+      EXPECT_EQ(in, data) << "message " << received;
+      ++received;
+      receiving = nullptr;
+    }
+    return sent == sends.size() && received == sends.size();
+  });
+  EXPECT_TRUE(finished) << "sent " << sent << ", received " << received;
+}
+
 // ---- the proxy ----
 
 // Threads of this process with the progress thread's name.

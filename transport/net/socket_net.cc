@@ -86,11 +86,10 @@ void setOption(int fd, int level, int name, int value, const char* what) {
 [[noreturn]] void failTransfer(const std::string& activity, int err, int keepaliveMs) {
   switch (err) {
     case ETIMEDOUT:
-      fail(
-          braidRemoteError,
-          "{}: no answer (TCP keepalive, acknowledgements) for {} s: the peer is unreachable (link "
-          "down or host gone)",
-          activity, (keepaliveMs + 999) / 1000);
+      fail(braidRemoteError,
+           "{}: no answer to TCP keepalive probes for {} s: the peer is unreachable (link down or "
+           "host gone)",
+           activity, (keepaliveMs + 999) / 1000);
     case ECONNRESET:
     case EPIPE:
       fail(braidRemoteError, "{}: the peer reset the connection (its process exited?)", activity);
@@ -634,15 +633,14 @@ std::string readSysfs(const std::filesystem::path& path) {
 }  // namespace
 
 // Keepalive probes serve the side that waits for data: a socket with unacknowledged data in flight
-// does not probe. That side, a sender into a dead link, has TCP_USER_TIMEOUT instead, which ends
-// the connection once data has gone unacknowledged that long (TCP would retransmit for many
-// minutes). A peer that is alive but stops reading still acknowledges, so it is not "unreachable".
+// does not probe. A sender into a dead link learns of it from the ranks that receive across it
+// (their failure reasons travel on, SendComm::abort). No TCP_USER_TIMEOUT: since Linux 5.11 it
+// also ends a connection to a peer that is alive but has not read for that long (zero window).
 void enableKeepalive(int fd, int keepaliveMs) {
   setOption(fd, SOL_SOCKET, SO_KEEPALIVE, 1, "SO_KEEPALIVE");
   setOption(fd, IPPROTO_TCP, TCP_KEEPIDLE, 1, "TCP_KEEPIDLE");
   setOption(fd, IPPROTO_TCP, TCP_KEEPINTVL, 1, "TCP_KEEPINTVL");
   setOption(fd, IPPROTO_TCP, TCP_KEEPCNT, std::max(1, (keepaliveMs + 999) / 1000), "TCP_KEEPCNT");
-  setOption(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, keepaliveMs, "TCP_USER_TIMEOUT");
 }
 
 const NetInterface& InterfaceNet::checkedDevice(int device) const {

@@ -25,8 +25,8 @@ constexpr int kMaxSockets = 16;
 // `devices` in order of preference (findInterfaces); device i of the plug-in is devices[i].
 std::unique_ptr<Net> makeSocketNet(std::vector<NetInterface> devices, SocketOptions options);
 
-// Probes a TCP connection that is idle every second; `keepaliveMs` without an answer, or with data
-// unacknowledged, ends it with ETIMEDOUT.
+// Probes a TCP connection that is idle every second; `keepaliveMs` without an answer ends it with
+// ETIMEDOUT.
 void enableKeepalive(int fd, int keepaliveMs);
 
 // A plug-in whose devices are network interfaces (`devices`, in order of preference): sockets, and
