@@ -87,21 +87,23 @@ void check(ucs_status_t status, const char* what) {
 }
 
 // UCX enables TCP keepalive only on the sockets it connects, not on those it accepts (uct/tcp,
-// uct_tcp_ep_create_socket_and_connect, in 1.13 as in its master branch), and sets no
-// TCP_USER_TIMEOUT, so over TCP neither the side of a hop that only receives nor a sender into a
-// dead link would notice it for many minutes. This sets both, as braid's socket plug-in does
-// (enableKeepalive), on every established TCP socket of the process on one of `addresses` that
-// lacks the user timeout: UCX's, and any other socket on those addresses, which it does not harm.
+// uct_tcp_ep_create_socket_and_connect, in 1.13 as in its master branch), and with its own timing,
+// so over TCP the side of a hop that only receives would not notice a dead link for minutes. This
+// sets keepalive as braid's socket plug-in does (enableKeepalive) on every established TCP socket
+// of the process on one of `addresses` that probes later than after 1 s idle: UCX's, and any other
+// socket on those addresses, which probes do not harm.
 void watchSockets(const std::vector<std::string>& addresses, int keepaliveMs) {
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", error)) {
     const int fd = std::atoi(entry.path().filename().c_str());
-    int type = 0, userTimeout = 0;
+    int type = 0, keepalive = 0, idle = 0;
     socklen_t length = sizeof type;
     if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length) != 0 || type != SOCK_STREAM) continue;
-    length = sizeof userTimeout;
-    if (getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeout, &length) != 0 ||
-        userTimeout != 0)
+    length = sizeof keepalive;
+    if (getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &keepalive, &length) != 0) continue;
+    length = sizeof idle;
+    if (keepalive != 0 && getsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, &length) == 0 &&
+        idle == 1)
       continue;
     sockaddr_storage local{}, peer{};
     socklen_t localLength = sizeof local, peerLength = sizeof peer;
@@ -188,11 +190,14 @@ class Worker {
  public:
   explicit Worker(int keepaliveMs) : keepaliveMs(keepaliveMs) {
     const bool rdma = rdmaDevicePresent();
-    if (!rdma) {
-      // UCX's 8 KiB TCP segments cost a system call each: a FIFO slot goes in one piece.
-      setTransportDefault("TCP_TX_SEG_SIZE", "256k");
-      setTransportDefault("TCP_RX_SEG_SIZE", "256k");
-    }
+    // UCX's 8 KiB TCP segments cost a system call each: a FIFO slot goes in one piece. Once per
+    // process, the first time UCX starts (setenv races with other threads' getenv otherwise).
+    static std::once_flag segments;
+    if (!rdma)
+      std::call_once(segments, [] {
+        setTransportDefault("TCP_TX_SEG_SIZE", "256k");
+        setTransportDefault("TCP_RX_SEG_SIZE", "256k");
+      });
     ucp_config_t* config = nullptr;
     check(ucp_config_read(nullptr, nullptr, &config), "reading the UCX configuration");
     // A silent peer is declared lost after about keepaliveMs, as over braid's sockets. On an RDMA
@@ -357,9 +362,12 @@ class Endpoint {
   std::atomic<ucs_status_t> error_{UCS_OK};  // set by the handler, from any progressing thread
 };
 
-class UcxMemoryRegion final : public MemoryRegion {
+// Memory registered with UCX (ucp_mem_map), unmapped when its last holder goes: the region the
+// caller holds, and the comm it was registered with, whose posted requests may use it until they
+// end (the caller may drop the region first: NCCL's order, deregistration before close).
+class UcxMapping {
  public:
-  UcxMemoryRegion(std::shared_ptr<Worker> worker, void* data, size_t bytes)
+  UcxMapping(std::shared_ptr<Worker> worker, void* data, size_t bytes)
       : worker_(std::move(worker)) {
     ucp_mem_map_params_t params{};
     params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
@@ -367,12 +375,23 @@ class UcxMemoryRegion final : public MemoryRegion {
     params.length = bytes;
     check(ucp_mem_map(worker_->context, &params, &handle_), "registering a FIFO (ucp_mem_map)");
   }
-  ~UcxMemoryRegion() override { ucp_mem_unmap(worker_->context, handle_); }
+  ~UcxMapping() { ucp_mem_unmap(worker_->context, handle_); }
+  UcxMapping(const UcxMapping&) = delete;
+  UcxMapping& operator=(const UcxMapping&) = delete;
   ucp_mem_h handle() const { return handle_; }
 
  private:
   std::shared_ptr<Worker> worker_;
   ucp_mem_h handle_ = nullptr;
+};
+
+class UcxMemoryRegion final : public MemoryRegion {
+ public:
+  explicit UcxMemoryRegion(std::shared_ptr<UcxMapping> mapping) : mapping_(std::move(mapping)) {}
+  ucp_mem_h handle() const { return mapping_->handle(); }
+
+ private:
+  std::shared_ptr<UcxMapping> mapping_;
 };
 
 struct UcxRequest : Request {
@@ -389,6 +408,11 @@ class UcxComm {
   UcxComm(std::unique_ptr<Endpoint> endpoint, uint64_t connection, std::string activity)
       : endpoint_(std::move(endpoint)), connection_(connection), activity_(std::move(activity)) {}
 
+  std::unique_ptr<MemoryRegion> registerRegion(std::shared_ptr<Worker> worker, void* data,
+                                               size_t bytes) {
+    mappings_.push_back(std::make_shared<UcxMapping>(std::move(worker), data, bytes));
+    return std::make_unique<UcxMemoryRegion>(mappings_.back());
+  }
   bool full() const { return posted_ - reported_ >= kMaxRequests; }
   UcxRequest& nextRequest() {
     UcxRequest& r = requests_[posted_ % kMaxRequests];
@@ -415,13 +439,16 @@ class UcxComm {
     ++reported_;
     return true;
   }
-  // A failed rank's reason, sent by SendComm::abort from here: closing the endpoint flushes it,
-  // so it goes after the endpoint.
+  // What a send comm sends from beside its slots: the hello that opens the connection and a
+  // failed rank's reason (SendComm::abort). Closing the endpoint flushes them, so they go after it.
+  std::unique_ptr<Hello> helloBuffer_;
   std::string sentReason_;
   // Requests are destroyed (their operations released) before the endpoint closes.
   std::unique_ptr<Endpoint> endpoint_;
   uint64_t connection_;
   std::string activity_;  // "sending to 10.0.0.2:4000", for errors
+  // Registered with this comm; outlive its requests, which are ended (cancelled) first.
+  std::vector<std::shared_ptr<UcxMapping>> mappings_;
   std::array<UcxRequest, kMaxRequests> requests_;
   uint64_t posted_ = 0;
   uint64_t reported_ = 0;
@@ -433,12 +460,13 @@ class UcxSendComm final : public SendComm, UcxComm {
   UcxSendComm(std::unique_ptr<Endpoint> endpoint, std::unique_ptr<Hello> helloBuffer,
               Operation hello, std::shared_ptr<Worker> worker, const std::string& peer)
       : UcxComm(std::move(endpoint), helloBuffer->connection, "sending to " + peer),
-        helloBuffer_(std::move(helloBuffer)),
         hello_(std::move(hello)),
-        worker_(std::move(worker)) {}
+        worker_(std::move(worker)) {
+    helloBuffer_ = std::move(helloBuffer);
+  }
 
   std::unique_ptr<MemoryRegion> registerMemory(void* data, size_t bytes) override {
-    return std::make_unique<UcxMemoryRegion>(worker_, data, bytes);
+    return registerRegion(worker_, data, bytes);
   }
 
   // Nothing is sent before the hello has gone: messages queued while the endpoint is still being
@@ -488,7 +516,6 @@ class UcxSendComm final : public SendComm, UcxComm {
   }
 
  private:
-  std::unique_ptr<Hello> helloBuffer_;
   Operation hello_;
   Operation end_;
   Operation abort_;
@@ -515,7 +542,7 @@ class UcxRecvComm final : public RecvComm, UcxComm {
   }
 
   std::unique_ptr<MemoryRegion> registerMemory(void* data, size_t bytes) override {
-    return std::make_unique<UcxMemoryRegion>(worker_, data, bytes);
+    return registerRegion(worker_, data, bytes);
   }
 
   Request* irecv(void* data, size_t capacity, MemoryRegion* region) override {
