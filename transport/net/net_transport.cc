@@ -144,9 +144,10 @@ class NetSetup : public TransportSetup {
       state.links.recv[peer] = RecvConnector(fifos.recv, rank, peer);
     };
     if (listening.net->acceptsWithoutWaiting()) {
-      proxy->connectOnFirstUse({std::move(listening.net), std::move(listening.listener),
-                                std::move(listening.handles), rank,
-                                std::chrono::milliseconds(param::TimeoutMs())});
+      proxy->connectOnFirstUse(
+          {std::move(listening.net), std::move(listening.listener), std::move(listening.handles),
+           rank,
+           std::chrono::milliseconds(std::min(param::TimeoutMs(), param::SocketKeepaliveMs()))});
       for (int peer : remotePeers_) serve(peer, proxy->addPeer(peer));
     } else {
       std::vector<NetLinkKey> keys;

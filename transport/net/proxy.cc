@@ -40,7 +40,7 @@ struct Proxy::Link {
   // Requests by FIFO slot, and the slots handed to the plug-in and finished, as FIFO counters.
   std::array<Request*, kMaxFifoSlots> sendRequests{};
   std::array<Request*, kMaxFifoSlots> recvRequests{};
-  std::atomic<uint32_t> sendPosted{0};  // also read, unlocked, by drive()
+  std::atomic<uint32_t> sendPosted{0};  // also read, unlocked, by operationFinished()
   uint32_t sendDone = 0;
   uint32_t recvPosted = 0;
   uint32_t recvDone = 0;
@@ -49,6 +49,7 @@ struct Proxy::Link {
   // Held by whoever moves the link (the proxy thread or a waiting rank): guards the counters,
   // requests and comms above.
   std::mutex driver;
+  std::atomic<bool> accepted{false};  // `recv` is set; read unlocked by drive()
 };
 
 std::shared_ptr<ProgressThread> ProgressThread::forDevice(const std::string& device) {
@@ -129,13 +130,15 @@ void ProgressThread::run() {
 // Waits for a descriptor of a connection with requests in flight, a wake-up, or the end of a
 // slice.
 void ProgressThread::sleep() {
+  // Counted asleep before it looks: a wake() from then on writes the eventfd, which stays ready
+  // until read, so work that arrives while it looks is not slept through.
+  sleeping_.store(true, std::memory_order_seq_cst);
   std::vector<pollfd> fds{{wakeFd_, POLLIN, 0}};
   bool active = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (Proxy* proxy : proxies_) active |= proxy->sleepDescriptors(fds);
   }
-  sleeping_.store(true, std::memory_order_seq_cst);
   const long sliceNs = active ? kActiveSliceNs : kIdleSliceNs;
   const timespec slice{sliceNs / 1000000000L, sliceNs % 1000000000L};
   const int ready = ppoll(fds.data(), fds.size(), &slice, nullptr);
@@ -178,6 +181,7 @@ Proxy::Fifos Proxy::addPeer(int peer, std::unique_ptr<SendComm> send,
   link.recvRegion = recv->registerMemory(link.recvFifo.slots, slotsBytes);
   link.send = std::move(send);
   link.recv = std::move(recv);
+  link.accepted = true;
   return {link.sendFifo, link.recvFifo};
 }
 
@@ -223,6 +227,7 @@ bool Proxy::acceptArrivals() {
     link->recvRegion =
         comm->registerMemory(link->recvFifo.slots, geometry_.slotBytes * geometry_.nSlots);
     link->recv = std::move(comm);
+    link->accepted = true;
     --unaccepted_;
     any = true;
   }
@@ -248,6 +253,8 @@ static_assert(kMaxReasonBytes >= sizeof(RankControl::reason),
               "peers on other hosts learn as much of a failed rank's reason as those on its host");
 
 void Proxy::abandon(const std::string& reason) {
+  // One deadline for all: connecting to peers out of reach must not add up.
+  const Clock::time_point connectDeadline = Clock::now() + kAbandonConnectTimeout;
   for (const auto& link : links_) {
     // Its holder only moves the link, without waiting for the peer.
     std::lock_guard<std::mutex> lock(link->driver);
@@ -256,7 +263,7 @@ void Proxy::abandon(const std::string& reason) {
     // may be waiting for this rank's first message. Briefly: a peer may be out of reach.
     if (link->send == nullptr && connector_) {
       try {
-        connectSend(*link, Clock::now() + kAbandonConnectTimeout);
+        connectSend(*link, connectDeadline);
       } catch (const Error& e) {
         BRAID_INFO(log::kNet, "rank {}: could not tell rank {} of its failure: {}", rank_,
                    link->peer, e.what());
@@ -337,11 +344,20 @@ bool Proxy::progress(Link& link, bool send, bool recv) {
 
 bool Proxy::drive(int peer) {
   drives_.fetch_add(1, std::memory_order_relaxed);
-  bool moved = acceptArrivals();
+  // The listener is asked (a system call) only while an awaited peer has not connected yet.
+  bool moved = false;
+  for (const auto& link : links_)
+    if ((peer < 0 || link->peer == peer) && !link->accepted.load(std::memory_order_relaxed)) {
+      moved = acceptArrivals();
+      break;
+    }
   for (const auto& link : links_) {
     const bool awaited = peer < 0 || link->peer == peer;
-    // Without the lock this read may be stale; the next drive, or the proxy, catches up.
-    const bool toSend = link->sendFifo.control->tail().load() != link->sendPosted;
+    // Every send not finished, also one handed to the network and partly written: the peer
+    // may need it before it sends what the rank waits for, and the proxy stays out of the way.
+    // Without the lock these reads may be stale; the next drive, or the proxy, catches up.
+    FifoControl& control = *link->sendFifo.control;
+    const bool toSend = control.tail().load() != control.head().load();
     if (awaited || toSend) moved |= progress(*link, true, awaited);
   }
   return moved;
@@ -400,12 +416,14 @@ bool Proxy::progressRecv(Link& link) {
 bool Proxy::sleepDescriptors(std::vector<pollfd>& fds) {
   // A send in flight on a comm with nothing to poll (an NCCL net plug-in's) moves only when the
   // thread tests it, and a peer waits for it: the thread looks again soon, as during an
-  // operation. Receives need no such care: the operation that reads them wakes the thread.
+  // operation. So does a slot the plug-in has not taken yet (a UCX connection whose hello is on
+  // its way, an NCCL plug-in that said "later"). A receive nobody reads needs no such care.
   bool unwatchedSends = false;
   for (const auto& link : links_) {
     std::unique_lock<std::mutex> lock(link->driver, std::try_to_lock);
     // A link a rank is driving needs no wake-up from here.
     if (!lock.owns_lock() || link->failed) continue;
+    unwatchedSends |= link->sendFifo.control->tail().load() != link->sendPosted;
     if (link->sendDone != link->sendPosted) {
       const size_t watched = fds.size();
       link->send->pollDescriptors(fds);

@@ -78,8 +78,10 @@ class Proxy : public LinkService {
     std::unique_ptr<Net> net;
     std::unique_ptr<ListenComm> listener;
     std::vector<Handle> handles;
-    int rank = 0;                          // this rank's tag on the connections it opens
-    std::chrono::milliseconds timeout{0};  // for connecting to a peer
+    int rank = 0;  // this rank's tag on the connections it opens
+    // For connecting to a peer: whoever connects holds the link (and the progress thread its
+    // other proxies) meanwhile, so no longer than a silent peer takes to count as unreachable.
+    std::chrono::milliseconds timeout{0};
   };
   // Serves `peer` over connections made when first needed: the one to the peer when the rank
   // first sends it a slot, the one from it when the peer first sends (accepted by whichever

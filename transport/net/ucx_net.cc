@@ -202,7 +202,7 @@ class Worker {
     check(ucp_config_read(nullptr, nullptr, &config), "reading the UCX configuration");
     // A silent peer is declared lost after about keepaliveMs, as over braid's sockets. On an RDMA
     // fabric UCP probes every second and the fabric reports a probe that finds no one. Over TCP
-    // the kernel does it (keepalive and user timeout, see watchSockets), and UCP's probes would
+    // the kernel does it (keepalive, see watchSockets), and UCP's probes would
     // stop it: a socket with a probe unacknowledged sends no keepalive.
     setDefault(config, "KEEPALIVE_INTERVAL", rdma ? "1s" : "inf");
     // Over TCP, rendezvous costs round trips that move nothing (its zero copy is emulated).
