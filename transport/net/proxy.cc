@@ -402,13 +402,17 @@ bool Proxy::progressRecv(Link& link) {
     ++link.recvPosted;
     moved = true;
   }
-  while (link.recvDone != link.recvPosted) {
+  // One slot per call: testing the next receive would ask the network again (a system call that
+  // usually finds nothing) before the rank that drives this link gets the slot it waits for. The
+  // next call takes the next one.
+  if (link.recvDone != link.recvPosted) {
     const uint32_t slot = link.recvDone % slots;
     size_t bytes = 0;
-    if (!link.recv->test(link.recvRequests[slot], &bytes)) break;
-    control.bytes[slot] = bytes;
-    control.tail().publish(++link.recvDone);
-    moved = true;
+    if (link.recv->test(link.recvRequests[slot], &bytes)) {
+      control.bytes[slot] = bytes;
+      control.tail().publish(++link.recvDone);
+      moved = true;
+    }
   }
   return moved;
 }

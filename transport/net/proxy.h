@@ -111,7 +111,8 @@ class Proxy : public LinkService {
   // its end does, if it leaves slots to send.
   void operationStarted() override;
   void operationFinished() override;
-  int busyThreads() const override { return 1; }
+  // None: while a rank waits it moves its links itself and the thread stays off the core.
+  int busyThreads() const override { return 0; }
 
   // The waiting rank moves its links itself: a small message then crosses no thread handoff
   // (rank -> proxy -> socket), which on few cores costs more than the network. The links with

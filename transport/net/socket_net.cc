@@ -469,6 +469,10 @@ class SocketRecvComm final : public RecvComm, SocketComm<RecvRequest, RecvLane> 
       lane.headerHave = 0;
       lane.payloadHave = 0;
       lane.placed = false;
+      // The next frame is parsed now only from bytes already read ahead: asking the socket for it
+      // is a system call that usually finds nothing, on the path of the rank that waits for this
+      // one. What the socket holds keeps its descriptor readable for the progress thread.
+      if (lane.aheadBegin == lane.aheadEnd) return;
     }
   }
 };
