@@ -70,4 +70,9 @@ std::vector<Description> describeAll() {
   return all;
 }
 
+int64_t fifoBytes(bool spansHosts) {
+  if (BuffSize() != 0) return BuffSize();
+  return spansHosts ? int64_t{4} << 20 : int64_t{1} << 20;
+}
+
 }  // namespace braid::param

@@ -102,9 +102,9 @@ int machineCores(const std::vector<braid::PeerInfo>& peers, uint64_t machine) {
   return std::max(1, cores);
 }
 
-braid::FifoGeometry fifoGeometry() {
+braid::FifoGeometry fifoGeometry(bool spansHosts) {
   const int64_t slots = braid::param::FifoSlots();
-  const int64_t buffSize = braid::param::BuffSize();
+  const int64_t buffSize = braid::param::fifoBytes(spansHosts);
   if (slots < 2 || slots > braid::kMaxFifoSlots)
     fail(braidInvalidArgument, "BRAID_FIFO_SLOTS={} is out of range (expected 2..{})", slots,
          braid::kMaxFifoSlots);
@@ -170,7 +170,10 @@ void braidComm::initialize(const braid::BootstrapId& id, const braidComm* shareF
              r, info.size(), sizeof(braid::PeerInfo));
       std::memcpy(&peers_[r], info.data(), sizeof(braid::PeerInfo));
     }
-    const braid::FifoGeometry geometry = fifoGeometry();
+    const bool spansHosts =
+        std::any_of(peers_.begin(), peers_.end(),
+                    [&](const braid::PeerInfo& p) { return p.hostHash != self.hostHash; });
+    const braid::FifoGeometry geometry = fifoGeometry(spansHosts);
     braid::Rendezvous rendezvous;
     rendezvous.barrier = [&] { bootstrap_->barrier(deadline); };
     rendezvous.allGather = [&](void* data, size_t bytes) {
