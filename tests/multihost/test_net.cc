@@ -695,6 +695,22 @@ TEST(SocketNet, SenderToAReceiverThatPausesLongerThanKeepaliveFinishes) {
   EXPECT_TRUE(finished) << "sent " << sent << ", received " << received;
 }
 
+// Sockets carry frames both ways: the receiver answers over the sender's connection, and each
+// direction's messages arrive intact while the other's flow; no second connection is made.
+TEST(SocketNet, TheOtherDirectionSharesTheConnection) {
+  Pair forward = connectedPair(2);
+  ASSERT_TRUE(forward.net->connectionsCarryBothWays());
+  Pair back;
+  back.send = forward.net->sendBack(*forward.recv);
+  back.recv = forward.net->receiveBack(*forward.send);
+  ASSERT_NE(back.send, nullptr);
+  ASSERT_NE(back.recv, nullptr);
+  expectMessagesMoveIntact(back);
+  expectMessagesMoveIntact(forward);
+  uint32_t tag = 0;
+  EXPECT_EQ(forward.net->acceptReady(*forward.listener, &tag), nullptr);
+}
+
 // ---- the proxy ----
 
 // Threads of this process with the progress thread's name.
@@ -786,6 +802,75 @@ TEST(NetProxy, AbandonTellsThePeersWhyTheRankFailedOverUcx) {
   expectAbandonTellsThePeersWhyTheRankFailed(ucxPair(), ucxPair());
 }
 #endif
+
+// TCP connections among this process's sockets: distinct pairs of connected endpoints.
+int tcpConnections() {
+  std::set<std::pair<std::string, std::string>> connections;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::atoi(entry.path().filename().c_str());
+    sockaddr_storage local{}, peer{};
+    socklen_t localLength = sizeof local, peerLength = sizeof peer;
+    int type = 0;
+    socklen_t typeLength = sizeof type;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &typeLength) != 0 || type != SOCK_STREAM ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &localLength) != 0 ||
+        getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peerLength) != 0)
+      continue;
+    std::string a = SocketAddress(reinterpret_cast<sockaddr*>(&local), localLength).toString();
+    std::string b = SocketAddress(reinterpret_cast<sockaddr*>(&peer), peerLength).toString();
+    connections.insert(std::minmax(a, b));
+  }
+  return static_cast<int>(connections.size());
+}
+
+// Two ranks that first send to each other at once, connecting on first use, end up with one
+// connection carrying both directions: the lower rank's (the higher waits for it briefly).
+TEST(NetProxy, RanksThatSendToEachOtherAtOnceShareOneConnection) {
+  const FifoGeometry geometry{4096, 4};
+  struct Side {
+    std::unique_ptr<Net> net = makeSocketNet({loopback()}, {1, 5000});
+    Handle handle;
+    std::unique_ptr<ListenComm> listener = net->listen(0, &handle);
+  };
+  Side side[2];
+  ASSERT_EQ(tcpConnections(), 0);
+  std::unique_ptr<Proxy> proxies[2];
+  Proxy::Fifos fifos[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    proxies[rank] = std::make_unique<Proxy>(rank, geometry);
+    proxies[rank]->connectOnFirstUse({std::move(side[rank].net),
+                                      std::move(side[rank].listener),
+                                      {side[0].handle, side[1].handle},
+                                      rank,
+                                      5000ms});
+    fifos[rank] = proxies[rank]->addPeer(1 - rank);
+    proxies[rank]->start("lo");
+  }
+  struct Deadline : Watchdog {
+    Clock::time_point at = in(20s);
+    void poll(int peer, const char* what) override {
+      if (Clock::now() > at) fail(braidTimeout, "waiting for {} from rank {}", what, peer);
+    }
+  } dog;
+  auto exchange = [&](int rank, uint32_t messages) {
+    SendConnector to(fifos[rank].send, rank, 1 - rank);
+    RecvConnector from(fifos[rank].recv, rank, 1 - rank);
+    for (uint32_t i = 0; i < messages; ++i) {
+      *static_cast<uint32_t*>(to.acquire(dog)) = 1000 * rank + i;
+      to.post(4, CallTag{.sequence = i, .count = 1});
+      const SlotHeader& header = from.wait(dog);
+      EXPECT_EQ(header.tag.sequence, i);
+      EXPECT_EQ(*reinterpret_cast<const uint32_t*>(&header + 1), 1000 * (1 - rank) + i);
+      from.release();
+    }
+  };
+  std::thread other(exchange, 1, 50);
+  exchange(0, 50);
+  other.join();
+  EXPECT_EQ(tcpConnections(), 1);
+  EXPECT_EQ(proxies[0]->failure(1), std::nullopt);
+  EXPECT_EQ(proxies[1]->failure(0), std::nullopt);
+}
 
 TEST(NetProxy, RecordsABrokenConnectionNamingThePeerRank) {
   const FifoGeometry geometry{4096, 4};

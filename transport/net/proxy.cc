@@ -26,6 +26,10 @@ constexpr long kIdleSliceNs = 100 * 1000 * 1000;
 // How long a failed rank tries to reach a peer it never connected to, to tell it why.
 constexpr auto kAbandonConnectTimeout = std::chrono::seconds(2);
 
+// How long a rank about to connect to a lower rank first waits for that rank's own connection
+// (Proxy::deferConnect): about what connecting takes on a LAN, many times over, and once per pair.
+constexpr auto kPeerConnectionGrace = std::chrono::milliseconds(10);
+
 }  // namespace
 
 struct Proxy::Link {
@@ -49,7 +53,17 @@ struct Proxy::Link {
   // Held by whoever moves the link (the proxy thread or a waiting rank): guards the counters,
   // requests and comms above.
   std::mutex driver;
-  std::atomic<bool> accepted{false};  // `recv` is set; read unlocked by drive()
+  // `recv` is final: accepted from the peer, or the other direction of this rank's connection
+  // once the peer's first message came over it; read unlocked by drive().
+  std::atomic<bool> accepted{false};
+  // `recv` is the other direction of the connection this rank made (Net::receiveBack), over
+  // which nothing has come yet: a peer that connected at the same time sends over its own
+  // connection instead, which then replaces it.
+  bool recvTentative = false;
+  // Before connecting to a lower rank (deferConnect): until when it waits for the peer's own
+  // connection, and whether it does now (read unlocked by drive()).
+  Clock::time_point connectAfter{};
+  std::atomic<bool> awaitingPeer{false};
 };
 
 std::shared_ptr<ProgressThread> ProgressThread::forDevice(const std::string& device) {
@@ -196,13 +210,51 @@ Proxy::Fifos Proxy::addPeer(int peer) {
 }
 
 // Under the link's lock, the first time the rank has a slot for the peer.
+// One connection per pair where the plug-in allows: over the peer's, if it connected first;
+// else a new one, whose other direction the peer's messages may then take.
 void Proxy::connectSend(Link& link, Clock::time_point deadline) {
   const Connector& c = *connector_;
-  const uint32_t tag = static_cast<uint32_t>(c.rank) * kMaxLinksPerPeer;
-  link.send = c.net->connect(0, c.handles.at(link.peer), tag, deadline);
-  link.sendRegion =
-      link.send->registerMemory(link.sendFifo.slots, geometry_.slotBytes * geometry_.nSlots);
-  BRAID_INFO(log::kNet, "rank {}: connected to rank {} on first use", rank_, link.peer);
+  const size_t slotsBytes = geometry_.slotBytes * geometry_.nSlots;
+  if (link.recv != nullptr && !link.recvTentative) link.send = c.net->sendBack(*link.recv);
+  if (link.send != nullptr) {
+    BRAID_INFO(log::kNet, "rank {}: sends to rank {} over its connection", rank_, link.peer);
+  } else {
+    const uint32_t tag = static_cast<uint32_t>(c.rank) * kMaxLinksPerPeer;
+    link.send = c.net->connect(0, c.handles.at(link.peer), tag, deadline);
+    BRAID_INFO(log::kNet, "rank {}: connected to rank {} on first use", rank_, link.peer);
+    if (link.recv == nullptr) {
+      if (std::unique_ptr<RecvComm> back = c.net->receiveBack(*link.send)) {
+        link.recvRegion = back->registerMemory(link.recvFifo.slots, slotsBytes);
+        link.recv = std::move(back);
+        link.recvTentative = true;
+      }
+    }
+  }
+  link.sendRegion = link.send->registerMemory(link.sendFifo.slots, slotsBytes);
+}
+
+// Under the link's lock. Where connections carry both ways, the pair's one connection is the lower
+// rank's when both would connect at once (both send first, as in an all-reduce): the higher rank
+// gives it a moment to arrive, and its drivers take arrivals meanwhile. A lower rank that never
+// sends costs the pair's first message that moment.
+bool Proxy::deferConnect(Link& link) {
+  if (link.peer > rank_ || link.recv != nullptr || !connector_->net->connectionsCarryBothWays())
+    return false;
+  const Clock::time_point now = Clock::now();
+  if (link.connectAfter == Clock::time_point{}) {
+    link.connectAfter = now + kPeerConnectionGrace;
+    link.awaitingPeer = true;
+  }
+  if (now < link.connectAfter) return true;
+  link.awaitingPeer = false;
+  return false;
+}
+
+// Under the link's lock: the peer's first message came over this rank's connection.
+void Proxy::settleRecv(Link& link) {
+  link.recvTentative = false;
+  link.accepted = true;
+  --unaccepted_;
 }
 
 bool Proxy::acceptArrivals() {
@@ -219,6 +271,13 @@ bool Proxy::acceptArrivals() {
       if (candidate->peer == peer && tag % kMaxLinksPerPeer == 0) link = candidate.get();
     std::unique_lock<std::mutex> lock;
     if (link != nullptr) lock = std::unique_lock<std::mutex>(link->driver);
+    // The peer connected while this rank did: its messages come over its own connection.
+    if (link != nullptr && link->recvTentative && link->recvDone == 0) {
+      link->recvRegion.reset();
+      link->recv.reset();
+      link->recvPosted = 0;
+      link->recvTentative = false;
+    }
     if (link == nullptr || link->recv != nullptr) {
       BRAID_WARN(log::kNet, "rank {}: dropped a second or unexpected connection from rank {}",
                  rank_, peer);
@@ -228,6 +287,7 @@ bool Proxy::acceptArrivals() {
         comm->registerMemory(link->recvFifo.slots, geometry_.slotBytes * geometry_.nSlots);
     link->recv = std::move(comm);
     link->accepted = true;
+    link->awaitingPeer = false;
     --unaccepted_;
     any = true;
   }
@@ -332,7 +392,7 @@ bool Proxy::progress(Link& link, bool send, bool recv) {
   if (!lock.owns_lock() || link.failed.load(std::memory_order_relaxed)) return false;
   try {
     if (send && link.send == nullptr && connector_ &&
-        link.sendFifo.control->tail().load() != link.sendPosted)
+        link.sendFifo.control->tail().load() != link.sendPosted && !deferConnect(link))
       connectSend(link, Clock::now() + connector_->timeout);
     return (send && link.send != nullptr && progressSend(link)) |
            (recv && link.recv != nullptr && progressRecv(link));
@@ -344,10 +404,12 @@ bool Proxy::progress(Link& link, bool send, bool recv) {
 
 bool Proxy::drive(int peer) {
   drives_.fetch_add(1, std::memory_order_relaxed);
-  // The listener is asked (a system call) only while an awaited peer has not connected yet.
+  // The listener is asked (a system call) only while an awaited peer has not connected yet, or
+  // a send waits for the peer's connection (deferConnect).
   bool moved = false;
   for (const auto& link : links_)
-    if ((peer < 0 || link->peer == peer) && !link->accepted.load(std::memory_order_relaxed)) {
+    if (((peer < 0 || link->peer == peer) && !link->accepted.load(std::memory_order_relaxed)) ||
+        link->awaitingPeer.load(std::memory_order_relaxed)) {
       moved = acceptArrivals();
       break;
     }
@@ -409,6 +471,7 @@ bool Proxy::progressRecv(Link& link) {
     const uint32_t slot = link.recvDone % slots;
     size_t bytes = 0;
     if (link.recv->test(link.recvRequests[slot], &bytes)) {
+      if (link.recvTentative) settleRecv(link);
       control.bytes[slot] = bytes;
       control.tail().publish(++link.recvDone);
       moved = true;

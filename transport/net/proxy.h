@@ -137,6 +137,8 @@ class Proxy : public LinkService {
   bool progress(Link& link, bool send, bool recv);
   Link& newLink(int peer);
   void connectSend(Link& link, Clock::time_point deadline);
+  bool deferConnect(Link& link);
+  void settleRecv(Link& link);
   // Takes the connections that arrived, each to its link; true if any did.
   bool acceptArrivals();
   void wake();

@@ -1,5 +1,6 @@
 #include "transport/net/socket_net.h"
 
+#include <fcntl.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -113,6 +114,19 @@ class SocketComm {
   }
 
   int socketCount() const { return static_cast<int>(lanes_.size()); }
+  // The same connection, for the other direction: each comm closes its own descriptors, and the
+  // socket closes when both have.
+  std::vector<Socket> duplicateSockets() const {
+    std::vector<Socket> sockets;
+    for (const LaneT& lane : lanes_) {
+      if (!lane.socket.valid())
+        fail(braidRemoteError, "{}: the connection is closed", lane.activity);
+      const int fd = fcntl(lane.socket.fd(), F_DUPFD_CLOEXEC, 0);
+      if (fd < 0) failErrno(braidSystemError, lane.activity + ": duplicating the socket", errno);
+      sockets.emplace_back(fd, lane.socket.peerName());
+    }
+    return sockets;
+  }
   bool full() const { return posted_ - reported_ >= kMaxRequests; }
   RequestT& nextRequest() {
     RequestT& r = requests_[posted_ % kMaxRequests];
@@ -155,6 +169,8 @@ class SocketSendComm final : public SendComm, SocketComm<SendRequest, SendLane> 
  public:
   SocketSendComm(std::vector<Socket> sockets, int keepaliveMs)
       : SocketComm(std::move(sockets), keepaliveMs, "sending to") {}
+  using SocketComm::duplicateSockets;
+  int keepaliveMs() const { return keepaliveMs_; }
 
   // Best effort: a socket in the middle of a frame, or too full to take the header, ends without
   // it, and its receiver sees a truncated frame or a lost peer.
@@ -316,6 +332,8 @@ class SocketRecvComm final : public RecvComm, SocketComm<RecvRequest, RecvLane> 
  public:
   SocketRecvComm(std::vector<Socket> sockets, int keepaliveMs)
       : SocketComm(std::move(sockets), keepaliveMs, "receiving from") {}
+  using SocketComm::duplicateSockets;
+  int keepaliveMs() const { return keepaliveMs_; }
 
   std::unique_ptr<MemoryRegion> registerMemory(void*, size_t) override {
     return std::make_unique<SocketMemoryRegion>();
@@ -723,6 +741,18 @@ class SocketNet final : public InterfaceNet {
   bool acceptsWithoutWaiting() const override { return true; }
   std::unique_ptr<RecvComm> acceptReady(ListenComm& listener, uint32_t* tag) override {
     return static_cast<SocketListenComm&>(listener).acceptReady(tag);
+  }
+
+  // The connection's sockets carry frames both ways, each direction its own stream: no hello
+  // (the connection proved itself), nothing else changes.
+  bool connectionsCarryBothWays() const override { return true; }
+  std::unique_ptr<SendComm> sendBack(RecvComm& from) override {
+    auto& recv = static_cast<SocketRecvComm&>(from);
+    return std::make_unique<SocketSendComm>(recv.duplicateSockets(), recv.keepaliveMs());
+  }
+  std::unique_ptr<RecvComm> receiveBack(SendComm& to) override {
+    auto& send = static_cast<SocketSendComm&>(to);
+    return std::make_unique<SocketRecvComm>(send.duplicateSockets(), send.keepaliveMs());
   }
 
  private:
