@@ -235,6 +235,11 @@ class Worker {
   ~Worker() {
     if (alwaysReady >= 0) close(alwaysReady);
     discardUnexpected();
+    for (const auto& listener : listeners_) {
+      for (ucp_conn_request_h request : listener->takeAll())
+        ucp_listener_reject(listener->handle, request);
+      ucp_listener_destroy(listener->handle);
+    }
     ucp_worker_destroy(worker);
     ucp_cleanup(context);
   }
@@ -307,6 +312,39 @@ class Worker {
  private:
   std::mutex addressesMutex_;
   std::vector<std::string> addresses_;
+
+ public:
+  // Where an endpoint's error handler records its status. UCX may still call the handler, from
+  // its async thread, while or after the endpoint closes; only destroying the worker ends that. So
+  // the word lives as long as the worker, not the endpoint.
+  std::atomic<ucs_status_t>* newErrorWord() {
+    std::lock_guard<std::mutex> lock(ownedMutex_);
+    return &errorWords_.emplace_back(UCS_OK);
+  }
+
+  // A UCP listener and the connection requests its handler queued, from UCX's async thread. UCX
+  // 1.13 may still hand a request over while or after the listener is destroyed (a connection
+  // being wired up as it goes: seen as a crash in ucp_cm_server_conn_request_cb when ranks that
+  // fail connect to tell their peers, and those peers close). So listeners live as long as the
+  // worker, and are destroyed with it, right before it.
+  struct Listener {
+    ucp_listener_h handle = nullptr;
+    std::mutex mutex;
+    std::deque<ucp_conn_request_h> requests;
+    std::deque<ucp_conn_request_h> takeAll() {
+      std::lock_guard<std::mutex> lock(mutex);
+      return std::exchange(requests, {});
+    }
+  };
+  Listener& newListener() {
+    std::lock_guard<std::mutex> lock(ownedMutex_);
+    return *listeners_.emplace_back(std::make_unique<Listener>());
+  }
+
+ private:
+  std::mutex ownedMutex_;                             // guards errorWords_ and listeners_
+  std::deque<std::atomic<ucs_status_t>> errorWords_;  // stable addresses
+  std::vector<std::unique_ptr<Listener>> listeners_;
   std::atomic<Clock::time_point> lastWatch_{};
 };
 
@@ -339,10 +377,10 @@ class Endpoint {
   void create(ucp_ep_params_t params) {
     params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
     params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    params.err_handler.cb = [](void* self, ucp_ep_h, ucs_status_t status) {
-      static_cast<Endpoint*>(self)->error_.store(status, std::memory_order_release);
+    params.err_handler.cb = [](void* word, ucp_ep_h, ucs_status_t status) {
+      static_cast<std::atomic<ucs_status_t>*>(word)->store(status, std::memory_order_release);
     };
-    params.err_handler.arg = this;
+    params.err_handler.arg = error_;
     const ucs_status_t status = ucp_ep_create(worker_->worker, &params, &ep_);
     if (status != UCS_OK) {
       ep_ = nullptr;
@@ -351,7 +389,7 @@ class Endpoint {
   }
 
   ucp_ep_h get() const { return ep_; }
-  ucs_status_t error() const { return error_.load(std::memory_order_acquire); }
+  ucs_status_t error() const { return error_->load(std::memory_order_acquire); }
   const std::string& peer() const { return peer_; }
   Worker& worker() const { return *worker_; }
 
@@ -359,7 +397,8 @@ class Endpoint {
   std::shared_ptr<Worker> worker_;
   std::string peer_;
   ucp_ep_h ep_ = nullptr;
-  std::atomic<ucs_status_t> error_{UCS_OK};  // set by the handler, from any progressing thread
+  // Set by the handler, from any progressing thread; owned by the worker.
+  std::atomic<ucs_status_t>* error_ = worker_->newErrorWord();
 };
 
 // Memory registered with UCX (ucp_mem_map), unmapped when its last holder goes: the region the
@@ -596,33 +635,29 @@ class UcxRecvComm final : public RecvComm, UcxComm {
 class UcxListenComm final : public ListenComm {
  public:
   UcxListenComm(std::shared_ptr<Worker> worker, const SocketAddress& address, const uint8_t* token)
-      : worker_(std::move(worker)) {
+      : worker_(std::move(worker)), listener_(worker_->newListener()) {
     std::memcpy(token_, token, sizeof token_);
     ucp_listener_params_t params{};
     params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
     params.sockaddr.addr = address.get();
     params.sockaddr.addrlen = address.length();
-    params.conn_handler.cb = [](ucp_conn_request_h request, void* self) {
-      auto* listener = static_cast<UcxListenComm*>(self);
-      std::lock_guard<std::mutex> lock(listener->requestsMutex_);
-      listener->requests_.push_back(request);
+    params.conn_handler.cb = [](ucp_conn_request_h request, void* listener) {
+      auto* l = static_cast<Worker::Listener*>(listener);
+      std::lock_guard<std::mutex> lock(l->mutex);
+      l->requests.push_back(request);
     };
-    params.conn_handler.arg = this;
-    check(ucp_listener_create(worker_->worker, &params, &listener_), "ucp_listener_create");
+    params.conn_handler.arg = &listener_;
+    check(ucp_listener_create(worker_->worker, &params, &listener_.handle), "ucp_listener_create");
     ucp_listener_attr_t attr{};
     attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-    check(ucp_listener_query(listener_, &attr), "ucp_listener_query");
+    check(ucp_listener_query(listener_.handle, &attr), "ucp_listener_query");
     bound_ = SocketAddress(reinterpret_cast<const sockaddr*>(&attr.sockaddr), sizeof attr.sockaddr);
   }
+  // Connections that asked to come in are turned away; the listener itself goes with the worker.
   ~UcxListenComm() override {
     pending_.clear();
-    std::deque<ucp_conn_request_h> left;
-    {
-      std::lock_guard<std::mutex> lock(requestsMutex_);
-      left.swap(requests_);
-    }
-    for (ucp_conn_request_h request : left) ucp_listener_reject(listener_, request);
-    ucp_listener_destroy(listener_);
+    for (ucp_conn_request_h request : listener_.takeAll())
+      ucp_listener_reject(listener_.handle, request);
   }
 
   const SocketAddress& bound() const { return bound_; }
@@ -663,10 +698,10 @@ class UcxListenComm final : public ListenComm {
     for (;;) {
       ucp_conn_request_h request = nullptr;
       {
-        std::lock_guard<std::mutex> lock(requestsMutex_);
-        if (requests_.empty()) break;
-        request = requests_.front();
-        requests_.pop_front();
+        std::lock_guard<std::mutex> lock(listener_.mutex);
+        if (listener_.requests.empty()) break;
+        request = listener_.requests.front();
+        listener_.requests.pop_front();
       }
       ucp_conn_request_attr_t attr{};
       attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
@@ -734,12 +769,10 @@ class UcxListenComm final : public ListenComm {
   }
 
   std::shared_ptr<Worker> worker_;
-  ucp_listener_h listener_ = nullptr;
+  // Owned by the worker; its handler queues requests from UCX's async thread.
+  Worker::Listener& listener_;
   SocketAddress bound_;
   uint8_t token_[wire::kTokenBytes];
-  // From the connection handler, which UCX may call on its own (async) thread.
-  std::mutex requestsMutex_;
-  std::deque<ucp_conn_request_h> requests_;
   std::vector<std::unique_ptr<Pending>> pending_;
 };
 
