@@ -697,8 +697,7 @@ TEST(SocketNet, SenderToAReceiverThatPausesLongerThanKeepaliveFinishes) {
 
 // Sockets carry frames both ways: the receiver answers over the sender's connection, and each
 // direction's messages arrive intact while the other's flow; no second connection is made.
-TEST(SocketNet, TheOtherDirectionSharesTheConnection) {
-  Pair forward = connectedPair(2);
+void expectTheOtherDirectionSharesTheConnection(Pair forward) {
   ASSERT_TRUE(forward.net->connectionsCarryBothWays());
   Pair back;
   back.send = forward.net->sendBack(*forward.recv);
@@ -710,6 +709,16 @@ TEST(SocketNet, TheOtherDirectionSharesTheConnection) {
   uint32_t tag = 0;
   EXPECT_EQ(forward.net->acceptReady(*forward.listener, &tag), nullptr);
 }
+
+TEST(SocketNet, TheOtherDirectionSharesTheConnection) {
+  expectTheOtherDirectionSharesTheConnection(connectedPair(2));
+}
+
+#ifdef BRAID_HAVE_UCX
+TEST(UcxNet, TheOtherDirectionSharesTheConnection) {
+  expectTheOtherDirectionSharesTheConnection(ucxPair());
+}
+#endif
 
 // ---- the proxy ----
 

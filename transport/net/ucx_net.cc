@@ -38,6 +38,8 @@ constexpr uint64_t kHelloMagic = 0x31552d6469617262;  // "braid-U1"
 constexpr uint64_t kEndOfStreamTag = uint64_t{1} << 63;
 constexpr uint64_t kRankFailedTag = uint64_t{1} << 62;
 constexpr uint64_t kControlTags = kEndOfStreamTag | kRankFailedTag;
+// Tags the messages that go back over a connection, from the side that accepted it.
+constexpr uint64_t kBackTag = uint64_t{1} << 61;
 constexpr uint64_t kExactTag = ~uint64_t{0};
 // A connection must send its hello this quickly: a stranger that sends nothing is dropped.
 constexpr auto kHelloTimeout = std::chrono::seconds(5);
@@ -388,6 +390,10 @@ class Endpoint {
     }
   }
 
+  // Keeps `buffer`, which a message on the endpoint is sent from, until the endpoint has closed
+  // (its close flushes what is still queued).
+  void hold(std::shared_ptr<const void> buffer) { held_.push_back(std::move(buffer)); }
+
   ucp_ep_h get() const { return ep_; }
   ucs_status_t error() const { return error_->load(std::memory_order_acquire); }
   const std::string& peer() const { return peer_; }
@@ -396,6 +402,7 @@ class Endpoint {
  private:
   std::shared_ptr<Worker> worker_;
   std::string peer_;
+  std::vector<std::shared_ptr<const void>> held_;  // released after the close, in ~Endpoint
   ucp_ep_h ep_ = nullptr;
   // Set by the handler, from any progressing thread; owned by the worker.
   std::atomic<ucs_status_t>* error_ = worker_->newErrorWord();
@@ -444,7 +451,7 @@ struct UcxRequest : Request {
 // order.
 class UcxComm {
  protected:
-  UcxComm(std::unique_ptr<Endpoint> endpoint, uint64_t connection, std::string activity)
+  UcxComm(std::shared_ptr<Endpoint> endpoint, uint64_t connection, std::string activity)
       : endpoint_(std::move(endpoint)), connection_(connection), activity_(std::move(activity)) {}
 
   std::unique_ptr<MemoryRegion> registerRegion(std::shared_ptr<Worker> worker, void* data,
@@ -478,12 +485,9 @@ class UcxComm {
     ++reported_;
     return true;
   }
-  // What a send comm sends from beside its slots: the hello that opens the connection and a
-  // failed rank's reason (SendComm::abort). Closing the endpoint flushes them, so they go after it.
-  std::unique_ptr<Hello> helloBuffer_;
-  std::string sentReason_;
-  // Requests are destroyed (their operations released) before the endpoint closes.
-  std::unique_ptr<Endpoint> endpoint_;
+  // Requests are destroyed (their operations released) before the endpoint closes. It is shared
+  // by both directions of a connection (Net::sendBack, receiveBack) and closes with the last.
+  std::shared_ptr<Endpoint> endpoint_;
   uint64_t connection_;
   std::string activity_;  // "sending to 10.0.0.2:4000", for errors
   // Registered with this comm; outlive its requests, which are ended (cancelled) first.
@@ -495,14 +499,17 @@ class UcxComm {
 
 class UcxSendComm final : public SendComm, UcxComm {
  public:
-  // `hello` is in flight on the endpoint's stream, from `helloBuffer`.
-  UcxSendComm(std::unique_ptr<Endpoint> endpoint, std::unique_ptr<Hello> helloBuffer,
-              Operation hello, std::shared_ptr<Worker> worker, const std::string& peer)
-      : UcxComm(std::move(endpoint), helloBuffer->connection, "sending to " + peer),
+  // `hello`, the connection's first message, is in flight on the endpoint's stream (none where
+  // the comm sends back over a connection the peer made).
+  UcxSendComm(std::shared_ptr<Endpoint> endpoint, uint64_t connection, Operation hello,
+              std::shared_ptr<Worker> worker)
+      : UcxComm(endpoint, connection, "sending to " + endpoint->peer()),
         hello_(std::move(hello)),
-        worker_(std::move(worker)) {
-    helloBuffer_ = std::move(helloBuffer);
-  }
+        worker_(std::move(worker)) {}
+
+  // The connection, for the other direction (UcxNet::receiveBack).
+  const std::shared_ptr<Endpoint>& endpoint() const { return endpoint_; }
+  uint64_t connection() const { return connection_; }
 
   std::unique_ptr<MemoryRegion> registerMemory(void* data, size_t bytes) override {
     return registerRegion(worker_, data, bytes);
@@ -546,11 +553,12 @@ class UcxSendComm final : public SendComm, UcxComm {
   // The reason is a message of its own tag. It goes at once on a connection with nothing queued;
   // otherwise as the worker progresses, at the latest when closing the endpoint flushes it.
   void abort(const std::string& reason) override {
-    sentReason_ = reason.substr(0, kMaxReasonBytes);
+    auto sent = std::make_shared<const std::string>(reason.substr(0, kMaxReasonBytes));
+    endpoint_->hold(sent);
     const ucp_request_param_t p{};
-    abort_ = Operation(worker_->worker,
-                       ucp_tag_send_nbx(endpoint_->get(), sentReason_.data(), sentReason_.size(),
-                                        connection_ | kRankFailedTag, &p));
+    abort_ =
+        Operation(worker_->worker, ucp_tag_send_nbx(endpoint_->get(), sent->data(), sent->size(),
+                                                    connection_ | kRankFailedTag, &p));
     worker_->progress();
   }
 
@@ -563,9 +571,9 @@ class UcxSendComm final : public SendComm, UcxComm {
 
 class UcxRecvComm final : public RecvComm, UcxComm {
  public:
-  UcxRecvComm(std::unique_ptr<Endpoint> endpoint, uint64_t connection,
-              std::shared_ptr<Worker> worker, const std::string& peer)
-      : UcxComm(std::move(endpoint), connection, "receiving from " + peer),
+  UcxRecvComm(std::shared_ptr<Endpoint> endpoint, uint64_t connection,
+              std::shared_ptr<Worker> worker)
+      : UcxComm(endpoint, connection, "receiving from " + endpoint->peer()),
         worker_(std::move(worker)) {
     const ucp_request_param_t p{};
     end_ =
@@ -579,6 +587,10 @@ class UcxRecvComm final : public RecvComm, UcxComm {
                             ucp_tag_recv_nbx(worker_->worker, reason_, sizeof reason_,
                                              connection_ | kRankFailedTag, kExactTag, &reason));
   }
+
+  // The connection, for the other direction (UcxNet::sendBack).
+  const std::shared_ptr<Endpoint>& endpoint() const { return endpoint_; }
+  uint64_t connection() const { return connection_; }
 
   std::unique_ptr<MemoryRegion> registerMemory(void* data, size_t bytes) override {
     return registerRegion(worker_, data, bytes);
@@ -760,8 +772,7 @@ class UcxListenComm final : public ListenComm {
       }
       *tag = p.hello.tag;
       const std::string peer = p.endpoint->peer();
-      auto comm =
-          std::make_unique<UcxRecvComm>(std::move(p.endpoint), p.hello.connection, worker_, peer);
+      auto comm = std::make_unique<UcxRecvComm>(std::move(p.endpoint), p.hello.connection, worker_);
       pending_.erase(it);
       return comm;
     }
@@ -811,14 +822,14 @@ class UcxNet final : public InterfaceNet {
     endpoint->create(params);
     hello->tag = tag;
     fillRandom(&hello->connection, sizeof hello->connection);
-    hello->connection &= ~kControlTags;
-    // The send may wait for the endpoint's wire-up: the comm keeps its buffer.
+    hello->connection &= ~(kControlTags | kBackTag);
+    // The send may wait for the endpoint's wire-up: the endpoint keeps its buffer.
     ucp_request_param_t p{};
     Operation sent(worker_->worker,
                    ucp_stream_send_nbx(endpoint->get(), hello.get(), sizeof(Hello), &p));
-    const std::string peer = address.toString();
-    return std::make_unique<UcxSendComm>(std::move(endpoint), std::move(hello), std::move(sent),
-                                         worker_, peer);
+    const uint64_t connection = hello->connection;
+    endpoint->hold(std::move(hello));
+    return std::make_unique<UcxSendComm>(std::move(endpoint), connection, std::move(sent), worker_);
   }
 
   std::unique_ptr<RecvComm> accept(ListenComm& listener, uint32_t* tag,
@@ -827,6 +838,20 @@ class UcxNet final : public InterfaceNet {
   }
 
   bool acceptsWithoutWaiting() const override { return true; }
+
+  // A UCP endpoint carries tagged messages both ways: the other direction's have a tag of their
+  // own (kBackTag), its end of stream and failure reason too.
+  bool connectionsCarryBothWays() const override { return true; }
+  std::unique_ptr<SendComm> sendBack(RecvComm& from) override {
+    auto& recv = static_cast<UcxRecvComm&>(from);
+    return std::make_unique<UcxSendComm>(recv.endpoint(), recv.connection() | kBackTag, Operation(),
+                                         worker_);
+  }
+  std::unique_ptr<RecvComm> receiveBack(SendComm& to) override {
+    auto& send = static_cast<UcxSendComm&>(to);
+    return std::make_unique<UcxRecvComm>(send.endpoint(), send.connection() | kBackTag, worker_);
+  }
+
   std::unique_ptr<RecvComm> acceptReady(ListenComm& listener, uint32_t* tag) override {
     return static_cast<UcxListenComm&>(listener).acceptReady(tag);
   }
