@@ -851,7 +851,9 @@ TEST(NetProxy, RanksThatSendToEachOtherAtOnceShareOneConnection) {
                                       std::move(side[rank].listener),
                                       {side[0].handle, side[1].handle},
                                       rank,
-                                      5000ms});
+                                      5000ms,
+                                      // Long: a loaded machine must not make this a race.
+                                      10s});
     fifos[rank] = proxies[rank]->addPeer(1 - rank);
     proxies[rank]->start("lo");
   }
@@ -879,6 +881,48 @@ TEST(NetProxy, RanksThatSendToEachOtherAtOnceShareOneConnection) {
   EXPECT_EQ(tcpConnections(), 1);
   EXPECT_EQ(proxies[0]->failure(1), std::nullopt);
   EXPECT_EQ(proxies[1]->failure(0), std::nullopt);
+}
+
+// Rank 0 sends to rank 1, which never sends back, then leaves in good order: rank 0 reads its
+// own connection for rank 1's messages (tentatively), and must see a departure there, not a lost
+// peer.
+TEST(NetProxy, APeerThatNeverSentBackDepartsWithoutFailingTheSender) {
+  const FifoGeometry geometry{4096, 4};
+  struct Side {
+    std::unique_ptr<Net> net = makeSocketNet({loopback()}, {1, 5000});
+    Handle handle;
+    std::unique_ptr<ListenComm> listener = net->listen(0, &handle);
+  };
+  Side side[2];
+  std::unique_ptr<Proxy> proxies[2];
+  Proxy::Fifos fifos[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    proxies[rank] = std::make_unique<Proxy>(rank, geometry);
+    proxies[rank]->connectOnFirstUse({std::move(side[rank].net),
+                                      std::move(side[rank].listener),
+                                      {side[0].handle, side[1].handle},
+                                      rank,
+                                      5000ms});
+    fifos[rank] = proxies[rank]->addPeer(1 - rank);
+    proxies[rank]->start("lo");
+  }
+  struct Deadline : Watchdog {
+    Clock::time_point at = in(20s);
+    void poll(int peer, const char* what) override {
+      if (Clock::now() > at) fail(braidTimeout, "waiting for {} from rank {}", what, peer);
+    }
+  } dog;
+  SendConnector toOne(fifos[0].send, 0, 1);
+  RecvConnector fromZero(fifos[1].recv, 1, 0);
+  *static_cast<uint32_t*>(toOne.acquire(dog)) = 42;
+  toOne.post(4, CallTag{.sequence = 1, .count = 1});
+  EXPECT_EQ(*reinterpret_cast<const uint32_t*>(&fromZero.wait(dog) + 1), 42u);
+  fromZero.release();
+  proxies[1]->finish(in(5s));
+  proxies[1].reset();
+  // Rank 0's proxy reads what came of rank 1 (the end of its stream) meanwhile.
+  std::this_thread::sleep_for(500ms);
+  EXPECT_EQ(proxies[0]->failure(1), std::nullopt) << *proxies[0]->failure(1);
 }
 
 TEST(NetProxy, RecordsABrokenConnectionNamingThePeerRank) {

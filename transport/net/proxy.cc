@@ -26,10 +26,6 @@ constexpr long kIdleSliceNs = 100 * 1000 * 1000;
 // How long a failed rank tries to reach a peer it never connected to, to tell it why.
 constexpr auto kAbandonConnectTimeout = std::chrono::seconds(2);
 
-// How long a rank about to connect to a lower rank first waits for that rank's own connection
-// (Proxy::deferConnect): about what connecting takes on a LAN, many times over, and once per pair.
-constexpr auto kPeerConnectionGrace = std::chrono::milliseconds(10);
-
 }  // namespace
 
 struct Proxy::Link {
@@ -168,11 +164,25 @@ Proxy::Proxy(int rank, const FifoGeometry& geometry, Allocate allocate)
   static_assert(kMaxFifoSlots <= kMaxRequests);
 }
 
+// A departing rank ends every stream to its peers, also over a connection a peer made to it and
+// it never sent back over: that peer reads it (its tentative receive), and must see a departure,
+// not a lost connection.
 Proxy::~Proxy() {
   if (thread_ != nullptr) thread_->detach(this);
-  if (departing_)
-    for (const auto& link : links_)
-      if (!link->failed.load() && link->send != nullptr) link->send->end();
+  if (!departing_) return;
+  for (const auto& link : links_) {
+    if (link->failed.load()) continue;
+    if (link->send != nullptr) {
+      link->send->end();
+    } else if (link->recv != nullptr && connector_) {
+      try {
+        if (std::unique_ptr<SendComm> back = connector_->net->sendBack(*link->recv)) back->end();
+      } catch (const Error& e) {
+        BRAID_INFO(log::kNet, "rank {}: could not end the stream to rank {}: {}", rank_, link->peer,
+                   e.what());
+      }
+    }
+  }
 }
 
 Proxy::Link& Proxy::newLink(int peer) {
@@ -242,7 +252,7 @@ bool Proxy::deferConnect(Link& link) {
     return false;
   const Clock::time_point now = Clock::now();
   if (link.connectAfter == Clock::time_point{}) {
-    link.connectAfter = now + kPeerConnectionGrace;
+    link.connectAfter = now + connector_->peerConnectionGrace;
     link.awaitingPeer = true;
   }
   if (now < link.connectAfter) return true;

@@ -82,6 +82,9 @@ class Proxy : public LinkService {
     // For connecting to a peer: whoever connects holds the link (and the progress thread its
     // other proxies) meanwhile, so no longer than a silent peer takes to count as unreachable.
     std::chrono::milliseconds timeout{0};
+    // How long a rank about to connect to a lower rank first waits for that rank's own connection
+    // (deferConnect): what connecting takes on a LAN, many times over; paid once per pair at most.
+    std::chrono::milliseconds peerConnectionGrace{10};
   };
   // Serves `peer` over connections made when first needed: the one to the peer when the rank
   // first sends it a slot, the one from it when the peer first sends (accepted by whichever

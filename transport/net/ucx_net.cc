@@ -34,7 +34,8 @@ namespace {
 
 constexpr uint64_t kHelloMagic = 0x31552d6469617262;  // "braid-U1"
 // Data messages carry the connection id as their tag; the end of the stream sets this bit too,
-// and a failed rank's reason (SendComm::abort) the next. Connection ids have neither.
+// and a failed rank's reason (SendComm::abort) the next. Connection ids have neither, nor
+// kBackTag.
 constexpr uint64_t kEndOfStreamTag = uint64_t{1} << 63;
 constexpr uint64_t kRankFailedTag = uint64_t{1} << 62;
 constexpr uint64_t kControlTags = kEndOfStreamTag | kRankFailedTag;
@@ -53,7 +54,7 @@ struct Hello {
   uint8_t token[wire::kTokenBytes] = {};  // the listener's, from its handle
   uint32_t tag = 0;                       // the connecting rank's
   uint32_t reserved = 0;
-  uint64_t connection = 0;  // tags this connection's messages; top bit clear
+  uint64_t connection = 0;  // tags this connection's messages; the top three bits clear
 };
 static_assert(sizeof(Hello) == 40);
 
@@ -495,6 +496,14 @@ class UcxComm {
   std::array<UcxRequest, kMaxRequests> requests_;
   uint64_t posted_ = 0;
   uint64_t reported_ = 0;
+
+ public:
+  // A send cannot be cancelled: one still queued goes out when the endpoint closes, which may be
+  // after this comm (the other direction shares the endpoint). Its memory stays registered until
+  // then.
+  ~UcxComm() {
+    for (const auto& mapping : mappings_) endpoint_->hold(mapping);
+  }
 };
 
 class UcxSendComm final : public SendComm, UcxComm {
@@ -758,7 +767,7 @@ class UcxListenComm final : public ListenComm {
         refused = "the connection failed: " + text(status);
       else if (status == UCS_OK && (p.hello.magic != kHelloMagic ||
                                     std::memcmp(p.hello.token, token_, sizeof token_) != 0 ||
-                                    (p.hello.connection & kControlTags) != 0))
+                                    (p.hello.connection & (kControlTags | kBackTag)) != 0))
         refused = "a hello without this listener's token";
       if (!refused.empty()) {
         BRAID_WARN(log::kNet, "NET/UCX: dropped a connection from {} to {}: {}", p.endpoint->peer(),
