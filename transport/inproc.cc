@@ -1,5 +1,3 @@
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -12,15 +10,13 @@
 
 namespace braid {
 
-// Fresh anonymous pages read as zero and take memory only once written: a FIFO costs what its
-// traffic touches (a network peer's FIFOs exist from init, and most are never used).
 std::shared_ptr<void> allocateZeroed(size_t bytes) {
   constexpr size_t kPage = 4096;
-  const size_t rounded = std::max(kPage, (bytes + kPage - 1) / kPage * kPage);
-  void* memory = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (memory == MAP_FAILED)
-    failErrno(braidSystemError, "allocating " + std::to_string(bytes) + " bytes (mmap)", errno);
-  return std::shared_ptr<void>(memory, [rounded](void* p) { munmap(p, rounded); });
+  const size_t rounded = (bytes + kPage - 1) / kPage * kPage;
+  void* memory = std::aligned_alloc(kPage, rounded == 0 ? kPage : rounded);
+  if (memory == nullptr) fail(braidSystemError, "out of memory allocating {} bytes", bytes);
+  std::memset(memory, 0, rounded);
+  return std::shared_ptr<void>(memory, std::free);
 }
 
 struct InprocClique::Impl {
