@@ -832,37 +832,47 @@ int tcpConnections() {
   return static_cast<int>(connections.size());
 }
 
+// Ranks 0 and 1 on loopback, each a proxy that connects on first use (socket plug-in), started.
+// `peerConnectionGrace`: how long rank 1 waits for rank 0's connection before making its own.
+struct FirstUsePair {
+  explicit FirstUsePair(std::chrono::milliseconds peerConnectionGrace) {
+    struct Side {
+      std::unique_ptr<Net> net = makeSocketNet({loopback()}, {1, 5000});
+      Handle handle;
+      std::unique_ptr<ListenComm> listener = net->listen(0, &handle);
+    } side[2];
+    for (int rank = 0; rank < 2; ++rank) {
+      proxies[rank] = std::make_unique<Proxy>(rank, FifoGeometry{4096, 4});
+      proxies[rank]->connectOnFirstUse({std::move(side[rank].net),
+                                        std::move(side[rank].listener),
+                                        {side[0].handle, side[1].handle},
+                                        rank,
+                                        5000ms,
+                                        peerConnectionGrace});
+      fifos[rank] = proxies[rank]->addPeer(1 - rank);
+      proxies[rank]->start("lo");
+    }
+  }
+  std::unique_ptr<Proxy> proxies[2];
+  Proxy::Fifos fifos[2];
+};
+
+// Fails a wait that lasts 20 s.
+struct TwentySeconds : Watchdog {
+  Clock::time_point at = in(20s);
+  void poll(int peer, const char* what) override {
+    if (Clock::now() > at) fail(braidTimeout, "waiting for {} from rank {}", what, peer);
+  }
+};
+
 // Two ranks that first send to each other at once, connecting on first use, end up with one
 // connection carrying both directions: the lower rank's (the higher waits for it briefly).
 TEST(NetProxy, RanksThatSendToEachOtherAtOnceShareOneConnection) {
-  const FifoGeometry geometry{4096, 4};
-  struct Side {
-    std::unique_ptr<Net> net = makeSocketNet({loopback()}, {1, 5000});
-    Handle handle;
-    std::unique_ptr<ListenComm> listener = net->listen(0, &handle);
-  };
-  Side side[2];
   ASSERT_EQ(tcpConnections(), 0);
-  std::unique_ptr<Proxy> proxies[2];
-  Proxy::Fifos fifos[2];
-  for (int rank = 0; rank < 2; ++rank) {
-    proxies[rank] = std::make_unique<Proxy>(rank, geometry);
-    proxies[rank]->connectOnFirstUse({std::move(side[rank].net),
-                                      std::move(side[rank].listener),
-                                      {side[0].handle, side[1].handle},
-                                      rank,
-                                      5000ms,
-                                      // Long: a loaded machine must not make this a race.
-                                      10s});
-    fifos[rank] = proxies[rank]->addPeer(1 - rank);
-    proxies[rank]->start("lo");
-  }
-  struct Deadline : Watchdog {
-    Clock::time_point at = in(20s);
-    void poll(int peer, const char* what) override {
-      if (Clock::now() > at) fail(braidTimeout, "waiting for {} from rank {}", what, peer);
-    }
-  } dog;
+  // Long grace: a loaded machine must not make this a race.
+  FirstUsePair pair(10s);
+  auto& [proxies, fifos] = pair;
+  TwentySeconds dog;
   auto exchange = [&](int rank, uint32_t messages) {
     SendConnector to(fifos[rank].send, rank, 1 - rank);
     RecvConnector from(fifos[rank].recv, rank, 1 - rank);
@@ -887,31 +897,9 @@ TEST(NetProxy, RanksThatSendToEachOtherAtOnceShareOneConnection) {
 // own connection for rank 1's messages (tentatively), and must see a departure there, not a lost
 // peer.
 TEST(NetProxy, APeerThatNeverSentBackDepartsWithoutFailingTheSender) {
-  const FifoGeometry geometry{4096, 4};
-  struct Side {
-    std::unique_ptr<Net> net = makeSocketNet({loopback()}, {1, 5000});
-    Handle handle;
-    std::unique_ptr<ListenComm> listener = net->listen(0, &handle);
-  };
-  Side side[2];
-  std::unique_ptr<Proxy> proxies[2];
-  Proxy::Fifos fifos[2];
-  for (int rank = 0; rank < 2; ++rank) {
-    proxies[rank] = std::make_unique<Proxy>(rank, geometry);
-    proxies[rank]->connectOnFirstUse({std::move(side[rank].net),
-                                      std::move(side[rank].listener),
-                                      {side[0].handle, side[1].handle},
-                                      rank,
-                                      5000ms});
-    fifos[rank] = proxies[rank]->addPeer(1 - rank);
-    proxies[rank]->start("lo");
-  }
-  struct Deadline : Watchdog {
-    Clock::time_point at = in(20s);
-    void poll(int peer, const char* what) override {
-      if (Clock::now() > at) fail(braidTimeout, "waiting for {} from rank {}", what, peer);
-    }
-  } dog;
+  FirstUsePair pair(10ms);
+  auto& [proxies, fifos] = pair;
+  TwentySeconds dog;
   SendConnector toOne(fifos[0].send, 0, 1);
   RecvConnector fromZero(fifos[1].recv, 1, 0);
   *static_cast<uint32_t*>(toOne.acquire(dog)) = 42;
