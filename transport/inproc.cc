@@ -1,3 +1,5 @@
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -10,19 +12,22 @@
 
 namespace braid {
 
+// Fresh anonymous pages read as zero and take memory only once written: a FIFO costs what its
+// traffic touches (a network peer's FIFOs exist from init, and most are never used).
 std::shared_ptr<void> allocateZeroed(size_t bytes) {
   constexpr size_t kPage = 4096;
-  const size_t rounded = (bytes + kPage - 1) / kPage * kPage;
-  void* memory = std::aligned_alloc(kPage, rounded == 0 ? kPage : rounded);
-  if (memory == nullptr) fail(braidSystemError, "out of memory allocating {} bytes", bytes);
-  std::memset(memory, 0, rounded);
-  return std::shared_ptr<void>(memory, std::free);
+  const size_t rounded = std::max(kPage, (bytes + kPage - 1) / kPage * kPage);
+  void* memory = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED)
+    failErrno(braidSystemError, "allocating " + std::to_string(bytes) + " bytes (mmap)", errno);
+  return std::shared_ptr<void>(memory, [rounded](void* p) { munmap(p, rounded); });
 }
 
 struct InprocClique::Impl {
   std::mutex mutex;
   std::map<std::pair<int, int>, std::shared_ptr<void>> fifos;
   std::map<int, RankControl*> controls;
+  std::vector<std::shared_ptr<void>> controlMemory;  // held until the clique's last rank is gone
 };
 
 namespace {
@@ -51,9 +56,10 @@ void* InprocClique::fifo(int sender, int receiver, size_t bytes) {
   return memory.get();
 }
 
-void InprocClique::publishControl(int rank, RankControl* control) {
+void InprocClique::publishControl(int rank, RankControl* control, std::shared_ptr<void> memory) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->controls[rank] = control;
+  impl_->controlMemory.push_back(std::move(memory));
 }
 
 RankControl* InprocClique::control(int rank) {
@@ -75,7 +81,9 @@ class InprocSetup : public TransportSetup {
     clique_ = InprocClique::join(state.peers[lowestLocal].nonce);
     state.links.keepAlive.push_back(std::shared_ptr<void>(clique_, clique_.get()));
   }
-  void publish(ConnectState& state) override { clique_->publishControl(state.rank, state.control); }
+  void publish(ConnectState& state) override {
+    clique_->publishControl(state.rank, state.control, state.controlMemory);
+  }
   void connect(ConnectState& state) override {
     const int rank = state.rank;
     const FifoGeometry& g = state.geometry;

@@ -27,7 +27,8 @@ class InprocClique {
 
   // The FIFO memory from `sender` to `receiver`, created zeroed on first request.
   void* fifo(int sender, int receiver, size_t bytes);
-  void publishControl(int rank, RankControl* control);
+  // `memory` holds `control`; the clique keeps it until its last rank is destroyed.
+  void publishControl(int rank, RankControl* control, std::shared_ptr<void> memory);
   RankControl* control(int rank);
 
   struct Impl;  // shared by the clique's ranks; the registry holds it weakly

@@ -112,6 +112,7 @@ class ShmSetup : public TransportSetup {
                                      kControlBytes + state.fifoBytes() * peers_.size(), state.rank);
     state.links.keepAlive.push_back(ownSegment_);
     state.control = new (ownSegment_->base()) RankControl();
+    state.controlMemory = ownSegment_;
   }
   void connect(ConnectState& state) override {
     const int rank = state.rank;

@@ -54,6 +54,7 @@ PeerLinks connectPeers(const std::vector<PeerInfo>& peers, int rank, const FifoG
     auto block = allocateZeroed(kControlBytes);
     links.keepAlive.push_back(block);
     state.control = new (block.get()) RankControl();
+    state.controlMemory = block;
   }
   links.control[rank] = state.control;
   for (auto& setup : setups) setup->publish(state);

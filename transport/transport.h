@@ -108,6 +108,9 @@ struct ConnectState {
   // This rank's control block: a transport whose peers read it from another process places it in
   // memory they map (setup); otherwise it is allocated on the heap before publish.
   RankControl* control = nullptr;
+  // The memory holding `control`: peers in this process keep it until they are gone too, since
+  // a rank that fails and is destroyed first must not take with it the block they read.
+  std::shared_ptr<void> controlMemory;
 
   size_t fifoBytes() const { return FifoDesc::footprint(geometry.slotBytes, geometry.nSlots); }
 };
