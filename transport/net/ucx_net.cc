@@ -266,8 +266,7 @@ class Worker {
 
   // Also brings the sockets UCX opened since the last look (at most a second ago) under watch.
   void progress() {
-    while (ucp_worker_progress(worker) != 0) {
-    }
+    ucp_worker_progress(worker);
     const Clock::time_point now = Clock::now();
     if (now - lastWatch_.load(std::memory_order_relaxed) < std::chrono::seconds(1)) return;
     std::unique_lock<std::mutex> lock(addressesMutex_, std::try_to_lock);
