@@ -540,7 +540,10 @@ class UcxSendComm final : public SendComm, UcxComm {
     return &r;
   }
 
+  // A request done already (most small sends complete at once) costs no look at the worker: on
+  // TCP every progress is a system call.
   bool test(Request* request, size_t* bytes) override {
+    if (finished(*static_cast<UcxRequest*>(request), bytes, false)) return true;
     worker_->progress();
     if (const ucs_status_t hello = hello_.poll(); hello != UCS_INPROGRESS && hello != UCS_OK)
       failTransfer(activity_, hello, worker_->keepaliveMs);
@@ -619,6 +622,7 @@ class UcxRecvComm final : public RecvComm, UcxComm {
   // A failed rank's reason is the error to report, whatever the close that follows it says.
   // After the end of the stream nothing more arrives, and the close that follows is no failure.
   bool test(Request* request, size_t* bytes) override {
+    if (finished(*static_cast<UcxRequest*>(request), bytes, true)) return true;
     worker_->progress();
     if (finished(*static_cast<UcxRequest*>(request), bytes, true)) return true;
     if (const ucs_status_t status = rankFailed_.poll(&reasonInfo_); status == UCS_OK)
