@@ -507,8 +507,8 @@ class UcxComm {
 
 class UcxSendComm final : public SendComm, UcxComm {
  public:
-  // `hello`, the connection's first message, is in flight on the endpoint's stream (none where
-  // the comm sends back over a connection the peer made).
+  // `hello`, the connection's first message, is in flight on the endpoint's stream; where the
+  // comm sends back over a connection the peer made, a flush of the endpoint stands for it.
   UcxSendComm(std::shared_ptr<Endpoint> endpoint, uint64_t connection, Operation hello,
               std::shared_ptr<Worker> worker)
       : UcxComm(endpoint, connection, "sending to " + endpoint->peer()),
@@ -856,8 +856,13 @@ class UcxNet final : public InterfaceNet {
   bool connectionsCarryBothWays() const override { return true; }
   std::unique_ptr<SendComm> sendBack(RecvComm& from) override {
     auto& recv = static_cast<UcxRecvComm&>(from);
-    return std::make_unique<UcxSendComm>(recv.endpoint(), recv.connection() | kBackTag, Operation(),
-                                         worker_);
+    // The first message back waits for the endpoint to be flushed, which UCX completes only once
+    // the endpoint is wired up: this side's endpoint, made when the peer's connection arrived,
+    // may still be (as a connecting side's hello waits for its own).
+    const ucp_request_param_t flushParam{};
+    Operation wiredUp(worker_->worker, ucp_ep_flush_nbx(recv.endpoint()->get(), &flushParam));
+    return std::make_unique<UcxSendComm>(recv.endpoint(), recv.connection() | kBackTag,
+                                         std::move(wiredUp), worker_);
   }
   std::unique_ptr<RecvComm> receiveBack(SendComm& to) override {
     auto& send = static_cast<UcxSendComm&>(to);
