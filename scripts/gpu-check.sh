@@ -73,7 +73,7 @@ for ranks in ${GPU_CHECK_RANKS:-2 4 8}; do
     for drive in threads group; do
       if [[ $drive == threads ]]; then flags=(-t "$ranks"); else flags=(-t 1 -g "$ranks"); fi
       name="perf-allreduce-${ranks}ranks-${type}-${drive}"
-      run "$name" "$limit" "$build/tools/braid-perf" allreduce --device cuda "${flags[@]}" -b 8 \
+      run "$name" "$limit" stdbuf -oL "$build/tools/braid-perf" allreduce --device cuda "${flags[@]}" -b 8 \
         -e "${GPU_CHECK_MAX_BYTES:-1G}" -f 2 -d "$type" -T $((limit - 5)) --json "$out/$name.json"
     done
   done

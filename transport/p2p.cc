@@ -293,6 +293,11 @@ std::unique_ptr<P2pLinks> P2pLinks::connect(int rank, int nranks, const DeviceRa
   links->netPairRecv_.assign(nranks, {});
   if (std::find(remote.begin(), remote.end(), true) != remote.end())
     links->connectNetwork(remote, allGather, deadline);
+  // No rank returns before every rank has made its allocations and mappings: one made while a
+  // peer's first kernel runs may keep that kernel apart from this rank's (CUDA's implicit
+  // synchronization), and the kernel waits for this rank's.
+  std::vector<char> arrived(nranks);
+  allGather(arrived.data(), 1);
   BRAID_INFO(log::kInit, "{}: {} bytes of device FIFOs, {} channels", where, links->areaBytes_,
              geometry.channels);
   return links;

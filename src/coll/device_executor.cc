@@ -3,6 +3,8 @@
 #include <cuda_runtime_api.h>
 
 #include <cstring>
+#include <mutex>
+#include <set>
 
 #include "base/error.h"
 #include "coll/device_kernels.cuh"
@@ -109,6 +111,27 @@ void launchDirect(std::span<const DeviceRankCall> ranks, const void* kernel, voi
 }
 
 }  // namespace
+
+void loadDeviceKernels(int device) {
+  static std::mutex mutex;
+  static std::set<int> loaded;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (loaded.contains(device)) return;
+  for (DeviceAlgorithm algorithm :
+       {DeviceAlgorithm::Simple, DeviceAlgorithm::LowLatency, DeviceAlgorithm::Direct})
+    for (int type = 0; type < braidNumTypes; ++type)
+      for (int op = 0; op < braidNumOps; ++op)
+        for (bool prescaled : {false, true})
+          if (const void* kernel = deviceKernel(algorithm, static_cast<braidDataType_t>(type),
+                                                static_cast<braidRedOp_t>(op), prescaled)) {
+            cudaFuncAttributes attributes{};
+            checkCuda(cudaFuncGetAttributes(&attributes, kernel),
+                      fmt::format("CUDA device {}: loading the device kernels "
+                                  "(cudaFuncGetAttributes)",
+                                  device));
+          }
+  loaded.insert(device);
+}
 
 int deviceLaunchBlocks() {
   return kMaxLaunchBlocks;

@@ -30,6 +30,14 @@ struct DeviceScale {
   uint64_t bits = 0;
 };
 
+// Loads every device kernel into the current device's context, once per device and process.
+// CUDA loads kernels at their first launch by default (CUDA_MODULE_LOADING=LAZY), and loading may
+// wait for the kernels already running on the device; ranks sharing a GPU wait for each other
+// inside kernels, so one rank's first launch of a kernel while a peer's kernel waits for it would
+// stall both until the deadline. Init calls this before any rank of the communicator can launch
+// (NCCL loads its kernels at init too).
+void loadDeviceKernels(int device);
+
 // The most blocks one launch carries: sends and receives (a block each), or ranks x channels.
 int deviceLaunchBlocks();
 

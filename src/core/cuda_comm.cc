@@ -106,6 +106,7 @@ class CudaCommImpl final : public CudaComm {
       int* failedOnDevice = nullptr;
       checkCuda(cudaHostGetDevicePointer(reinterpret_cast<void**>(&failedOnDevice), failed_, 0),
                 fmt::format("rank {}: cudaHostGetDevicePointer", rank_));
+      loadDeviceKernels(device_);  // before the FIFOs' exchange: no peer has launched yet
       DeviceFifoGeometry geometry{setup.channels, kSimpleSlotBytes, kSimpleSlots, kLlSlotBytes,
                                   kLlSlots};
       links_ = P2pLinks::connect(

@@ -15,6 +15,7 @@ class CudaBackend final : public Backend {
   CudaBackend(braidComm_t comm, int rank, int device) : comm_(comm), rank_(rank), device_(device) {
     const DeviceScope scope(*this);
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(device::loadKernels(), "loading the step's kernels (cudaFuncGetAttributes)");
   }
   ~CudaBackend() override {
     // Queued collectives and kernels point into our buffers: let them finish first. A
@@ -27,15 +28,17 @@ class CudaBackend final : public Backend {
   std::byte* allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
     const DeviceScope scope(*this);
+    // Stream-ordered: cudaMalloc and cudaFree may wait for every kernel on the device, and where
+    // ranks share the GPU a peer's collective may be waiting for this rank's next launch.
     void* memory = nullptr;
-    check(cudaMalloc(&memory, bytes), "cudaMalloc", bytes);
+    check(cudaMallocAsync(&memory, bytes, stream_), "cudaMallocAsync", bytes);
     check(cudaMemsetAsync(memory, 0, bytes, stream_), "cudaMemsetAsync");
     check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize after cudaMemsetAsync");
     return static_cast<std::byte*>(memory);
   }
   void release(std::byte* memory) override {
     const DeviceScope scope(*this);
-    cudaFree(memory);  // cannot fail for memory of ours; called from destructors
+    cudaFreeAsync(memory, stream_);  // cannot fail for memory of ours; called from destructors
   }
   void zero(void* memory, size_t bytes) override {
     const DeviceScope scope(*this);

@@ -122,4 +122,28 @@ int launchUpdate(const kernels::UpdateArgs& args, const void* grad, float* maste
                        });
 }
 
+int loadKernels() {
+  const braidDataType_t types[] = {braidFloat32, braidFloat16, braidBfloat16};
+  cudaFuncAttributes attributes{};
+  auto load = [&](auto kernel) {
+    return cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(kernel));
+  };
+  for (braidDataType_t type : types) {
+    const cudaError_t e = withElement(type, [&]<class E>(E) {
+      for (cudaError_t each :
+           {load(toFloatKernel<E>), load(fromFloatKernel<E>), load(accumulateKernel<E>),
+            load(scaleKernel<E>), load(addKernel<E>), load(inspectKernel<E>)})
+        if (each != cudaSuccess) return each;
+      for (braidDataType_t working : types) {
+        const cudaError_t update =
+            withElement(working, [&]<class W>(W) { return load(updateKernel<E, W>); });
+        if (update != cudaSuccess) return update;
+      }
+      return cudaSuccess;
+    });
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
 }  // namespace braid::dp::device

@@ -29,4 +29,10 @@ int launchInspect(const void* data, braidDataType_t type, size_t count, Verdict*
 int launchUpdate(const kernels::UpdateArgs& args, const void* grad, float* master, float* moment1,
                  float* moment2, void* working, size_t count, void* stream);
 
+// Loads every kernel above into the current device's context. CUDA loads a kernel at its first
+// launch by default (CUDA_MODULE_LOADING=LAZY), and loading may wait for the kernels running on
+// the device: where ranks share a GPU, a peer's collective may be waiting for this rank's next
+// launch, which would then never come.
+int loadKernels();
+
 }  // namespace braid::dp::device

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>  // the C++ API too (typed cudaMalloc)
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -30,18 +31,30 @@ inline std::string noCudaDevice() {
   return devices == 0 ? "no CUDA device here (0 devices)" : "";
 }
 
-// Device memory released at the end of the test.
+// Device memory released at the end of the test, from the stream-ordered allocator on this
+// thread's stream: cudaMalloc and cudaFree may wait for every kernel on the device, and with ranks
+// as threads a peer's kernel may be waiting for this rank's next launch. The pool keeps what is
+// freed (no release threshold), so no later synchronization hands memory back either.
 class DeviceArena {
  public:
   DeviceArena() = default;
   DeviceArena(const DeviceArena&) = delete;
   DeviceArena& operator=(const DeviceArena&) = delete;
   ~DeviceArena() {
-    for (void* p : blocks_) cudaFree(p);
+    for (void* p : blocks_) cudaFreeAsync(p, cudaStreamPerThread);
+    cudaStreamSynchronize(cudaStreamPerThread);
   }
   void* take(size_t bytes) {
+    int device = 0;
+    cudaMemPool_t pool = nullptr;
+    uint64_t keepAll = UINT64_MAX;
     void* p = nullptr;
-    if (cudaMalloc(&p, bytes == 0 ? 1 : bytes) != cudaSuccess) return nullptr;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetDefaultMemPool(&pool, device) != cudaSuccess ||
+        cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keepAll) != cudaSuccess ||
+        cudaMallocAsync(&p, bytes == 0 ? 1 : bytes, cudaStreamPerThread) != cudaSuccess ||
+        cudaStreamSynchronize(cudaStreamPerThread) != cudaSuccess)
+      return nullptr;
     blocks_.push_back(p);
     return p;
   }

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "gpu/comm_cases.h"
@@ -20,24 +21,34 @@
 namespace braid_test {
 namespace {
 
-// Runs body(rank, comm, stream) on n threads, each with a CUDA communicator on device 0 and a
-// stream of its own; failures are collected, each prefixed with its rank.
-using RankBody = std::function<void(int rank, braidComm_t comm, cudaStream_t stream,
-                                    std::vector<std::string>& failures)>;
+// Runs body(rank, comm, stream, ready, failures) on n threads, each with a CUDA communicator on
+// device 0 and a stream of its own; failures are collected, each prefixed with its rank. A body
+// that allocates (cudaMalloc, cudaMallocHost) calls ready() after, before its first call: an
+// allocation may keep kernels issued before and after it apart (CUDA's implicit
+// synchronization), so a peer's first kernel would wait for this rank's forever.
+using RankBody =
+    std::function<void(int rank, braidComm_t comm, cudaStream_t stream,
+                       const std::function<void()>& ready, std::vector<std::string>& failures)>;
 std::vector<std::string> runRanks(int n, const RankBody& body, int timeoutMs = kTimeoutMs) {
   braidUniqueId id;
   if (braidGetUniqueId(&id) != braidSuccess) return {"braidGetUniqueId failed"};
   std::mutex mutex;
   std::vector<std::string> all;
   std::vector<std::thread> threads;
+  std::barrier<> allocated(n);
   for (int rank = 0; rank < n; ++rank)
     threads.emplace_back([&, rank] {
       std::vector<std::string> failures;
+      bool arrived = false;
+      const std::function<void()> ready = [&] {
+        if (!std::exchange(arrived, true)) allocated.arrive_and_wait();
+      };
       CudaRank me;
       if (const std::string failed = openCudaRank(n, id, rank, me, timeoutMs); !failed.empty())
         failures.push_back(failed);
       else
-        body(rank, me.comm, me.stream, failures);
+        body(rank, me.comm, me.stream, ready, failures);
+      if (!arrived) allocated.arrive_and_drop();  // a rank that failed early holds nobody up
       closeCudaRank(me);
       std::lock_guard<std::mutex> lock(mutex);
       for (const std::string& f : failures)
@@ -62,8 +73,9 @@ TEST_P(CudaCommRanks, EveryCollectiveMatchesTheReference) {
   const std::vector<Case> cases = commCases(n);
   std::barrier<> between(n);
   std::atomic<bool> stop{false};
-  const auto failures = runRanks(
-      n, [&](int rank, braidComm_t comm, cudaStream_t stream, std::vector<std::string>& failures) {
+  const auto failures =
+      runRanks(n, [&](int rank, braidComm_t comm, cudaStream_t stream, const std::function<void()>&,
+                      std::vector<std::string>& failures) {
         int device = -2;
         if (braidCommCuDevice(comm, &device) != braidSuccess || device != 0)
           failures.push_back("braidCommCuDevice gave " + std::to_string(device) + ", expected 0");
@@ -153,6 +165,7 @@ TEST_F(CudaComm, CallsKeepTheStreamsOrder) {
   constexpr int kRanks = 2, kRounds = 8;
   constexpr size_t kCount = 300'001;  // Simple protocol, several slots per channel
   const auto failures = runRanks(kRanks, [&](int rank, braidComm_t comm, cudaStream_t stream,
+                                             const std::function<void()>& ready,
                                              std::vector<std::string>& failures) {
     const size_t bytes = kCount * sizeof(float);
     cudaStream_t other = nullptr;
@@ -161,6 +174,7 @@ TEST_F(CudaComm, CallsKeepTheStreamsOrder) {
         cudaMalloc(&in, bytes * kRounds) || cudaMalloc(&out, bytes * kRounds) ||
         cudaMallocHost(&hostIn, bytes * kRounds) || cudaMallocHost(&hostOut, bytes * kRounds))
       return failures.push_back("allocation failed");
+    ready();
     for (int round = 0; round < kRounds; ++round)
       for (size_t i = 0; i < kCount; ++i)
         hostIn[round * kCount + i] = static_cast<float>((rank + 1) * (round + 1) + i % 7);
@@ -203,6 +217,7 @@ TEST_F(CudaComm, CapturedCallsReplay) {
   for (size_t count : {size_t{1000}, size_t{1'000'003}}) {
     SCOPED_TRACE("count " + std::to_string(count));
     const auto failures = runRanks(kRanks, [&](int rank, braidComm_t comm, cudaStream_t stream,
+                                               const std::function<void()>& ready,
                                                std::vector<std::string>& failures) {
       const size_t bytes = count * sizeof(float);
       float *in = nullptr, *out = nullptr, *hostIn = nullptr, *hostOut = nullptr;
@@ -219,6 +234,7 @@ TEST_F(CudaComm, CapturedCallsReplay) {
       if (cudaStreamEndCapture(stream, &graph) != cudaSuccess || r != braidSuccess ||
           cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)
         return failures.push_back("capture failed: " + describe(r, comm));
+      ready();  // instantiating may allocate too
       for (int replay = 0; replay < kReplays && failures.empty(); ++replay) {
         for (size_t i = 0; i < count; ++i)
           hostIn[i] = static_cast<float>(rank * 100 + replay * 10 + i % 5);
@@ -250,6 +266,7 @@ TEST_F(CudaComm, CapturedCallsReplay) {
 // Host memory on a CUDA communicator, and device memory on a CPU one, are refused by name.
 TEST_F(CudaComm, BuffersOfTheWrongKindAreRefused) {
   const auto failures = runRanks(1, [&](int, braidComm_t comm, cudaStream_t stream,
+                                        const std::function<void()>&,
                                         std::vector<std::string>& failures) {
     std::vector<float> pageable(64);
     float* pinned = nullptr;
@@ -292,7 +309,8 @@ TEST_F(CudaComm, AMissingPeerBecomesATimeout) {
   constexpr int kShortTimeoutMs = 2000;
   const auto failures = runRanks(
       2,
-      [&](int rank, braidComm_t comm, cudaStream_t stream, std::vector<std::string>& failures) {
+      [&](int rank, braidComm_t comm, cudaStream_t stream, const std::function<void()>&,
+          std::vector<std::string>& failures) {
         if (rank == 1) return;  // never calls
         float* buffer = nullptr;
         if (cudaMalloc(&buffer, 4096 * sizeof(float))) return failures.push_back("cudaMalloc");

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "perf/options.h"
@@ -38,16 +39,28 @@ void landed(const char* what) {
   check(cudaStreamSynchronize(cudaStreamLegacy), what);
 }
 
+// Buffers come from the stream-ordered allocator on this thread's stream: cudaMalloc and cudaFree
+// may wait for every kernel on the device, and with ranks as threads one rank's kernel is then
+// waiting for a peer whose thread is stuck in that allocation. The pool keeps what is freed (no
+// release threshold), so no later synchronization hands memory back to the driver either.
 void* allocate(size_t bytes) {
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  cudaMemPool_t pool = nullptr;
+  check(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool");
+  uint64_t keepAll = UINT64_MAX;
+  check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keepAll),
+        "cudaMemPoolSetAttribute");
   void* p = nullptr;
-  check(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc");
-  check(cudaMemset(p, 0, bytes == 0 ? 1 : bytes), "cudaMemset");
-  landed("cudaStreamSynchronize after cudaMemset");
+  check(cudaMallocAsync(&p, bytes == 0 ? 1 : bytes, cudaStreamPerThread), "cudaMallocAsync");
+  check(cudaMemsetAsync(p, 0, bytes == 0 ? 1 : bytes, cudaStreamPerThread), "cudaMemsetAsync");
+  check(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize after cudaMemsetAsync");
   return p;
 }
 
 void release(void* p) {
-  cudaFree(p);
+  cudaFreeAsync(p, cudaStreamPerThread);
+  cudaStreamSynchronize(cudaStreamPerThread);
 }
 
 void upload(void* device, const void* host, size_t bytes) {
