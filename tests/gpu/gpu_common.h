@@ -6,8 +6,15 @@
 #include <cuda_runtime.h>  // the C++ API too (typed cudaMalloc)
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "device/device_cases.h"
@@ -30,6 +37,51 @@ inline std::string noCudaDevice() {
   if (e != cudaSuccess) return "no CUDA device here (" + cudaFailure(e, "cudaGetDeviceCount") + ")";
   return devices == 0 ? "no CUDA device here (0 devices)" : "";
 }
+
+// Ends the process, naming the step a test was on, when one step outlasts its limit: a GPU test
+// stuck on the host or the device (a wait the deadline does not bound) then says where, instead of
+// being killed silently from outside. step() may be called from any thread.
+class StepWatchdog {
+ public:
+  explicit StepWatchdog(std::chrono::seconds limit) : limit_(limit), thread_([this] { watch(); }) {}
+  StepWatchdog(const StepWatchdog&) = delete;
+  StepWatchdog& operator=(const StepWatchdog&) = delete;
+  ~StepWatchdog() {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      stopped_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  void step(std::string name) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    name_ = std::move(name);
+    started_ = std::chrono::steady_clock::now();
+  }
+
+ private:
+  void watch() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!wake_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stopped_; }))
+      if (std::chrono::steady_clock::now() - started_ > limit_) {
+        std::fprintf(stderr, "watchdog: step \"%s\" did not finish within %lld s\n", name_.c_str(),
+                     static_cast<long long>(limit_.count()));
+        std::fflush(nullptr);
+        std::_Exit(3);
+      }
+  }
+
+  const std::chrono::seconds limit_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::string name_ = "set-up";
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  bool stopped_ = false;
+  std::thread thread_;  // last: starts once the rest is set
+};
+// A step the GPU tests allow: their communicators give up waiting after 30 s (kTimeoutMs).
+inline constexpr std::chrono::seconds kStepLimit{90};
 
 // Device memory released at the end of the test, from the stream-ordered allocator on this
 // thread's stream: cudaMalloc and cudaFree may wait for every kernel on the device, and with ranks

@@ -71,6 +71,7 @@ class CudaCommRanks : public CudaComm, public testing::WithParamInterface<int> {
 TEST_P(CudaCommRanks, EveryCollectiveMatchesTheReference) {
   const int n = GetParam();
   const std::vector<Case> cases = commCases(n);
+  StepWatchdog watchdog(kStepLimit);
   std::barrier<> between(n);
   std::atomic<bool> stop{false};
   const auto failures =
@@ -80,6 +81,7 @@ TEST_P(CudaCommRanks, EveryCollectiveMatchesTheReference) {
         if (braidCommCuDevice(comm, &device) != braidSuccess || device != 0)
           failures.push_back("braidCommCuDevice gave " + std::to_string(device) + ", expected 0");
         for (const Case& c : cases) {
+          if (rank == 0) watchdog.step(describe(c, Shape{n, 0, 0, 0, Algorithm::Simple}));
           runCase(c, rank, n, comm, stream, failures);
           if (failures.size() > 5) stop = true;
           between.arrive_and_wait();  // every rank checked before the next case's buffers
@@ -111,8 +113,11 @@ TEST_F(CudaComm, OneThreadDrivesEveryRankInOneLaunch) {
       std::vector<cudaStream_t> streams(n);
       for (int r = 0; r < n; ++r)
         CUDA_CHECK(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking));
+      StepWatchdog watchdog(kStepLimit);
       for (const Case& c : commCases(n)) {
         if (c.collective == Collective::Send || c.op == kPreMulSum) continue;
+        watchdog.step(describe(c, Shape{n, 0, 0, 0, Algorithm::Simple}) +
+                      (oneStream ? ", one stream" : ", a stream per rank"));
         DeviceArena arena;
         std::vector<RankBuffers> host(n);
         std::vector<DeviceRank> dev(n);
