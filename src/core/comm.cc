@@ -226,14 +226,35 @@ void braidComm::initialize(const braid::BootstrapId& id, const braidComm* shareF
   readyCv_.notify_all();
 }
 
-// A CUDA communicator's channels: the planner's rings (repeated where it made fewer), four
-// unless the channel bounds say otherwise.
-constexpr int kDeviceChannels = 4;
+// A CUDA communicator's channels, a thread block each: the planner's rings, repeated where it made
+// fewer. A block moves a few GB/s (bench/results/gpu-check), so on one host the ranks that share
+// a GPU take kMaxDeviceChannels (32) blocks between them, as many as one launch of them all holds
+// (2 ranks: 16 channels each, 3.7x the bandwidth of 4 on an H100); across hosts every channel is
+// a network link each way, so four. The channel bounds (BRAID_MIN/MAX_NCHANNELS) have the last
+// word.
+constexpr int kDeviceChannelsAcrossHosts = 4;
+
+int braidComm::deviceChannelsFor(const Clock::time_point& deadline) {
+  struct DevicePlace {
+    uint64_t host = 0, device = 0;
+  };
+  std::vector<DevicePlace> places(nranks_);
+  places[rank_] = {peers_[rank_].hostHash, braid::cudaDeviceKey(options_.cudaDevice)};
+  bootstrap_->allGather(places.data(), sizeof(DevicePlace), deadline);
+  bool oneHost = true;
+  int sharingDevice = 0;
+  for (const DevicePlace& p : places) {
+    oneHost = oneHost && p.host == places[rank_].host;
+    sharingDevice += p.host == places[rank_].host && p.device == places[rank_].device;
+  }
+  const int wanted =
+      oneHost ? std::max(1, braid::kMaxDeviceChannels / sharingDevice) : kDeviceChannelsAcrossHosts;
+  return std::min(std::clamp(wanted, options_.minChannels, options_.maxChannels),
+                  braid::kMaxDeviceChannels);
+}
 
 void braidComm::connectDevice(const Clock::time_point& deadline) {
-  const int channels =
-      std::min(std::clamp(kDeviceChannels, options_.minChannels, options_.maxChannels),
-               braid::kMaxDeviceChannels);
+  const int channels = deviceChannelsFor(deadline);
   deviceChannels_ = channels;
   braid::CudaCommSetup setup;
   setup.rank = rank_;
@@ -255,6 +276,7 @@ void braidComm::connectDevice(const Clock::time_point& deadline) {
   input.hostRanks = false;
   input.ranksShareDevice = cuda_->ranksShareDevice();
   input.deviceMemoryGBs = cuda_->memoryGBs();
+  input.deviceChannels = deviceChannels_;
   // The network proxy sends the bytes a Simple slot holds; low-latency lines carry no count.
   if (cuda_->crossesHosts()) input.allowedProtocols[static_cast<int>(plan::Protocol::LL)] = false;
   model_ = std::make_unique<plan::Model>(planGraph_, plan_, input);

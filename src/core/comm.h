@@ -211,6 +211,7 @@ struct braidComm : public braid::Watchdog {
   int deviceChannels_ = 0;
   uint64_t cliqueId_ = 0;  // the same on every rank of this communicator (its bootstrap id)
   void connectDevice(const braid::Clock::time_point& deadline);
+  int deviceChannelsFor(const braid::Clock::time_point& deadline);
   // The call as a launch takes it (PreMulSum's scalar in `scalar`); its algorithm is the model's
   // (deviceAlgorithm), directPossible where the launch holds every rank and can run the direct
   // engine.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <string_view>
 
 #include "base/random.h"
 #include "core/cuda_probe.h"
@@ -331,6 +332,13 @@ int currentCudaDevice() {
   return device;
 }
 
+uint64_t cudaDeviceKey(int device) {
+  char busId[32] = {};
+  checkCuda(cudaDeviceGetPCIBusId(busId, sizeof busId, device),
+            fmt::format("cudaDeviceGetPCIBusId({})", device));
+  return std::hash<std::string_view>{}(busId);
+}
+
 // Never throws for the question itself: a runtime that cannot answer (a child forked after its
 // parent used CUDA) means the buffer is taken for host memory.
 void checkHostBuffer(const char* fn, int rank, const char* name, const void* p) {
@@ -359,6 +367,10 @@ void checkHostBuffer(const char*, int, const char*, const void*) {}
 
 int currentCudaDevice() {
   return -1;
+}
+
+uint64_t cudaDeviceKey(int device) {
+  return static_cast<uint64_t>(device);
 }
 
 #endif

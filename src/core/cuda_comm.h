@@ -88,6 +88,9 @@ void launchCollectives(std::span<const CudaCall> calls);
 // The calling thread's current CUDA device (where a communicator made now goes, as in NCCL).
 int currentCudaDevice();
 
+// Names a CUDA device on its host, whatever index a process sees it under: its PCI bus id, hashed.
+uint64_t cudaDeviceKey(int device);
+
 // On a CPU communicator: fails (braidInvalidArgument) if `p` is CUDA device memory, asked where
 // this process has CUDA communicators (and so CUDA contexts) of its own.
 void checkHostBuffer(const char* fn, int rank, const char* name, const void* p);

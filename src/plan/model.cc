@@ -29,6 +29,12 @@ DeviceLatency deviceHopLatency(HopKind kind) {
 }
 constexpr double kDeviceBaseUs[] = {8.4, 6.8};  // indexed by Protocol
 constexpr double kProtocolEfficiency[] = {1.0, 0.5};
+// What one thread block moves, as bus bandwidth, measured on an H100 (bench/results/gpu-check,
+// all-reduce of 32-256 MiB): a ring channel 5.0 GB/s with Simple and 1.5 with LL (2 and 8 ranks
+// alike), a direct-engine block 4.2 GB/s (2 ranks x 4 and 16 channels, 8 ranks x 4). Far below
+// the memory's share: a block of 256 threads is bound by its loads' round trips.
+constexpr double kDeviceChannelGBs[] = {5.0, 1.5};  // indexed by Protocol
+constexpr double kDirectBlockGBs = 4.2;
 
 double microseconds(double bytes, double gbs) {
   return gbs > 0 ? bytes / gbs / 1e3 : kInfinity;
@@ -172,7 +178,7 @@ double Model::ringTimeUs(Operation op, Protocol protocol, size_t bytes) const {
   const double latency = ringSteps(op, n) * stepLatencyUs(protocol);
   if (!in_.hostRanks) {
     return kDeviceBaseUs[static_cast<int>(protocol)] + latency +
-           microseconds(busBytes, ringGBs_ * kProtocolEfficiency[static_cast<int>(protocol)]);
+           microseconds(busBytes, deviceRingGBs(protocol));
   }
   // Bytes through one rank's send FIFO, split into reduction steps and forwarding steps.
   double reduceBytes = 0, copyBytes = 0;
@@ -230,7 +236,20 @@ double Model::directTimeUs(Operation op, Protocol protocol, size_t bytes) const 
       (op != Operation::AllReduce && op != Operation::ReduceScatter && op != Operation::AllGather))
     return kInfinity;
   return kDeviceBaseUs[static_cast<int>(protocol)] + 2 * stepLatencyUs(protocol) +
-         microseconds(busBandwidthFactor(op, nranks_) * static_cast<double>(bytes), directGBs_);
+         microseconds(busBandwidthFactor(op, nranks_) * static_cast<double>(bytes),
+                      deviceDirectGBs());
+}
+
+double Model::deviceRingGBs(Protocol protocol) const {
+  const double links = ringGBs_ * kProtocolEfficiency[static_cast<int>(protocol)];
+  if (in_.deviceChannels <= 0) return links;
+  return std::min(links, in_.deviceChannels * kDeviceChannelGBs[static_cast<int>(protocol)]);
+}
+
+// Every rank's blocks work at once in the direct engine's one launch.
+double Model::deviceDirectGBs() const {
+  if (in_.deviceChannels <= 0) return directGBs_;
+  return std::min(directGBs_, nranks_ * in_.deviceChannels * kDirectBlockGBs);
 }
 
 double Model::timeUs(Operation op, Algorithm algorithm, Protocol protocol, size_t bytes) const {
@@ -277,12 +296,15 @@ std::string Model::describe() const {
         in_.latency.hopUs, in_.latency.netHopUs, in_.latency.switchUs);
   else
     out += fmt::format(
-        "; device protocols simple/ll, slowest hop {:.1f}/{:.1f} us{}{}", slowestHop_.simpleUs,
-        slowestHop_.llUs,
+        "; device protocols simple/ll, slowest hop {:.1f}/{:.1f} us{}, rings {:.1f}/{:.1f} GB/s "
+        "over {} channels{}{}",
+        slowestHop_.simpleUs, slowestHop_.llUs, in_.deviceChannels > 0 ? "" : " (channels unknown)",
+        deviceRingGBs(Protocol::Simple), deviceRingGBs(Protocol::LL), in_.deviceChannels,
         in_.ranksShareDevice
             ? fmt::format(", every rank on one GPU ({:.0f} GB/s of memory)", in_.deviceMemoryGBs)
             : "",
-        allPairsDirect_ ? ", all pairs direct" : "");
+        allPairsDirect_ ? fmt::format(", all pairs direct ({:.1f} GB/s)", deviceDirectGBs())
+                        : std::string());
   return out;
 }
 

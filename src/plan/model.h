@@ -58,6 +58,9 @@ struct ModelInput {
   // links then stand in).
   bool ranksShareDevice = false;
   double deviceMemoryGBs = 0;
+  // Device ranks only: channels per rank, a thread block each; 0: unknown (links and memory alone
+  // then bound the rate). A block moves a few GB/s however fast the links are.
+  int deviceChannels = 0;
   std::vector<bool> allowedAlgorithms = {true, true};  // indexed by Algorithm (BRAID_ALGO)
   std::vector<bool> allowedProtocols = {true, true};   // indexed by Protocol (BRAID_PROTO)
 };
@@ -97,6 +100,11 @@ class Model {
 
   int nranks_ = 1;
   int hosts_ = 1;
+  // Bus bandwidth of a device ring per protocol, or of the direct engine: the links' and memory's
+  // share, capped by what the blocks move.
+  double deviceRingGBs(Protocol protocol) const;
+  double deviceDirectGBs() const;
+
   double ringGBs_ = 0;        // the plan's channels together
   double directGBs_ = 0;      // device ranks: what one rank's direct reads and writes reach
   DeviceLatency slowestHop_;  // device rings: the slowest hop of channel 0

@@ -452,7 +452,8 @@ TEST_P(DeviceForm, EveryCollectiveMatchesTheReference) {
 }
 
 // Every algorithm at every rank count, threads per block and FIFO depth; two channels at 3
-// ranks (and at 2 ranks with 4 slots, for the point-to-point pairs), one elsewhere.
+// ranks (and at 2 ranks with 4 slots, for the point-to-point pairs), one elsewhere, and 16 at 2
+// ranks.
 std::vector<Shape> shapes() {
   std::vector<Shape> all;
   for (Algorithm algorithm : {Algorithm::Simple, Algorithm::LowLatency, Algorithm::Direct})
@@ -468,6 +469,11 @@ std::vector<Shape> shapes() {
           const int channels = ranks == 3 || (ranks == 2 && slots == 4) ? 2 : 1;
           all.push_back({ranks, channels, threads, slots, algorithm});
         }
+#if !defined(__SANITIZE_THREAD__)
+  // As many channels as a CUDA communicator of 2 ranks sharing a GPU has (16: core/comm.cc).
+  for (Algorithm algorithm : {Algorithm::Simple, Algorithm::LowLatency, Algorithm::Direct})
+    all.push_back({2, 16, 1, 2, algorithm});
+#endif
 #if BRAID_DEVICE_FORM_NET
   // Hops through the network: the Simple protocol (a proxy sends the bytes a slot holds), two
   // channels so that sends and receives run too.

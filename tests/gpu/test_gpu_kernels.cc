@@ -146,7 +146,9 @@ void runCase(const Shape& shape, const Case& c, DeviceArena& arena, cudaStream_t
 TEST_P(GpuKernels, EveryCollectiveMatchesTheReference) {
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  StepWatchdog watchdog(kStepLimit);
   for (const Case& c : casesFor(GetParam())) {
+    watchdog.step(describe(c, GetParam()));
     DeviceArena arena;
     runCase(GetParam(), c, arena, stream);
     if (HasFailure()) break;  // the first case that fails says enough
@@ -154,8 +156,8 @@ TEST_P(GpuKernels, EveryCollectiveMatchesTheReference) {
   CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
-// 1, 2, 4 and 8 ranks on one GPU; 2 channels at 2 ranks (sends and receives pair them) and at 4;
-// blocks of 32 (a warp) and 256 threads.
+// 1, 2, 4 and 8 ranks on one GPU; 2 channels at 2 ranks (sends and receives pair them) and at 4,
+// 16 at 2; blocks of 32 (a warp) and 256 threads.
 std::vector<Shape> shapes() {
   std::vector<Shape> all;
   for (Algorithm algorithm : {Algorithm::Simple, Algorithm::LowLatency, Algorithm::Direct})
@@ -164,6 +166,9 @@ std::vector<Shape> shapes() {
         const int channels = ranks == 2 || ranks == 4 ? 2 : 1;
         all.push_back({ranks, channels, threads, 4, algorithm});
       }
+  // A CUDA communicator's channels at 2 ranks sharing a GPU (core/comm.cc).
+  for (Algorithm algorithm : {Algorithm::Simple, Algorithm::LowLatency, Algorithm::Direct})
+    all.push_back({2, 16, 256, 4, algorithm});
   return all;
 }
 

@@ -182,5 +182,32 @@ TEST(PlanModel, RanksSharingOneGpuRunDirectWhenOneLaunchHoldsThemAll) {
   }
 }
 
+// With the channels known, a device rate is what the blocks move (measured per block on an H100)
+// where that is below the memory's share: the direct engine's n x channels blocks at 4.2 GB/s of
+// bus bandwidth each, a Simple ring channel 5.0, an LL one 1.5. Mid-size calls launched apart then
+// leave LL sooner than memory alone would say.
+TEST(PlanModel, DeviceRatesAreCappedByWhatTheBlocksMove) {
+  const int n = 2, channels = 16;
+  const Planned p = cpuRanks(n);
+  ModelInput in;
+  in.hostRanks = false;
+  in.ranksShareDevice = true;
+  in.deviceMemoryGBs = 3000;
+  in.deviceChannels = channels;
+  const Model model(p.graph, p.plan, in);
+  const size_t bytes = size_t{256} << 20;
+  const double busBytes = 2.0 * (n - 1) / n * static_cast<double>(bytes);
+  EXPECT_NEAR(model.timeUs(Operation::AllReduce, Algorithm::Direct, Protocol::Simple, bytes),
+              8.4 + 2 * 3.4 + busBytes / (n * channels * 4.2) / 1e3, 1e-6);
+  const int steps = 2 * (n - 1);
+  EXPECT_NEAR(model.timeUs(Operation::AllReduce, Algorithm::Ring, Protocol::Simple, bytes),
+              8.4 + steps * 3.4 + busBytes / (channels * 5.0) / 1e3, 1e-6);
+  EXPECT_NEAR(model.timeUs(Operation::AllReduce, Algorithm::Ring, Protocol::LL, bytes),
+              6.8 + steps * 0.6 + busBytes / (channels * 1.5) / 1e3, 1e-6);
+  EXPECT_EQ(model.best(Operation::AllReduce, 8, false).protocol, Protocol::LL);
+  EXPECT_EQ(model.best(Operation::AllReduce, size_t{1} << 20, false).protocol, Protocol::Simple);
+  EXPECT_EQ(model.best(Operation::AllReduce, bytes).algorithm, Algorithm::Direct);
+}
+
 }  // namespace
 }  // namespace braid::plan
