@@ -77,9 +77,44 @@ BRAID_HD T directInput(const DirectCall<T>& call, int peer, size_t i) {
   return prescaled<R, kPrescaled>(call.inputs[peer][i], kPrescaled ? call.scales[peer] : T{});
 }
 
+// kPacks whole packs of the reduction below, `stride` packs apart from pack pk: each rank's input
+// loaded for all of them at once, then combined, then stored.
+template <class R, bool kPrescaled, int kPacks, class T>
+BRAID_HD void directPacks(const DirectCall<T>& call, size_t inAt, size_t outAt, size_t pk,
+                          size_t stride, int firstOut, int lastOut) {
+  constexpr size_t kPerPack = sizeof(Pack16) / sizeof(T);
+  const int n = call.nranks;
+  T acc[kPacks][kPerPack];
+  for (int p = 0; p < n; ++p) {
+    Pack16 x[kPacks];
+    BRAID_UNROLL
+    for (int u = 0; u < kPacks; ++u)
+      x[u] = load16(call.inputs[p] + inAt + (pk + u * stride) * kPerPack);
+    const T scale = kPrescaled ? call.scales[p] : T{};
+    BRAID_UNROLL
+    for (int u = 0; u < kPacks; ++u) {
+      T next[kPerPack];
+      memcpy(next, &x[u], sizeof x[u]);
+      BRAID_UNROLL
+      for (size_t k = 0; k < kPerPack; ++k) {
+        const T v = prescaled<R, kPrescaled>(next[k], scale);
+        acc[u][k] = p == 0 ? v : R::apply(acc[u][k], v, p == n - 1 ? call.divisor : 1);
+      }
+    }
+  }
+  BRAID_UNROLL
+  for (int u = 0; u < kPacks; ++u) {
+    Pack16 result;
+    memcpy(&result, acc[u], sizeof result);
+    for (int q = firstOut; q < lastOut; ++q)
+      store16(call.outputs[q] + outAt + (pk + u * stride) * kPerPack, result);
+  }
+}
+
 // outputs[q][outAt + i] for every q in [firstOut, lastOut) = the reduction over every rank's
 // input at inAt + i, for i in [0, count): this thread's share, 16 bytes at a time where every
-// pointer allows it, the ranks' inputs combined in rank order.
+// pointer allows it (kPacksInFlight packs per round trip), the ranks' inputs combined in rank
+// order.
 template <class R, bool kPrescaled, class G, class T>
 BRAID_HD void directReduce(G& group, const DirectCall<T>& call, size_t inAt, size_t outAt,
                            size_t count, int firstOut, int lastOut) {
@@ -90,22 +125,11 @@ BRAID_HD void directReduce(G& group, const DirectCall<T>& call, size_t inAt, siz
   for (int q = firstOut; q < lastOut; ++q) packed = packed && aligned16(call.outputs[q] + outAt);
   const size_t first = static_cast<size_t>(group.index()), stride = group.size();
   const size_t packs = packed ? count / kPerPack : 0;
-  for (size_t pk = first; pk < packs; pk += stride) {
-    const size_t at = pk * kPerPack;
-    T acc[kPerPack], next[kPerPack];
-    for (int p = 0; p < n; ++p) {
-      const Pack16 x = load16(call.inputs[p] + inAt + at);
-      memcpy(next, &x, sizeof x);
-      const T scale = kPrescaled ? call.scales[p] : T{};
-      for (size_t k = 0; k < kPerPack; ++k) {
-        const T v = prescaled<R, kPrescaled>(next[k], scale);
-        acc[k] = p == 0 ? v : R::apply(acc[k], v, p == n - 1 ? call.divisor : 1);
-      }
-    }
-    Pack16 result;
-    memcpy(&result, acc, sizeof result);
-    for (int q = firstOut; q < lastOut; ++q) store16(call.outputs[q] + outAt + at, result);
-  }
+  size_t pk = first;
+  for (; pk + (kPacksInFlight - 1) * stride < packs; pk += kPacksInFlight * stride)
+    directPacks<R, kPrescaled, kPacksInFlight>(call, inAt, outAt, pk, stride, firstOut, lastOut);
+  for (; pk < packs; pk += stride)
+    directPacks<R, kPrescaled, 1>(call, inAt, outAt, pk, stride, firstOut, lastOut);
   for (size_t i = packs * kPerPack + first; i < count; i += stride) {
     T acc = directInput<R, kPrescaled>(call, 0, inAt + i);
     for (int p = 1; p < n; ++p)

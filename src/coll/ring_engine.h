@@ -82,6 +82,11 @@ BRAID_HD inline void storeElements(T* p, size_t n, const Pack16& v) {
     memcpy(p, &v, n * sizeof(T));
 }
 
+// Packs a thread has in flight at once in the bulk moves: its loads of them are issued together,
+// so each round trip to memory brings kPacksInFlight packs rather than one (a 256-thread block
+// moving one pack per round trip reached 4-5 GB/s on an H100: bench/results/gpu-check).
+constexpr int kPacksInFlight = 4;
+
 // x as a reduction with PreMulSum's operator sees it: times the rank's scalar, rounded once as a
 // Prod (kPrescaled; R is then Sum), else x itself.
 template <class R, bool kPrescaled>
@@ -105,19 +110,40 @@ struct ElementMover {
   Storage scale{};
 
   BRAID_HD Storage pre(Storage x) const { return prescaled<R, kPrescaled>(x, scale); }
-  // One pack of n elements: recv (when receiving) OP pre(input) (when `input`), as above.
-  BRAID_HD Pack16 combinePack(const Pack16* recv, const Storage* input, size_t n,
+  // One pack of n elements: r (when receiving) OP pre(x) (when hasInput), as above. By value, so
+  // that nvcc keeps the packs in registers.
+  BRAID_HD Pack16 combinePack(bool receives, Pack16 r, bool hasInput, Pack16 x, size_t n,
                               int divisor) const {
-    if (input == nullptr) return *recv;
-    Pack16 x = loadElements(input, n);
-    if (recv == nullptr && !kPrescaled) return x;
+    if (!hasInput) return r;
+    if (!receives && !kPrescaled) return x;
     Storage xs[kPerPack], ys[kPerPack];
     memcpy(ys, &x, sizeof x);
-    if (recv != nullptr) memcpy(xs, recv, sizeof x);
+    memcpy(xs, &r, sizeof r);
     for (size_t k = 0; k < n; ++k)
-      xs[k] = recv != nullptr ? R::apply(xs[k], pre(ys[k]), divisor) : pre(ys[k]);
+      xs[k] = receives ? R::apply(xs[k], pre(ys[k]), divisor) : pre(ys[k]);
     memcpy(&x, xs, sizeof x);
     return x;
+  }
+
+  // kPacks whole packs, `stride` packs apart from pack p: every load first, then the stores.
+  template <int kPacks>
+  BRAID_HD void movePacks(size_t p, size_t stride, const Storage* recv, const Storage* input,
+                          Storage* out, Storage* out2, int divisor) const {
+    Pack16 r[kPacks] = {}, x[kPacks] = {};
+    BRAID_UNROLL
+    for (int u = 0; u < kPacks; ++u) {
+      const size_t at = (p + u * stride) * kPerPack;
+      if (recv != nullptr) r[u] = load16(recv + at);
+      if (input != nullptr) x[u] = load16(input + at);
+    }
+    BRAID_UNROLL
+    for (int u = 0; u < kPacks; ++u) {
+      const size_t at = (p + u * stride) * kPerPack;
+      const Pack16 y =
+          combinePack(recv != nullptr, r[u], input != nullptr, x[u], kPerPack, divisor);
+      store16(out + at, y);
+      if (out2 != nullptr) store16(out2 + at, y);
+    }
   }
 
   template <class G>
@@ -130,15 +156,10 @@ struct ElementMover {
     size_t done = 0;
     if (aligned16(recv) && aligned16(input) && aligned16(out) && aligned16(out2)) {
       const size_t packs = count / kPerPack;
-      for (size_t p = first; p < packs; p += stride) {
-        const size_t at = p * kPerPack;
-        Pack16 r;
-        if (recv != nullptr) r = load16(recv + at);
-        const Pack16 x = combinePack(recv != nullptr ? &r : nullptr,
-                                     input != nullptr ? input + at : nullptr, kPerPack, divisor);
-        store16(out + at, x);
-        if (out2 != nullptr) store16(out2 + at, x);
-      }
+      size_t p = first;
+      for (; p + (kPacksInFlight - 1) * stride < packs; p += kPacksInFlight * stride)
+        movePacks<kPacksInFlight>(p, stride, recv, input, out, out2, divisor);
+      for (; p < packs; p += stride) movePacks<1>(p, stride, recv, input, out, out2, divisor);
       done = packs * kPerPack;
     }
     for (size_t i = done + first; i < count; i += stride) {
@@ -161,10 +182,11 @@ struct ElementMover {
          p += static_cast<size_t>(group.size())) {
       const size_t at = p * kPerPack;
       const size_t n = count - at < kPerPack ? count - at : kPerPack;
-      Pack16 r;
+      Pack16 r{};
       if (receives && !ports.readLines(group, p, n * sizeof(Storage), r)) return false;
       const Pack16 x =
-          combinePack(receives ? &r : nullptr, input != nullptr ? input + at : nullptr, n, divisor);
+          combinePack(receives, r, input != nullptr,
+                      input != nullptr ? loadElements(input + at, n) : Pack16{}, n, divisor);
       if (toOutput != nullptr) storeElements(toOutput + at, n, x);
       if (sends) ports.writeLines(p, n * sizeof(Storage), x);
     }
