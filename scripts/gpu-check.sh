@@ -15,12 +15,13 @@
 #   GPU_CHECK_RANKS      braid-perf's rank counts (default "2 4 8")
 #   GPU_CHECK_TYPES      braid-perf's datatypes (default "float bfloat16")
 #   GPU_CHECK_MAX_BYTES  braid-perf's largest message (default 1G)
-#   GPU_CHECK_SECONDS    the most each program may run (default 300), so a hang costs minutes
+#   GPU_CHECK_SECONDS    the most each program may run (default 600: test_gpu_comm checks about
+#                        20 000 cases, some of 4M elements, on the host), so a hang costs minutes
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench/results/gpu-check}
 build=${BRAID_BUILD_DIR:-build}
-limit=${GPU_CHECK_SECONDS:-300}
+limit=${GPU_CHECK_SECONDS:-600}
 mkdir -p "$out"
 if ! nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv \
   > "$out/gpu.csv" 2>&1; then
