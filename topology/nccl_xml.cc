@@ -34,6 +34,17 @@ bool isClassCode(const std::string& text) {
   return true;
 }
 
+// A PCI class attribute as a number (0 when absent); isClassCode has checked its form.
+unsigned long classCodeOf(const std::string& pciClass) {
+  return pciClass.empty() ? 0 : std::stoul(pciClass, nullptr, 16);
+}
+
+// Whether the class alone makes a device a NIC (base class 0x02), as the reader decides: the
+// writer leaves out an empty <nic> only then, so that what it writes reads back the same.
+bool classSaysNic(const std::string& pciClass) {
+  return !pciClass.empty() && (classCodeOf(pciClass) >> 16) == 0x02;
+}
+
 class NcclReader {
  public:
   NcclReader(const XmlText& xml, Topology& topology) : xml_(xml), topology_(topology) {}
@@ -200,7 +211,7 @@ class NcclReader {
 
     pugi::xml_node gpu = element.child("gpu"), nic = element.child("nic");
     bool hasPci = static_cast<bool>(element.child("pci"));
-    unsigned long classCode = node.pciClass.empty() ? 0 : std::stoul(node.pciClass, nullptr, 16);
+    const unsigned long classCode = classCodeOf(node.pciClass);
     if (gpu)
       node.kind = NodeKind::Gpu;
     else if (nic)
@@ -209,7 +220,7 @@ class NcclReader {
       node.kind = NodeKind::Bridge;
     else if (!node.pciClass.empty() && (classCode >> 16) == 0x03)
       node.kind = NodeKind::Gpu;  // known by class only: NCCL fills it in from NVML at run time
-    else if (!node.pciClass.empty() && (classCode >> 16) == 0x02)
+    else if (classSaysNic(node.pciClass))
       node.kind = NodeKind::Nic;
     else if (classCode == 0x068000)
       node.kind = NodeKind::NvSwitch;
@@ -413,7 +424,7 @@ class NcclWriter {
     setAttr(pci, "link_width", node.link.width);
     if (node.kind == NodeKind::Gpu && node.gpu.described) writeGpu(pci, node.gpu);
     // A NIC keeps its <nic> unless its class alone says NIC, as in cloud providers' files.
-    if (node.kind == NodeKind::Nic && (!node.ports.empty() || node.pciClass.rfind("0x02", 0) != 0))
+    if (node.kind == NodeKind::Nic && (!node.ports.empty() || !classSaysNic(node.pciClass)))
       writePorts(pci.append_child("nic"), node.ports);
     for (int child : node.children) writeNode(pci, child);
   }

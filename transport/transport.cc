@@ -30,7 +30,7 @@ PeerLinks connectPeers(const std::vector<PeerInfo>& peers, int rank, const FifoG
   links.control.assign(nranks, nullptr);
   links.pidfd.assign(nranks, -1);
   // Segments are named after rank 0's nonce: unique per communicator, known to every rank.
-  ConnectState state{peers, rank, geometry, rendezvous, links, peers[0].nonce};
+  ConnectState state{peers, rank, geometry, rendezvous, links, peers[0].nonce, nullptr, {}};
 
   // Each peer goes to the first transport that can connect it.
   const std::vector<const Transport*>& registry = transports();

@@ -66,6 +66,31 @@ TEST(Files, EveryFileLoadsAndPrints) {
   }
 }
 
+// A NIC known by its <nic> element alone: no port NCCL keeps (a <net> without dev) and a class
+// whose base is not 0x02 read as a number (0x0200002 is 0x200002). Its dump must keep the empty
+// <nic>, or the dump reads back without that NIC (found by fuzz_nccl_xml: the writer decided by
+// the class's text, the reader by its value).
+TEST(Files, NcclDumpKeepsANicItsClassDoesNotName) {
+  const std::string text = R"(<system version="1">
+  <cpu numaid="0" affinity="0000ffff" arch="x86_64" vendor="GenuineIntel" familyid="6" modelid="143">
+    <pci busid="0000:d5:00.0" class="0x0200002" link_speed="32.0 GT/s PCIe" link_width="16">
+      <nic><net name="mlx5_9" speed="200000" port="1"/></nic>
+    </pci>
+    <pci busid="0000:d6:00.0" class="0x030200" link_speed="32.0 GT/s PCIe" link_width="16">
+      <gpu dev="0" sm="90" rank="0" gdr="1"/>
+    </pci>
+  </cpu>
+</system>)";
+  const Topology original = readNcclXml(text, "nic.xml");
+  const Matrix before = computeMatrix(original);
+  ASSERT_EQ(before.endpoints.size(), 2u);  // GPU0 and the NIC
+  const std::string dump = writeNcclXml(original);
+  const Matrix after = computeMatrix(readNcclXml(dump, "dump.xml"));
+  ASSERT_EQ(after.endpoints.size(), 2u) << dump;
+  EXPECT_EQ(after.endpoints[1].label, before.endpoints[1].label);
+  EXPECT_EQ(classLabel(after.paths[0][1]), classLabel(before.paths[0][1]));
+}
+
 // Load an NCCL file, dump it, load the dump: the same endpoints, classes and bandwidths.
 TEST(Files, NcclDumpRoundTrips) {
   SKIP_WITHOUT_SHARED();
