@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Builds what scripts/gpu-check.sh runs (the GPU test programs and braid-perf, Release, sm_90 +
+# PTX) into build-gpu/, and gathers them into build-carry/ with the shared libraries they need from
+# this machine (Debian's fmt, hwloc, UCX, pugixml, numa; about 25 MB), for a GPU machine that has
+# the CUDA driver but none of braid's packages and no network. There, from the repository root:
+#
+#   LD_LIBRARY_PATH=$PWD/build-carry/lib BRAID_BUILD_DIR=build-carry scripts/gpu-check.sh
+#
+# (the device tool: carry ["build-carry"]). CUDA's runtime is linked statically.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+programs=(test_gpu_kernels test_gpu_comm test_gpu_ipc test_gpu_dp test_gpu_hosts)
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DBRAID_BUILD_BENCH=OFF > /dev/null
+cmake --build build-gpu -j"$(nproc)" --target "${programs[@]}" braid-perf
+rm -rf build-carry
+mkdir -p build-carry/tests build-carry/tools build-carry/lib
+for program in "${programs[@]}"; do cp "build-gpu/tests/$program" build-carry/tests/; done
+cp build-gpu/tools/braid-perf build-carry/tools/
+# Every library the programs load that is not the C/C++ runtime or the driver: braid's own and
+# Debian's (the GPU machine's C++ runtime is at least as new).
+ldd build-carry/tests/* build-carry/tools/braid-perf | awk '/=> \// {print $3}' | sort -u |
+  grep -v -E '/lib(c|m|pthread|dl|rt|gcc_s|stdc\+\+|udev|cuda)\.so' |
+  while read -r library; do cp -L "$library" build-carry/lib/; done
+echo "build-carry: $(du -sh build-carry | cut -f1); libraries: $(ls build-carry/lib | tr '\n' ' ')"
