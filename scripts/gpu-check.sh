@@ -15,8 +15,8 @@
 #   GPU_CHECK_RANKS      braid-perf's rank counts (default "2 4 8")
 #   GPU_CHECK_TYPES      braid-perf's datatypes (default "float bfloat16")
 #   GPU_CHECK_MAX_BYTES  braid-perf's largest message (default 1G)
-#   GPU_CHECK_SECONDS    the most each program may run (default 600: test_gpu_comm checks about
-#                        20 000 cases, some of 4M elements, on the host), so a hang costs minutes
+#   GPU_CHECK_SECONDS    the most each program may run (default 600: test_gpu_comm checks 17 706
+#                        cases, some of 4M elements, on the host), so a hang costs minutes
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench/results/gpu-check}

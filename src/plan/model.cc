@@ -296,10 +296,12 @@ std::string Model::describe() const {
         in_.latency.hopUs, in_.latency.netHopUs, in_.latency.switchUs);
   else
     out += fmt::format(
-        "; device protocols simple/ll, slowest hop {:.1f}/{:.1f} us{}, rings {:.1f}/{:.1f} GB/s "
-        "over {} channels{}{}",
-        slowestHop_.simpleUs, slowestHop_.llUs, in_.deviceChannels > 0 ? "" : " (channels unknown)",
-        deviceRingGBs(Protocol::Simple), deviceRingGBs(Protocol::LL), in_.deviceChannels,
+        "; device protocols simple/ll, slowest hop {:.1f}/{:.1f} us, rings {:.1f}/{:.1f} "
+        "GB/s{}{}{}",
+        slowestHop_.simpleUs, slowestHop_.llUs, deviceRingGBs(Protocol::Simple),
+        deviceRingGBs(Protocol::LL),
+        in_.deviceChannels > 0 ? fmt::format(" over {} channels", in_.deviceChannels)
+                               : std::string(),
         in_.ranksShareDevice
             ? fmt::format(", every rank on one GPU ({:.0f} GB/s of memory)", in_.deviceMemoryGBs)
             : "",
