@@ -64,7 +64,7 @@ void showPlan(const Topology& topology, const PlanRequest& request) {
   const int perHost = graph.nranks() / std::max(1, graph.hosts);
   input.coresPerHost.assign(graph.hosts, coresOf(topology, perHost));
   input.ranksPerHost.assign(graph.hosts, perHost);
-  input.fifoBytes = static_cast<size_t>(braid::param::fifoBytes(graph.hosts > 1));
+  input.fifoBytes = static_cast<size_t>(braid::param::fifoBytes());
   input.directMaxBytes = input.fifoBytes / static_cast<size_t>(braid::param::FifoSlots());
   const plan::Model model(graph, found, input);
 

@@ -70,9 +70,8 @@ std::vector<Description> describeAll() {
   return all;
 }
 
-int64_t fifoBytes(bool spansHosts) {
-  if (BuffSize() != 0) return BuffSize();
-  return spansHosts ? int64_t{4} << 20 : int64_t{1} << 20;
+int64_t fifoBytes() {
+  return BuffSize() != 0 ? BuffSize() : int64_t{1} << 20;
 }
 
 }  // namespace braid::param

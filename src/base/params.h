@@ -33,8 +33,7 @@
     "an NCCL net plug-in (ncclNet v8) to carry traffic between hosts: a path, or NAME for "        \
     "libnccl-net-NAME.so")                                                                         \
   X(BuffSize, "BRAID_BUFFSIZE", int64_t, 0,                                                        \
-    "bytes of FIFO per connector (split into BRAID_FIFO_SLOTS slots); 0: 1 MiB, 4 MiB where the "  \
-    "communicator spans hosts")                                                                    \
+    "bytes of FIFO per connector (split into BRAID_FIFO_SLOTS slots); 0: 1 MiB")                   \
   X(FifoSlots, "BRAID_FIFO_SLOTS", int64_t, 8, "slots per connector FIFO (pipeline depth)")        \
   X(Algo, "BRAID_ALGO", std::string, "",                                                           \
     "algorithms the planner may choose: ring, direct (comma-separated; empty: the model picks)")   \
@@ -97,6 +96,6 @@ std::vector<Description> describeAll();
 // BRAID_BUFFSIZE, or where it is 0 its default. Across hosts every slot is a network message with
 // a fixed cost: 512 KiB slots rather than 128 KiB made a 2-host all-reduce of 256 KiB - 16 MiB
 // 1.2-1.6x faster (docs/net.md); within a host 1 MiB holds the cache-resident sizes.
-int64_t fifoBytes(bool spansHosts);
+int64_t fifoBytes();
 
 }  // namespace braid::param

@@ -140,32 +140,44 @@ void runRing(CollContext& ctx, const CollArgs& a, const CallTag& tag) {
 }
 
 // Small all-reduce in one exchange: every rank sends its input to every peer, then reduces all
-// inputs in rank order, so every rank computes the identical result.
+// inputs in rank order, so every rank computes the identical result. An input larger than a slot
+// goes as slot-sized pieces, all posted before any is received (the caller's directMaxBytes keeps
+// them within a FIFO, so posting never waits for a peer), and each piece is reduced as it arrives
+// while the next ones are still on the way.
 void runDirectAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag) {
   const kernels::ReduceFn reduce = kernels::reduceFn(a.type, a.op);
   const int n = ctx.nranks;
-  const size_t bytes = a.count * kernels::typeSize(a.type);
-  const void* own = a.sendbuff;
+  const size_t elemBytes = kernels::typeSize(a.type);
+  const size_t bytes = a.count * elemBytes;
+  const size_t pieceBytes = ctx.sendTo[(ctx.rank + 1) % n]->slotBytes() / elemBytes * elemBytes;
+  const auto* own = static_cast<const uint8_t*>(a.sendbuff);
   // In place, the output is written before this rank's own input is consumed when rank >= 2.
   if (a.sendbuff == a.recvbuff && ctx.rank >= 2) {
     std::memcpy(ctx.scratch, a.sendbuff, bytes);
-    own = ctx.scratch;
+    own = static_cast<const uint8_t*>(ctx.scratch);
   }
-  for (int i = 1; i < n; ++i) {
-    SendConnector& to = *ctx.sendTo[(ctx.rank + i) % n];
-    std::memcpy(to.acquire(*ctx.dog), a.sendbuff, bytes);
-    to.post(bytes, tag);
-  }
-  auto input = [&](int r) {
-    return r == ctx.rank ? own : receive(*ctx.recvFrom[r], tag, bytes, *ctx.dog);
-  };
+  for (size_t at = 0; at < bytes; at += pieceBytes)
+    for (int i = 1; i < n; ++i) {
+      SendConnector& to = *ctx.sendTo[(ctx.rank + i) % n];
+      const size_t piece = std::min(pieceBytes, bytes - at);
+      std::memcpy(to.acquire(*ctx.dog), static_cast<const uint8_t*>(a.sendbuff) + at, piece);
+      to.post(piece, tag);
+    }
   const int divisor = a.op == braidAvg ? n : 1;
-  const void* first = input(0);
-  reduce(a.recvbuff, nullptr, first, input(1), a.count, n == 2 ? divisor : 1);
-  for (int r = 2; r < n; ++r)
-    reduce(a.recvbuff, nullptr, a.recvbuff, input(r), a.count, r == n - 1 ? divisor : 1);
-  for (int r = 0; r < n; ++r)
-    if (r != ctx.rank) ctx.recvFrom[r]->release();
+  auto* out = static_cast<uint8_t*>(a.recvbuff);
+  for (size_t at = 0; at < bytes; at += pieceBytes) {
+    const size_t piece = std::min(pieceBytes, bytes - at);
+    const size_t count = piece / elemBytes;
+    auto input = [&](int r) {
+      return r == ctx.rank ? own + at : receive(*ctx.recvFrom[r], tag, piece, *ctx.dog);
+    };
+    const void* first = input(0);
+    reduce(out + at, nullptr, first, input(1), count, n == 2 ? divisor : 1);
+    for (int r = 2; r < n; ++r)
+      reduce(out + at, nullptr, out + at, input(r), count, r == n - 1 ? divisor : 1);
+    for (int r = 0; r < n; ++r)
+      if (r != ctx.rank) ctx.recvFrom[r]->release();
+  }
 }
 
 void runSingleRank(const CollArgs& a) {

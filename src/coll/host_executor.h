@@ -36,7 +36,7 @@ struct CollContext {
   std::span<SendConnector* const> sendTo;    // indexed by peer rank
   std::span<RecvConnector* const> recvFrom;  // indexed by peer rank
   Watchdog* dog = nullptr;
-  size_t directMaxBytes = 0;  // all-reduce up to this size (at most one slot) uses all-pairs
+  size_t directMaxBytes = 0;  // all-reduce up to this size (at most a FIFO) uses all-pairs
   void* scratch = nullptr;    // at least directMaxBytes
   size_t streamingMinBytes = SIZE_MAX;     // outputs this large bypass the cache
   SlotStoreChooser* slotStores = nullptr;  // how ring calls write FIFO slots; null: cached

@@ -102,9 +102,9 @@ int machineCores(const std::vector<braid::PeerInfo>& peers, uint64_t machine) {
   return std::max(1, cores);
 }
 
-braid::FifoGeometry fifoGeometry(bool spansHosts) {
+braid::FifoGeometry fifoGeometry() {
   const int64_t slots = braid::param::FifoSlots();
-  const int64_t buffSize = braid::param::fifoBytes(spansHosts);
+  const int64_t buffSize = braid::param::fifoBytes();
   if (slots < 2 || slots > braid::kMaxFifoSlots)
     fail(braidInvalidArgument, "BRAID_FIFO_SLOTS={} is out of range (expected 2..{})", slots,
          braid::kMaxFifoSlots);
@@ -170,10 +170,7 @@ void braidComm::initialize(const braid::BootstrapId& id, const braidComm* shareF
              r, info.size(), sizeof(braid::PeerInfo));
       std::memcpy(&peers_[r], info.data(), sizeof(braid::PeerInfo));
     }
-    const bool spansHosts =
-        std::any_of(peers_.begin(), peers_.end(),
-                    [&](const braid::PeerInfo& p) { return p.hostHash != self.hostHash; });
-    const braid::FifoGeometry geometry = fifoGeometry(spansHosts);
+    const braid::FifoGeometry geometry = fifoGeometry();
     braid::Rendezvous rendezvous;
     rendezvous.barrier = [&] { bootstrap_->barrier(deadline); };
     rendezvous.allGather = [&](void* data, size_t bytes) {
@@ -457,14 +454,17 @@ void braidComm::planRings(const braid::FifoGeometry& geometry) {
   input.cacheBytes = peers_[0].llcBytes / 2;
   for (const braid::PeerInfo& p : peers_)
     input.cacheBytes = std::min(input.cacheBytes, p.llcBytes / 2);
+  // The one-shot exchange posts a message in slot-sized pieces, at most a FIFO's worth. Across
+  // hosts the pieces' transfers overlap the reduction of those already there; on one host a
+  // larger message goes round the ring, whose copies are fewer.
   const size_t slotPayload = geometry.slotBytes - sizeof(braid::SlotHeader);
-  input.directMaxBytes = slotPayload;
+  input.directMaxBytes = planGraph_.hosts > 1 ? slotPayload * geometry.nSlots : slotPayload;
   model_ = std::make_unique<plan::Model>(planGraph_, plan_, input);
 
   // The one-shot exchange wins below a crossover size: find the largest power-of-two multiple of
   // 64 bytes the model still gives to it.
   directMaxBytes_ = 0;
-  for (size_t bytes = 64; bytes <= slotPayload; bytes *= 2)
+  for (size_t bytes = 64; bytes <= input.directMaxBytes; bytes *= 2)
     if (model_->best(plan::Operation::AllReduce, bytes).algorithm == plan::Algorithm::Direct)
       directMaxBytes_ = bytes;
 

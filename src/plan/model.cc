@@ -126,6 +126,10 @@ Model::Model(const LinkGraph& graph, const Plan& plan, ModelInput input)
   // between devices, or one GPU that every rank shares.
   allPairsDirect_ = hosts_ == 1 || in_.hostRanks;
   directGBs_ = ringGBs_;
+  std::vector<int> ranksOfHost(hosts_, 0);
+  for (int r = 0; r < nranks_; ++r) ++ranksOfHost[std::clamp(graph.hostOfRank(r), 0, hosts_ - 1)];
+  for (int ranks : ranksOfHost)
+    busiestNicMessages_ = std::max(busiestNicMessages_, ranks * (nranks_ - ranks));
   if (!in_.hostRanks && in_.ranksShareDevice) {
     // Ranks on one GPU share its memory: n ranks move their bytes at once. A ring hop writes a
     // FIFO slot and the next rank reads it back besides reading its input and writing its output
@@ -221,13 +225,16 @@ double Model::directTimeUs(Operation op, Protocol protocol, size_t bytes) const 
     // Posts its input to n-1 peers, then reduces n inputs: one handoff of latency.
     if (op != Operation::AllReduce || bytes > in_.directMaxBytes || protocol != Protocol::Simple)
       return kInfinity;
-    // Across hosts each of the n - 1 messages is a send of its own on the network.
-    const double share = oversubscription();
-    const double messagesUs = hosts_ > 1 ? (n - 1) * in_.latency.netHopUs / 4 : 0;
-    return in_.latency.callUs + stepLatencyUs(protocol) + messagesUs +
-           (microseconds((n - 1) * bytes, in_.core.copyGBs) +
-            microseconds((n - 1) * bytes, in_.core.reduceGBs)) *
-               share;
+    const double coreUs = (microseconds((n - 1) * bytes, in_.core.copyGBs) +
+                           microseconds((n - 1) * bytes, in_.core.reduceGBs)) *
+                          oversubscription();
+    if (hosts_ == 1) return in_.latency.callUs + stepLatencyUs(protocol) + coreUs;
+    // Across hosts each of the n - 1 messages is a send of its own on the network, and the
+    // busiest NIC carries one from each of its host's ranks to each rank elsewhere. The input
+    // goes in slot-sized pieces, reduced as they arrive: the cores work while the link does.
+    const double messagesUs = (n - 1) * in_.latency.netHopUs / 4;
+    const double linkUs = microseconds(busiestNicMessages_ * static_cast<double>(bytes), ringGBs_);
+    return in_.latency.callUs + stepLatencyUs(protocol) + messagesUs + std::max(coreUs, linkUs);
   }
   // The device engine (coll/direct_engine.h): all-reduce, reduce-scatter, all-gather, with plain
   // stores only. Each rank reads its share of every peer's input and writes its share of every

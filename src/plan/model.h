@@ -109,6 +109,7 @@ class Model {
   double directGBs_ = 0;      // device ranks: what one rank's direct reads and writes reach
   DeviceLatency slowestHop_;  // device rings: the slowest hop of channel 0
   bool allPairsDirect_ = false;
+  int busiestNicMessages_ = 0;  // host ranks: one-shot messages through the busiest host's NIC
   ModelInput in_;
 };
 

@@ -68,6 +68,10 @@ add_dependencies(test_multihost_grid nccl_net_braid)
 # the library must reorder (0 3 1 2); messages striped over 3 sockets per connection.
 braid_multihost_test(multihost_grid_3hosts HOSTS 3
   COMMAND env BRAID_NSOCKS=3 ${grid} --gtest_filter=${case}4ranks_*)
+# The one-shot all-reduce at every size it can take (BRAID_ALGO=direct): its pieces across hosts
+# with 4 ranks, a rank's own input kept aside in place, shared memory inside host 0.
+braid_multihost_test(multihost_grid_3hosts_direct HOSTS 3
+  COMMAND env BRAID_ALGO=direct ${grid} --gtest_filter=${case}4ranks_allreduce)
 # IPv6 only (no IPv4 address on the links); 2 and 1 ranks per host.
 braid_multihost_test(multihost_grid_ipv6 HOSTS 2 IPV6
   COMMAND ${grid} --gtest_filter=${case}3ranks_allreduce:${case}3ranks_sendrecv)

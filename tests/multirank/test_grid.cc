@@ -19,6 +19,9 @@
 //    avg and premulsum for int8, float16 and float32 out of place.
 //  count 4 MiB / element size + 7 (beyond 4 MiB) for int8, uint8, float16 and bfloat16, the
 //    ring collectives and sendrecv: as 1 Mi + 3, reducing with sum only.
+//  count 384 KiB / element size + 5 (three 128 KiB FIFO slots and a short piece, within one FIFO:
+//    across hosts the one-shot all-reduce sends it in slot-sized pieces) for float16, float32 and
+//    uint64, all-reduce only: in and out of place with sum, and every op for float32 out of place.
 //  onethread entries (braidCommInitAll; every rank's call inside one group from one thread) and
 //    split entries (each rank's communicator split from a world of nranks + 1, whose last rank
 //    takes no color, keys reversing the order): counts 0, 7, 1031 as above with roots 0 and
@@ -122,8 +125,9 @@ constexpr size_t kOneThreadSmallCounts[] = {0, 7, 1031};
 constexpr size_t kLargeCount = (size_t{1} << 20) + 3;
 // "Beyond the FIFO": four times the default BRAID_BUFFSIZE of 1 MiB per connector.
 constexpr size_t kBeyondFifoBytes = size_t{4} << 20;
+constexpr size_t kPiecesBytes = size_t{384} << 10;
 
-enum class CountClass { Small, Large, BeyondFifo };
+enum class CountClass { Small, Large, BeyondFifo, Pieces };
 
 // Which ops and placements run at each count (see the top of the file).
 bool covered(Coverage coverage, Collective collective, CountClass countClass, braidDataType_t type,
@@ -132,6 +136,9 @@ bool covered(Coverage coverage, Collective collective, CountClass countClass, br
   if (coverage == Coverage::Light) return type == braidFloat32 && op == braidSum;
   // fp8 moves like uint8 and reduces with kernels test_reduce_kernels checks exhaustively.
   if (type == braidFloat8e4m3 || type == braidFloat8e5m2) return false;
+  if (countClass == CountClass::Pieces)
+    return collective == Collective::AllReduce &&
+           (op == braidSum || (type == braidFloat32 && !inPlace));
   if (personalized(collective)) {
     return countClass == CountClass::Large && (type == braidInt8 || type == braidFloat16 ||
                                                type == braidFloat32 || type == braidUint64);
@@ -183,6 +190,8 @@ std::vector<GridCase> gridCases(Collective collective, int nranks, Coverage cove
   if (light || personalized(collective)) return cases;
   for (braidDataType_t type : {braidInt8, braidUint8, braidFloat16, braidBfloat16})
     addVariants(CountClass::BeyondFifo, kBeyondFifoBytes / dtypeSize(type) + 7, type);
+  for (braidDataType_t type : {braidFloat16, braidFloat32, braidUint64})
+    addVariants(CountClass::Pieces, kPiecesBytes / dtypeSize(type) + 5, type);
   return cases;
 }
 

@@ -186,6 +186,44 @@ TEST(PlanModel, RanksSharingOneGpuRunDirectWhenOneLaunchHoldsThemAll) {
 // where that is below the memory's share: the direct engine's n x channels blocks at 4.2 GB/s of
 // bus bandwidth each, a Simple ring channel 5.0, an LL one 1.5. Mid-size calls launched apart then
 // leave LL sooner than memory alone would say.
+// Across hosts the one-shot exchange streams its input in pieces of a FIFO: it pays the busiest
+// NIC, which carries a message from each of its host's ranks to each rank elsewhere.
+TEST(PlanModel, OneShotAcrossHostsPaysTheBusiestNic) {
+  auto hosts = [](int n) {
+    std::vector<HostRankInfo> ranks;
+    for (int h = 0; h < n; ++h)
+      ranks.push_back({.host = h + 1, .machine = h + 1, .numa = 0, .nicGBs = 1.0});
+    return ranks;
+  };
+  ModelInput in = hostInput(1, 2);
+  in.directMaxBytes = 1 << 20;
+  const size_t bytes = 1 << 20;
+  // Two hosts: each NIC carries the input once each way, as the ring's; the one-shot exchange
+  // waits for one network hop where the ring waits for three.
+  in.coresPerHost = {2, 2};
+  in.ranksPerHost = {1, 1};
+  const LinkGraph two = hostGraph(hosts(2));
+  const Model twoHosts(two, search(two), in);
+  const double cores = bytes / kCopy / 1e3 + bytes / kReduce / 1e3;
+  const double link = bytes / 1.0 / 1e3;
+  const double expected = 0.5 + 20.0 + 20.0 / 4 + std::max(cores, link);
+  EXPECT_NEAR(twoHosts.timeUs(Operation::AllReduce, Algorithm::Direct, Protocol::Simple, bytes),
+              expected, expected * 1e-9);
+  EXPECT_EQ(twoHosts.best(Operation::AllReduce, bytes).algorithm, Algorithm::Direct);
+  EXPECT_TRUE(std::isinf(
+      twoHosts.timeUs(Operation::AllReduce, Algorithm::Direct, Protocol::Simple, 2 * bytes)));
+  // Three hosts: each NIC carries the input twice, the ring's 4/3 times: the ring wins at 1 MiB,
+  // the one-shot exchange still at small sizes.
+  in.coresPerHost = {2, 2, 2};
+  in.ranksPerHost = {1, 1, 1};
+  const LinkGraph three = hostGraph(hosts(3));
+  const Model threeHosts(three, search(three), in);
+  EXPECT_NEAR(threeHosts.timeUs(Operation::AllReduce, Algorithm::Direct, Protocol::Simple, bytes),
+              0.5 + 20.0 + 2 * 20.0 / 4 + std::max(2 * cores, 2 * link), 1e-6);
+  EXPECT_EQ(threeHosts.best(Operation::AllReduce, bytes).algorithm, Algorithm::Ring);
+  EXPECT_EQ(threeHosts.best(Operation::AllReduce, 1024).algorithm, Algorithm::Direct);
+}
+
 TEST(PlanModel, DeviceRatesAreCappedByWhatTheBlocksMove) {
   const int n = 2, channels = 16;
   const Planned p = cpuRanks(n);
