@@ -18,7 +18,7 @@ HostStream::~HostStream() {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
-  changed_.notify_all();
+  workQueued_.notify_all();
   worker_.join();
 }
 
@@ -48,7 +48,7 @@ void HostStream::enqueue(std::function<void()> task) {
     queue_.push_back(std::move(task));
     outstanding_.fetch_add(1, std::memory_order_release);
   }
-  changed_.notify_all();
+  workQueued_.notify_one();
 }
 
 // Back-to-back operations hand over faster when the waiting side polls a little before it
@@ -62,7 +62,7 @@ braidResult_t HostStream::synchronize(std::string* message) {
   pollBriefly([&] { return outstanding_.load(std::memory_order_acquire) == 0; });
   std::unique_lock<std::mutex> lock(mutex_);
   // Every queued task is bounded by its communicator's timeout, so this wait ends.
-  changed_.wait(lock, [&] { return queue_.empty() && !running_; });
+  drained_.wait(lock, [&] { return queue_.empty() && !running_; });
   braidResult_t result = error_;
   if (message != nullptr) *message = errorMessage_;
   error_ = braidSuccess;
@@ -78,7 +78,7 @@ void HostStream::work() {
       pollBriefly([&] { return outstanding_.load(std::memory_order_acquire) != 0; });
       lock.lock();
     }
-    changed_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+    workQueued_.wait(lock, [&] { return !queue_.empty() || stopping_; });
     if (queue_.empty()) return;  // stopping, and drained
     std::function<void()> task = std::move(queue_.front());
     queue_.pop_front();
@@ -104,7 +104,7 @@ void HostStream::work() {
       error_ = code;
       errorMessage_ = message;
     }
-    changed_.notify_all();
+    if (queue_.empty()) drained_.notify_all();
   }
 }
 

@@ -36,7 +36,11 @@ class HostStream {
   static constexpr int kPollIterations = 2000;
 
   std::mutex mutex_;
-  std::condition_variable changed_;
+  // Two conditions, so that neither side is woken for what only the other waits for: the worker
+  // for work (or stopping), synchronize() for the queue drained. One shared condition woke a
+  // synchronizing caller after every task, a context switch per operation on a small machine.
+  std::condition_variable workQueued_;
+  std::condition_variable drained_;
   std::deque<std::function<void()>> queue_;
   bool running_ = false;  // a task is executing
   bool stopping_ = false;
