@@ -65,7 +65,9 @@ void showPlan(const Topology& topology, const PlanRequest& request) {
   input.coresPerHost.assign(graph.hosts, coresOf(topology, perHost));
   input.ranksPerHost.assign(graph.hosts, perHost);
   input.fifoBytes = static_cast<size_t>(braid::param::fifoBytes());
-  input.directMaxBytes = input.fifoBytes / static_cast<size_t>(braid::param::FifoSlots());
+  const int slots = static_cast<int>(braid::param::FifoSlots());
+  input.directMaxBytes =
+      plan::hostDirectMaxBytes(graph.hosts, input.fifoBytes / static_cast<size_t>(slots), slots);
   const plan::Model model(graph, found, input);
 
   fmt::print("{} rank(s) on {} host(s) of {}\n", graph.nranks(), graph.hosts, topology.origin);

@@ -454,11 +454,8 @@ void braidComm::planRings(const braid::FifoGeometry& geometry) {
   input.cacheBytes = peers_[0].llcBytes / 2;
   for (const braid::PeerInfo& p : peers_)
     input.cacheBytes = std::min(input.cacheBytes, p.llcBytes / 2);
-  // The one-shot exchange posts a message in slot-sized pieces, at most a FIFO's worth. Across
-  // hosts the pieces' transfers overlap the reduction of those already there; on one host a
-  // larger message goes round the ring, whose copies are fewer.
-  const size_t slotPayload = geometry.slotBytes - sizeof(braid::SlotHeader);
-  input.directMaxBytes = planGraph_.hosts > 1 ? slotPayload * geometry.nSlots : slotPayload;
+  input.directMaxBytes = plan::hostDirectMaxBytes(
+      planGraph_.hosts, geometry.slotBytes - sizeof(braid::SlotHeader), geometry.nSlots);
   model_ = std::make_unique<plan::Model>(planGraph_, plan_, input);
 
   // The one-shot exchange wins below a crossover size: find the largest power-of-two multiple of

@@ -97,6 +97,10 @@ double busBandwidthFactor(Operation op, int nranks) {
   }
 }
 
+size_t hostDirectMaxBytes(int hosts, size_t slotPayloadBytes, int slots) {
+  return hosts > 1 ? slotPayloadBytes * static_cast<size_t>(slots) : slotPayloadBytes;
+}
+
 ModelInput modelInputFromParams() {
   ModelInput input;
   input.core = {.reduceGBs = param::ModelReduceGBs(),

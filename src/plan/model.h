@@ -118,4 +118,9 @@ class Model {
 // the variable and the accepted values. The caller fills in the machine: cores, threads, FIFOs.
 ModelInput modelInputFromParams();
 
+// The largest all-reduce the host one-shot exchange can take (ModelInput::directMaxBytes): one
+// FIFO slot on one host, where a larger one goes round the ring, whose copies are fewer; across
+// hosts a whole FIFO, posted in slot-sized pieces whose transfers overlap the reductions.
+size_t hostDirectMaxBytes(int hosts, size_t slotPayloadBytes, int slots);
+
 }  // namespace braid::plan

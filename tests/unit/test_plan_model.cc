@@ -191,12 +191,15 @@ TEST(PlanModel, RanksSharingOneGpuRunDirectWhenOneLaunchHoldsThemAll) {
 TEST(PlanModel, OneShotAcrossHostsPaysTheBusiestNic) {
   auto hosts = [](int n) {
     std::vector<HostRankInfo> ranks;
-    for (int h = 0; h < n; ++h)
+    for (uint64_t h = 0; h < static_cast<uint64_t>(n); ++h)
       ranks.push_back({.host = h + 1, .machine = h + 1, .numa = 0, .nicGBs = 1.0});
     return ranks;
   };
+  // One slot on one host, a whole FIFO across hosts.
+  EXPECT_EQ(hostDirectMaxBytes(1, 128 << 10, 8), size_t{128} << 10);
+  EXPECT_EQ(hostDirectMaxBytes(2, 128 << 10, 8), size_t{1} << 20);
   ModelInput in = hostInput(1, 2);
-  in.directMaxBytes = 1 << 20;
+  in.directMaxBytes = hostDirectMaxBytes(2, 128 << 10, 8);
   const size_t bytes = 1 << 20;
   // Two hosts: each NIC carries the input once each way, as the ring's; the one-shot exchange
   // waits for one network hop where the ring waits for three.
