@@ -402,8 +402,15 @@ Socket Socket::listen(const SocketAddress& address, bool reuseAddress, int* bind
     *bindErrno = errno;
     return Socket();
   }
-  if (::listen(s.fd_, SOMAXCONN) != 0)
+  if (::listen(s.fd_, SOMAXCONN) != 0) {
+    // Sockets with SO_REUSEADDR may all bind a port none of them listens on yet; the second to
+    // listen finds it taken, as its bind would have a moment later.
+    if (errno == EADDRINUSE) {
+      *bindErrno = errno;
+      return Socket();
+    }
     failErrno(braidSystemError, fmt::format("listening on {}", address.toString()), errno);
+  }
   return s;
 }
 

@@ -90,7 +90,8 @@ class Socket {
 
   // Listens on `address`; port 0 picks an ephemeral port.
   static Socket listen(const SocketAddress& address, bool reuseAddress);
-  // The same, but a bind that fails returns an invalid Socket with the errno in *bindErrno.
+  // The same, but where the port is taken (at bind, or at listen after another socket with
+  // SO_REUSEADDR bound it too) returns an invalid Socket with the errno in *bindErrno.
   static Socket listen(const SocketAddress& address, bool reuseAddress, int* bindErrno);
   // Connects to `address`, retrying refused or unreachable attempts until the deadline, since
   // the listener may not be up yet.
