@@ -54,6 +54,11 @@ struct FifoDesc {
   uint8_t* slots = nullptr;  // nSlots * slotBytes, each slot 64-byte aligned
   size_t slotBytes = 0;
   int nSlots = 0;
+  // Where the reader takes a slot's payload from when the sender names it instead of copying it
+  // in (SendConnector::postFrom), one entry per slot; nullptr where the reader cannot (it is not
+  // in the sender's process). A network proxy sends a named payload straight from the caller's
+  // buffer.
+  const void** payloadAt = nullptr;
 
   // Bytes a FIFO of this geometry occupies (control block, then the slots).
   static size_t footprint(size_t slotBytes, int nSlots) {
@@ -87,12 +92,15 @@ class SendConnector {
   SendConnector(FifoDesc fifo, int self, int peer)
       : control_(fifo.control),
         view_{&fifo.control->words, fifo.slots, fifo.slotBytes, static_cast<uint32_t>(fifo.nSlots)},
+        payloadAt_(fifo.payloadAt),
         self_(self),
         peer_(peer) {}
 
   int peer() const { return peer_; }
   // Payload bytes one slot carries.
   size_t slotBytes() const { return view_.slotBytes - sizeof(SlotHeader); }
+  // Whether postFrom() may name a payload where it lies.
+  bool postsFromPlace() const { return payloadAt_ != nullptr; }
 
   // A slot's payload to fill, once the receiver has freed one.
   void* acquire(Watchdog& dog) {
@@ -109,12 +117,30 @@ class SendConnector {
     control_->bytes[view_.tail % view_.nSlots] = sizeof(SlotHeader) + bytes;
     control_->tail().publish(++view_.tail);  // the view's post, with a wake for a sleeper
   }
+  // Publishes the next slot (once the receiver has freed one) with the `bytes` at `data` as its
+  // payload, read by the FIFO's reader where they lie; they must stay unchanged until
+  // awaitTaken(posted()) returns. Only where postsFromPlace().
+  void postFrom(const void* data, size_t bytes, const CallTag& tag, Watchdog& dog) {
+    acquire(dog);
+    payloadAt_[view_.tail % view_.nSlots] = data;
+    post(bytes, tag);
+  }
+  // Slots published so far, a count for awaitTaken().
+  uint32_t posted() const { return view_.tail; }
+  // Waits until the reader has taken the first `count` slots posted: a network proxy, until they
+  // are sent (the sender's own memory is then free), not until the peer has read them.
+  void awaitTaken(uint32_t count, Watchdog& dog) {
+    if (static_cast<int32_t>(view_.headSeen - count) < 0)
+      view_.headSeen =
+          waitReached(control_->head(), count, dog, -1, "the network to send this rank's data");
+  }
 
  private:
   void* payload() const { return view_.slot() + sizeof(SlotHeader); }
 
   FifoControl* control_ = nullptr;
   FifoSendView view_;
+  const void** payloadAt_ = nullptr;
   int self_ = -1;
   int peer_ = -1;
 };

@@ -143,7 +143,10 @@ void runRing(CollContext& ctx, const CollArgs& a, const CallTag& tag) {
 // inputs in rank order, so every rank computes the identical result. An input larger than a slot
 // goes as slot-sized pieces, all posted before any is received (the caller's directMaxBytes keeps
 // them within a FIFO, so posting never waits for a peer), and each piece is reduced as it arrives
-// while the next ones are still on the way.
+// while the next ones are still on the way. A link whose reader can send from this rank's memory
+// (a network proxy) takes the pieces where they lie, not copied into its slots: one pass less
+// over the data, which on few cores is time (between 2 hosts, 512 KiB: 152 -> 137 us). They are
+// then this rank's until sent, so it waits for that before it overwrites one (in place) or returns.
 void runDirectAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag) {
   const kernels::ReduceFn reduce = kernels::reduceFn(a.type, a.op);
   const int n = ctx.nranks;
@@ -151,6 +154,7 @@ void runDirectAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag)
   const size_t bytes = a.count * elemBytes;
   const size_t pieceBytes = ctx.sendTo[(ctx.rank + 1) % n]->slotBytes() / elemBytes * elemBytes;
   const auto* own = static_cast<const uint8_t*>(a.sendbuff);
+  auto* out = static_cast<uint8_t*>(a.recvbuff);
   // In place, the output is written before this rank's own input is consumed when rank >= 2.
   if (a.sendbuff == a.recvbuff && ctx.rank >= 2) {
     std::memcpy(ctx.scratch, a.sendbuff, bytes);
@@ -160,24 +164,39 @@ void runDirectAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag)
     for (int i = 1; i < n; ++i) {
       SendConnector& to = *ctx.sendTo[(ctx.rank + i) % n];
       const size_t piece = std::min(pieceBytes, bytes - at);
-      std::memcpy(to.acquire(*ctx.dog), static_cast<const uint8_t*>(a.sendbuff) + at, piece);
-      to.post(piece, tag);
+      if (to.postsFromPlace()) {
+        to.postFrom(own + at, piece, tag, *ctx.dog);
+      } else {
+        std::memcpy(to.acquire(*ctx.dog), own + at, piece);
+        to.post(piece, tag);
+      }
     }
+  // Waits until the first `sent` pieces have gone on every link that took them where they lie.
+  // Each link's last `pieces` slots are this call's.
+  const size_t pieces = (bytes + pieceBytes - 1) / pieceBytes;
+  auto awaitSent = [&](size_t sent) {
+    for (int r = 0; r < n; ++r)
+      if (r != ctx.rank && ctx.sendTo[r]->postsFromPlace())
+        ctx.sendTo[r]->awaitTaken(ctx.sendTo[r]->posted() - static_cast<uint32_t>(pieces - sent),
+                                  *ctx.dog);
+  };
   const int divisor = a.op == braidAvg ? n : 1;
-  auto* out = static_cast<uint8_t*>(a.recvbuff);
-  for (size_t at = 0; at < bytes; at += pieceBytes) {
+  for (size_t at = 0, k = 0; at < bytes; at += pieceBytes, ++k) {
     const size_t piece = std::min(pieceBytes, bytes - at);
     const size_t count = piece / elemBytes;
     auto input = [&](int r) {
       return r == ctx.rank ? own + at : receive(*ctx.recvFrom[r], tag, piece, *ctx.dog);
     };
     const void* first = input(0);
-    reduce(out + at, nullptr, first, input(1), count, n == 2 ? divisor : 1);
+    const void* second = input(1);
+    if (own == out) awaitSent(k + 1);
+    reduce(out + at, nullptr, first, second, count, n == 2 ? divisor : 1);
     for (int r = 2; r < n; ++r)
       reduce(out + at, nullptr, out + at, input(r), count, r == n - 1 ? divisor : 1);
     for (int r = 0; r < n; ++r)
       if (r != ctx.rank) ctx.recvFrom[r]->release();
   }
+  awaitSent(pieces);
 }
 
 void runSingleRank(const CollArgs& a) {

@@ -200,18 +200,21 @@ TEST(SocketNet, RefusesSocketCountsOutOfRange) {
 }
 
 // Messages of every shape, many in flight: the bytes arrive intact and in posting order. With
-// `registered`, from and into memory the plug-in registered.
-void expectMessagesMoveIntact(Pair& p, bool registered = false) {
+// `registered`, from and into memory the plug-in registered. `gathered`: each message is sent as a
+// head of up to 64 bytes (in a buffer with room for the whole message, as a FIFO slot has) and a
+// body elsewhere (isendGather).
+void expectMessagesMoveIntact(Pair& p, bool registered = false, bool gathered = false) {
   const std::vector<size_t> sizes = {
       0, 1,      4095, wire::kMinPartBytes, 100000, (1u << 20) + 5, 17, 3 * wire::kMinPartBytes + 1,
       0, 777777, 65536};
   const size_t capacity = 1u << 21;
   {
-    std::vector<std::vector<uint8_t>> out, in;
+    std::vector<std::vector<uint8_t>> out, in, heads;
     std::vector<std::unique_ptr<MemoryRegion>> regions;
     for (size_t i = 0; i < 3 * sizes.size(); ++i) {
       out.push_back(randomBytes(sizes[i % sizes.size()], static_cast<uint32_t>(i)));
       in.emplace_back(capacity, 0);
+      heads.emplace_back(out.back().size() + 1, 0xA5);
       if (registered && !out.back().empty()) {
         regions.push_back(p.send->registerMemory(out.back().data(), out.back().size()));
         regions.push_back(p.recv->registerMemory(in.back().data(), capacity));
@@ -227,8 +230,16 @@ void expectMessagesMoveIntact(Pair& p, bool registered = false) {
     std::vector<Request*> sendRequests(out.size()), recvRequests(out.size());
     const bool finished = keepTrying([&] {
       while (sendPosted < out.size() && sendPosted - sent < 5) {
-        Request* r =
-            p.send->isend(out[sendPosted].data(), out[sendPosted].size(), regionOf(sendPosted, 0));
+        const std::vector<uint8_t>& message = out[sendPosted];
+        Request* r = nullptr;
+        if (gathered) {
+          const size_t headBytes = std::min<size_t>(64, message.size());
+          std::copy_n(message.begin(), headBytes, heads[sendPosted].begin());
+          r = p.send->isendGather(heads[sendPosted].data(), headBytes, message.data() + headBytes,
+                                  message.size() - headBytes, nullptr);
+        } else {
+          r = p.send->isend(message.data(), message.size(), regionOf(sendPosted, 0));
+        }
         if (r == nullptr) break;
         sendRequests[sendPosted++] = r;
       }
@@ -263,6 +274,16 @@ TEST(SocketNet, MovesMessagesIntactOverSeveralSockets) {
   }
 }
 
+// A message from two places arrives whole, also when its parts over several sockets begin in the
+// head and end in the body.
+TEST(SocketNet, MovesGatheredMessagesIntactOverSeveralSockets) {
+  for (int sockets : {1, 3}) {
+    SCOPED_TRACE(testing::Message() << sockets << " sockets");
+    Pair p = connectedPair(sockets);
+    expectMessagesMoveIntact(p, false, /*gathered=*/true);
+  }
+}
+
 #ifdef BRAID_HAVE_UCX
 TEST(UcxNet, MovesMessagesIntactFromAndIntoRegisteredMemory) {
   for (bool registered : {false, true}) {
@@ -270,6 +291,11 @@ TEST(UcxNet, MovesMessagesIntactFromAndIntoRegisteredMemory) {
     Pair p = ucxPair();
     expectMessagesMoveIntact(p, registered);
   }
+}
+
+TEST(UcxNet, MovesGatheredMessagesIntact) {
+  Pair p = ucxPair();
+  expectMessagesMoveIntact(p, false, /*gathered=*/true);
 }
 #endif
 
@@ -750,13 +776,24 @@ void expectProxiesMoveFifoSlotsInOrderWithTheirSizes(Pair ab, Pair ba) {
       if (Clock::now() > at) fail(braidTimeout, "waiting for {} from rank {}", what, peer);
     }
   } dog;
-  // Sizes up to a full slot's payload; each slot's header travels with it.
+  // Sizes up to a full slot's payload; each slot's header travels with it. Every third payload
+  // is named where it lies (postFrom), and poisoned as soon as the proxy has sent it.
   const uint32_t maxWords = static_cast<uint32_t>(toB.slotBytes() / 4);
+  ASSERT_TRUE(toB.postsFromPlace());
   std::thread producer([&] {
+    std::vector<uint32_t> lying(maxWords);
     for (uint32_t i = 0; i < 1000; ++i) {
+      const CallTag tag{.sequence = i, .count = i % maxWords + 1};
+      if (i % 3 == 1) {
+        for (uint32_t k = 0; k <= i % maxWords; ++k) lying[k] = i * 7919 + k;
+        toB.postFrom(lying.data(), (i % maxWords + 1) * 4, tag, dog);
+        toB.awaitTaken(toB.posted(), dog);
+        std::fill(lying.begin(), lying.end(), 0xDEADBEEF);
+        continue;
+      }
       auto* slot = static_cast<uint32_t*>(toB.acquire(dog));
       for (uint32_t k = 0; k <= i % maxWords; ++k) slot[k] = i * 7919 + k;
-      toB.post((i % maxWords + 1) * 4, CallTag{.sequence = i, .count = i % maxWords + 1});
+      toB.post((i % maxWords + 1) * 4, tag);
     }
   });
   for (uint32_t i = 0; i < 1000; ++i) {

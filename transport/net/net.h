@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,6 +69,17 @@ class SendComm : public Comm {
  public:
   // Starts sending `bytes` from `data` (inside `region`); nullptr while kMaxRequests are in flight.
   virtual Request* isend(const void* data, size_t bytes, MemoryRegion* region) = 0;
+  // Starts sending one message: `headBytes` at `head` (inside `region`), then `bodyBytes` at
+  // `body`, anywhere in this process's memory, unchanged until test() reports the request done.
+  // The receiver cannot tell it from isend of the two together. For a payload sent from where it
+  // lies instead of being copied into a FIFO slot first. This default copies the body behind the
+  // head, which must have room for it (a slot does), and sends both from `region`; plug-ins that
+  // send from two places at once do better.
+  virtual Request* isendGather(void* head, size_t headBytes, const void* body, size_t bodyBytes,
+                               MemoryRegion* region) {
+    std::memcpy(static_cast<uint8_t*>(head) + headBytes, body, bodyBytes);
+    return isend(head, headBytes + bodyBytes, region);
+  }
   // Ends the stream on purpose after the last message, so that the receiver takes the close that
   // follows for a departure. Without it, a close reads as a lost peer.
   virtual void end() = 0;

@@ -40,6 +40,9 @@ struct Proxy::Link {
   // Requests by FIFO slot, and the slots handed to the plug-in and finished, as FIFO counters.
   std::array<Request*, kMaxFifoSlots> sendRequests{};
   std::array<Request*, kMaxFifoSlots> recvRequests{};
+  // The send FIFO's payloads named where they lie (SendConnector::postFrom), by slot; an entry is
+  // cleared when its slot goes to isendGather.
+  std::array<const void*, kMaxFifoSlots> sendPayloadAt{};
   std::atomic<uint32_t> sendPosted{0};  // also read, unlocked, by operationFinished()
   uint32_t sendDone = 0;
   uint32_t recvPosted = 0;
@@ -192,6 +195,7 @@ Proxy::Link& Proxy::newLink(int peer) {
   link->memory = allocate_(2 * fifoBytes);
   auto* base = static_cast<uint8_t*>(link->memory.get());
   link->sendFifo = FifoDesc::over(base, geometry_.slotBytes, geometry_.nSlots);
+  link->sendFifo.payloadAt = link->sendPayloadAt.data();
   link->recvFifo = FifoDesc::over(base + fifoBytes, geometry_.slotBytes, geometry_.nSlots);
   links_.push_back(std::move(link));
   return *links_.back();
@@ -443,9 +447,15 @@ bool Proxy::progressSend(Link& link) {
   const uint32_t tail = control.tail().load();
   while (link.sendPosted != tail) {
     const uint32_t slot = link.sendPosted % slots;
-    Request* request = link.send->isend(link.sendFifo.slots + slot * geometry_.slotBytes,
-                                        control.bytes[slot], link.sendRegion.get());
+    uint8_t* slotData = link.sendFifo.slots + slot * geometry_.slotBytes;
+    const void* payloadAt = link.sendPayloadAt[slot];
+    Request* request = payloadAt == nullptr
+                           ? link.send->isend(slotData, control.bytes[slot], link.sendRegion.get())
+                           : link.send->isendGather(slotData, sizeof(SlotHeader), payloadAt,
+                                                    control.bytes[slot] - sizeof(SlotHeader),
+                                                    link.sendRegion.get());
     if (request == nullptr) break;
+    link.sendPayloadAt[slot] = nullptr;
     link.sendRequests[slot] = request;
     ++link.sendPosted;
     moved = true;

@@ -148,21 +148,37 @@ class SocketComm {
   uint64_t reported_ = 0;  // requests test() reported done
 };
 
+// A message is a head and a body that follows it (isendGather); isend's has no body.
 struct SendRequest : Request {
-  const uint8_t* data = nullptr;
-  uint64_t bytes = 0;
+  const uint8_t* head = nullptr;
+  uint64_t headBytes = 0;
+  const uint8_t* body = nullptr;
+  uint64_t bytes = 0;  // the whole message
   uint64_t seq = 0;
+
+  // Bytes [offset, offset + count) of the message as up to two iovecs in `out`; their count.
+  int gather(uint64_t offset, uint64_t count, iovec* out) const {
+    int n = 0;
+    if (offset < headBytes) {
+      const uint64_t take = std::min(count, headBytes - offset);
+      out[n++] = {const_cast<uint8_t*>(head) + offset, take};
+      offset += take;
+      count -= take;
+    }
+    if (count > 0) out[n++] = {const_cast<uint8_t*>(body) + (offset - headBytes), count};
+    return n;
+  }
 };
 
 struct SendLane {
   Socket socket;
-  std::string activity;              // "sending to 10.0.0.2:4000", for errors
-  uint64_t cursor = 0;               // the next message this socket may carry a part of
-  bool inFrame = false;              // a part of message `cursor` is being written
-  FrameHeader header;                // of that part
-  const uint8_t* payload = nullptr;  // of that part
-  size_t sent = 0;                   // header and payload bytes written
-  bool wantsWrite = false;           // the socket's buffer was full at the last attempt
+  std::string activity;                  // "sending to 10.0.0.2:4000", for errors
+  uint64_t cursor = 0;                   // the next message this socket may carry a part of
+  bool inFrame = false;                  // a part of message `cursor` is being written
+  FrameHeader header;                    // of that part
+  const SendRequest* request = nullptr;  // whose message that part belongs to
+  size_t sent = 0;                       // header and payload bytes written
+  bool wantsWrite = false;               // the socket's buffer was full at the last attempt
 };
 
 class SocketSendComm final : public SendComm, SocketComm<SendRequest, SendLane> {
@@ -202,10 +218,18 @@ class SocketSendComm final : public SendComm, SocketComm<SendRequest, SendLane> 
   }
 
   Request* isend(const void* data, size_t bytes, MemoryRegion*) override {
+    return isendGather(const_cast<void*>(data), bytes, nullptr, 0, nullptr);
+  }
+
+  // The parts' system calls gather the head and the body: nothing is copied.
+  Request* isendGather(void* head, size_t headBytes, const void* body, size_t bodyBytes,
+                       MemoryRegion*) override {
     if (full()) return nullptr;
     SendRequest& r = nextRequest();
-    r.data = static_cast<const uint8_t*>(data);
-    r.bytes = bytes;
+    r.head = static_cast<const uint8_t*>(head);
+    r.headBytes = headBytes;
+    r.body = static_cast<const uint8_t*>(body);
+    r.bytes = headBytes + bodyBytes;
     return &r;
   }
 
@@ -241,7 +265,7 @@ class SocketSendComm final : public SendComm, SocketComm<SendRequest, SendLane> 
       lane.header.messageBytes = r.bytes;
       lane.header.offset = range.offset;
       lane.header.bytes = range.bytes;
-      lane.payload = r.data + range.offset;
+      lane.request = &r;
       lane.sent = 0;
       lane.inFrame = true;
       return true;
@@ -254,15 +278,15 @@ class SocketSendComm final : public SendComm, SocketComm<SendRequest, SendLane> 
     lane.wantsWrite = false;
     while (lane.inFrame || startFrame(index)) {
       // Header and payload in one call.
-      iovec parts[2];
+      iovec parts[3];
       int count = 0;
       if (lane.sent < kHeaderBytes)
         parts[count++] = {reinterpret_cast<uint8_t*>(&lane.header) + lane.sent,
                           kHeaderBytes - lane.sent};
       const size_t payloadSent = lane.sent > kHeaderBytes ? lane.sent - kHeaderBytes : 0;
       if (payloadSent < lane.header.bytes)
-        parts[count++] = {const_cast<uint8_t*>(lane.payload) + payloadSent,
-                          lane.header.bytes - payloadSent};
+        count += lane.request->gather(lane.header.offset + payloadSent,
+                                      lane.header.bytes - payloadSent, parts + count);
       msghdr message{};
       message.msg_iov = parts;
       message.msg_iovlen = count;

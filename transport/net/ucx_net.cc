@@ -445,6 +445,9 @@ struct UcxRequest : Request {
   uint64_t seq = 0;
   size_t bytes = 0;            // a send's size
   ucp_tag_recv_info_t info{};  // a receive's, once it is done
+  // A gathered send's head and body, which UCX reads until the send ends (perhaps only when the
+  // endpoint closes, after this request's comm: see ~UcxComm).
+  std::shared_ptr<std::array<ucp_dt_iov_t, 2>> iov;
 };
 
 // One direction of a connection: its endpoint, tag and requests. Requests are tested in posting
@@ -502,6 +505,8 @@ class UcxComm {
   // then.
   ~UcxComm() {
     for (const auto& mapping : mappings_) endpoint_->hold(mapping);
+    for (const UcxRequest& r : requests_)
+      if (r.iov != nullptr && r.seq >= reported_ && r.seq < posted_) endpoint_->hold(r.iov);
   }
 };
 
@@ -523,20 +528,30 @@ class UcxSendComm final : public SendComm, UcxComm {
     return registerRegion(worker_, data, bytes);
   }
 
-  // Nothing is sent before the hello has gone: messages queued while the endpoint is still being
-  // wired up may overtake each other (seen with UCX 1.13 over TCP: a connection's second message
-  // matched before its first).
   Request* isend(const void* data, size_t bytes, MemoryRegion* region) override {
-    if (full()) return nullptr;
-    if (hello_.poll() == UCS_INPROGRESS) {
-      worker_->progress();
-      if (hello_.poll() == UCS_INPROGRESS) return nullptr;
-    }
+    if (!readyToSend()) return nullptr;
     UcxRequest& r = nextRequest();
     r.bytes = bytes;
     const ucp_request_param_t p = param(bytes, region);
     r.operation = Operation(worker_->worker,
                             ucp_tag_send_nbx(endpoint_->get(), data, bytes, connection_, &p));
+    return &r;
+  }
+
+  // One message from two places, as UCX's IOV datatype: UCX reads the body where it lies.
+  Request* isendGather(void* head, size_t headBytes, const void* body, size_t bodyBytes,
+                       MemoryRegion* region) override {
+    if (bodyBytes == 0) return isend(head, headBytes, region);
+    if (!readyToSend()) return nullptr;
+    UcxRequest& r = nextRequest();
+    r.bytes = headBytes + bodyBytes;
+    r.iov = std::make_shared<std::array<ucp_dt_iov_t, 2>>(
+        std::array<ucp_dt_iov_t, 2>{{{head, headBytes}, {const_cast<void*>(body), bodyBytes}}});
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+    p.datatype = ucp_dt_make_iov();
+    r.operation = Operation(worker_->worker, ucp_tag_send_nbx(endpoint_->get(), r.iov->data(),
+                                                              r.iov->size(), connection_, &p));
     return &r;
   }
 
@@ -574,6 +589,18 @@ class UcxSendComm final : public SendComm, UcxComm {
   }
 
  private:
+  // Whether a request may be posted: one is free, and the hello has gone. Nothing is sent before
+  // it: messages queued while the endpoint is still being wired up may overtake each other (seen
+  // with UCX 1.13 over TCP: a connection's second message matched before its first).
+  bool readyToSend() {
+    if (full()) return false;
+    if (hello_.poll() == UCS_INPROGRESS) {
+      worker_->progress();
+      if (hello_.poll() == UCS_INPROGRESS) return false;
+    }
+    return true;
+  }
+
   Operation hello_;
   Operation end_;
   Operation abort_;
