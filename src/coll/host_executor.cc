@@ -145,8 +145,9 @@ void runRing(CollContext& ctx, const CollArgs& a, const CallTag& tag) {
 // them within a FIFO, so posting never waits for a peer), and each piece is reduced as it arrives
 // while the next ones are still on the way. A link whose reader can send from this rank's memory
 // (a network proxy) takes the pieces where they lie, not copied into its slots: one pass less
-// over the data, which on few cores is time (between 2 hosts, 512 KiB: 152 -> 137 us). They are
-// then this rank's until sent, so it waits for that before it overwrites one (in place) or returns.
+// over the data, which on few cores is time (2 hosts, 512 KiB over sockets: 152-156 -> 142-148 us).
+// The pieces are then this rank's until sent: it waits for that before it overwrites one (in
+// place) or returns.
 void runDirectAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag) {
   const kernels::ReduceFn reduce = kernels::reduceFn(a.type, a.op);
   const int n = ctx.nranks;
