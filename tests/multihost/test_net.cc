@@ -3,6 +3,7 @@
 // and misbehaving peers (a stranger without the token, truncated, oversized and malformed frames,
 // a peer that never reads). Misbehaving peers are raw sockets speaking the wire format by hand.
 #include <gtest/gtest.h>
+#include <linux/tcp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <numeric>
 #include <random>
 #include <set>
@@ -515,15 +517,19 @@ TEST(SocketNet, ListenerDropsHellosThatDoNotFitAConnection) {
   std::unique_ptr<ListenComm> listener = net->listen(0, &handle);
   wire::HandleContents contents;
   std::memcpy(&contents, handle.bytes, sizeof contents);
-  RawPeer tooMany(handle);
-  wire::Hello h;
-  std::memcpy(h.token, contents.token, sizeof h.token);
-  h.socket = 0;
-  h.sockets = kMaxSockets + 1;
-  tooMany.send(&h, sizeof h);
-  uint32_t tag = 0;
-  EXPECT_THROW(net->accept(*listener, &tag, in(300ms)), Error);
-  EXPECT_TRUE(tooMany.closedByListener()) << "a connection of " << h.sockets << " sockets";
+  // Too many sockets, and an even count (a connection is one shared socket and as many for each
+  // direction).
+  for (uint16_t sockets : {uint16_t{wire::kMaxConnectionSockets + 2}, uint16_t{2}}) {
+    RawPeer misfit(handle);
+    wire::Hello h;
+    std::memcpy(h.token, contents.token, sizeof h.token);
+    h.socket = 0;
+    h.sockets = sockets;
+    misfit.send(&h, sizeof h);
+    uint32_t tag = 0;
+    EXPECT_THROW(net->accept(*listener, &tag, in(300ms)), Error);
+    EXPECT_TRUE(misfit.closedByListener()) << "a connection of " << h.sockets << " sockets";
+  }
 }
 
 // A receiving comm fed by a raw peer, with a poisoned buffer posted.
@@ -869,17 +875,37 @@ int tcpConnections() {
   return static_cast<int>(connections.size());
 }
 
+// Bytes each TCP endpoint of this process has received, by its local and peer address.
+std::map<std::pair<std::string, std::string>, uint64_t> receivedByEndpoint() {
+  std::map<std::pair<std::string, std::string>, uint64_t> received;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::atoi(entry.path().filename().c_str());
+    sockaddr_storage local{}, peer{};
+    socklen_t localLength = sizeof local, peerLength = sizeof peer;
+    tcp_info info{};
+    socklen_t infoLength = sizeof info;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &localLength) != 0 ||
+        getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peerLength) != 0 ||
+        getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &infoLength) != 0)
+      continue;
+    received[{SocketAddress(reinterpret_cast<sockaddr*>(&local), localLength).toString(),
+              SocketAddress(reinterpret_cast<sockaddr*>(&peer), peerLength).toString()}] =
+        info.tcpi_bytes_received;
+  }
+  return received;
+}
+
 // Ranks 0 and 1 on loopback, each a proxy that connects on first use (socket plug-in), started.
 // `peerConnectionGrace`: how long rank 1 waits for rank 0's connection before making its own.
 struct FirstUsePair {
-  explicit FirstUsePair(std::chrono::milliseconds peerConnectionGrace) {
+  explicit FirstUsePair(std::chrono::milliseconds peerConnectionGrace, size_t slotBytes = 4096) {
     struct Side {
       std::unique_ptr<Net> net = makeSocketNet({loopback()}, {1, 5000});
       Handle handle;
       std::unique_ptr<ListenComm> listener = net->listen(0, &handle);
     } side[2];
     for (int rank = 0; rank < 2; ++rank) {
-      proxies[rank] = std::make_unique<Proxy>(rank, FifoGeometry{4096, 4});
+      proxies[rank] = std::make_unique<Proxy>(rank, FifoGeometry{slotBytes, 4});
       proxies[rank]->connectOnFirstUse({std::move(side[rank].net),
                                         std::move(side[rank].listener),
                                         {side[0].handle, side[1].handle},
@@ -903,29 +929,60 @@ struct TwentySeconds : Watchdog {
 };
 
 // Two ranks that first send to each other at once, connecting on first use, end up with one
-// connection carrying both directions: the lower rank's (the higher waits for it briefly).
+// connection carrying both directions: the lower rank's (the higher waits for it briefly). Its
+// shared socket carries the messages that fit a segment both ways; a larger one goes on its
+// direction's own socket, which carries nothing the other way.
 TEST(NetProxy, RanksThatSendToEachOtherAtOnceShareOneConnection) {
   ASSERT_EQ(tcpConnections(), 0);
-  // Long grace: a loaded machine must not make this a race.
-  FirstUsePair pair(10s);
+  // Long grace: a loaded machine must not make this a race. Slots for messages larger than a
+  // segment on loopback (64 KiB).
+  constexpr size_t kLarge = 200000;
+  FirstUsePair pair(10s, kLarge + sizeof(SlotHeader));
   auto& [proxies, fifos] = pair;
   TwentySeconds dog;
-  auto exchange = [&](int rank, uint32_t messages) {
-    SendConnector to(fifos[rank].send, rank, 1 - rank);
-    RecvConnector from(fifos[rank].recv, rank, 1 - rank);
-    for (uint32_t i = 0; i < messages; ++i) {
-      *static_cast<uint32_t*>(to.acquire(dog)) = 1000 * rank + i;
-      to.post(4, CallTag{.sequence = i, .count = 1});
-      const SlotHeader& header = from.wait(dog);
+  SendConnector to[2] = {{fifos[0].send, 0, 1}, {fifos[1].send, 1, 0}};
+  RecvConnector from[2] = {{fifos[0].recv, 0, 1}, {fifos[1].recv, 1, 0}};
+  // `messages` of `words` each way, numbered from `first`.
+  auto exchange = [&](int rank, uint32_t first, uint32_t messages, size_t words) {
+    for (uint32_t i = first; i < first + messages; ++i) {
+      auto* out = static_cast<uint32_t*>(to[rank].acquire(dog));
+      for (size_t k = 0; k < words; ++k) out[k] = 1000 * rank + i + static_cast<uint32_t>(k);
+      to[rank].post(words * 4, CallTag{.sequence = i, .count = words});
+      const SlotHeader& header = from[rank].wait(dog);
       EXPECT_EQ(header.tag.sequence, i);
-      EXPECT_EQ(*reinterpret_cast<const uint32_t*>(&header + 1), 1000 * (1 - rank) + i);
-      from.release();
+      ASSERT_EQ(header.payloadBytes, words * 4);
+      const auto* in = reinterpret_cast<const uint32_t*>(&header + 1);
+      for (size_t k = 0; k < words; ++k)
+        ASSERT_EQ(in[k], 1000 * (1 - rank) + i + static_cast<uint32_t>(k)) << i << " " << k;
+      from[rank].release();
     }
   };
-  std::thread other(exchange, 1, 50);
-  exchange(0, 50);
-  other.join();
-  EXPECT_EQ(tcpConnections(), 1);
+  auto exchangeBothWays = [&](uint32_t first, uint32_t messages, size_t words) {
+    std::thread other(exchange, 1, first, messages, words);
+    exchange(0, first, messages, words);
+    other.join();
+  };
+  exchangeBothWays(0, 50, 1);
+  const auto small = receivedByEndpoint();
+  exchangeBothWays(50, 10, kLarge / 4);
+  const auto large = receivedByEndpoint();
+  EXPECT_EQ(tcpConnections(), wire::connectionSockets(1));
+  // Of the 6 ends, the shared socket's 2 received the small messages; the 2 that received the
+  // large ones had received nothing (beyond their hello) before, and nothing else since.
+  ASSERT_EQ(large.size(), 6u);
+  int smallEnds = 0, largeEnds = 0;
+  for (const auto& [end, bytes] : large) {
+    const uint64_t before = small.at(end);
+    if (before >= 50 * (sizeof(SlotHeader) + 4)) ++smallEnds;
+    if (bytes - before >= 10 * kLarge) {
+      ++largeEnds;
+      EXPECT_LT(before, 1000u) << "a direction's own socket carried small messages";
+    } else {
+      EXPECT_LT(bytes - before, 10 * kLarge / 100) << "large messages went two ways";
+    }
+  }
+  EXPECT_EQ(smallEnds, 2);
+  EXPECT_EQ(largeEnds, 2);
   EXPECT_EQ(proxies[0]->failure(1), std::nullopt);
   EXPECT_EQ(proxies[1]->failure(0), std::nullopt);
 }

@@ -100,12 +100,27 @@ void setOption(int fd, int level, int name, int value, const char* what) {
 
 class SocketMemoryRegion final : public MemoryRegion {};
 
-// One direction of a connection: its sockets and the requests in flight on them.
+// Splits a connection's sockets (wire::connectionSockets) by direction: the shared one and the
+// connecting side's (`forward`) or the accepting side's; `other` gets the rest.
+std::vector<Socket> directionSockets(std::vector<Socket> sockets, bool forward,
+                                     std::vector<Socket>* other) {
+  const size_t lanes = (sockets.size() - 1) / 2;
+  std::vector<Socket> mine;
+  mine.push_back(std::move(sockets[0]));
+  for (size_t i = 1; i < sockets.size(); ++i)
+    ((i <= lanes) == forward ? mine : *other).push_back(std::move(sockets[i]));
+  return mine;
+}
+
+// One direction of a connection: its sockets (the shared one first, then the direction's own) and
+// the requests in flight on them. It holds the other direction's sockets until that direction's
+// comm takes them (otherDirection).
 template <typename RequestT, typename LaneT>
 class SocketComm {
  protected:
-  SocketComm(std::vector<Socket> sockets, int keepaliveMs, std::string direction)
-      : keepaliveMs_(keepaliveMs) {
+  SocketComm(std::vector<Socket> sockets, std::vector<Socket> otherDirection, int keepaliveMs,
+             std::string direction)
+      : keepaliveMs_(keepaliveMs), otherDirection_(std::move(otherDirection)) {
     for (Socket& s : sockets) {
       lanes_.emplace_back();
       lanes_.back().activity = fmt::format("{} {}", direction, s.peerName());
@@ -114,17 +129,20 @@ class SocketComm {
   }
 
   int socketCount() const { return static_cast<int>(lanes_.size()); }
-  // The same connection, for the other direction: each comm closes its own descriptors, and the
-  // socket closes when both have.
-  std::vector<Socket> duplicateSockets() const {
+  // Sockets of the direction's own after the shared one.
+  int ownLanes() const { return socketCount() - 1; }
+  // The same connection, for the other direction: the shared socket (each comm closes its own
+  // descriptor, and the socket closes when both have), then the other direction's own.
+  std::vector<Socket> otherDirection() {
+    const LaneT& shared = lanes_[0];
+    if (!shared.socket.valid())
+      fail(braidRemoteError, "{}: the connection is closed", shared.activity);
+    const int fd = fcntl(shared.socket.fd(), F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) failErrno(braidSystemError, shared.activity + ": duplicating the socket", errno);
     std::vector<Socket> sockets;
-    for (const LaneT& lane : lanes_) {
-      if (!lane.socket.valid())
-        fail(braidRemoteError, "{}: the connection is closed", lane.activity);
-      const int fd = fcntl(lane.socket.fd(), F_DUPFD_CLOEXEC, 0);
-      if (fd < 0) failErrno(braidSystemError, lane.activity + ": duplicating the socket", errno);
-      sockets.emplace_back(fd, lane.socket.peerName());
-    }
+    sockets.emplace_back(fd, shared.socket.peerName());
+    for (Socket& s : otherDirection_) sockets.push_back(std::move(s));
+    otherDirection_.clear();
     return sockets;
   }
   bool full() const { return posted_ - reported_ >= kMaxRequests; }
@@ -143,6 +161,7 @@ class SocketComm {
 
   int keepaliveMs_;
   std::vector<LaneT> lanes_;
+  std::vector<Socket> otherDirection_;
   std::array<RequestT, kMaxRequests> requests_;
   uint64_t posted_ = 0;    // requests handed out
   uint64_t reported_ = 0;  // requests test() reported done
@@ -183,9 +202,10 @@ struct SendLane {
 
 class SocketSendComm final : public SendComm, SocketComm<SendRequest, SendLane> {
  public:
-  SocketSendComm(std::vector<Socket> sockets, int keepaliveMs)
-      : SocketComm(std::move(sockets), keepaliveMs, "sending to") {}
-  using SocketComm::duplicateSockets;
+  SocketSendComm(std::vector<Socket> sockets, std::vector<Socket> otherDirection, int keepaliveMs)
+      : SocketComm(std::move(sockets), std::move(otherDirection), keepaliveMs, "sending to"),
+        segmentBytes_(segmentBytes(lanes_[0].socket.fd())) {}
+  using SocketComm::otherDirection;
   int keepaliveMs() const { return keepaliveMs_; }
 
   // Best effort: a socket in the middle of a frame, or too full to take the header, ends without
@@ -251,15 +271,34 @@ class SocketSendComm final : public SendComm, SocketComm<SendRequest, SendLane> 
   }
 
  private:
+  // The TCP segment's payload on this connection (its MSS), as the kernel reports it.
+  static uint64_t segmentBytes(int fd) {
+    int mss = 0;
+    socklen_t size = sizeof mss;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &size) != 0 || mss <= 0) return 536;
+    return static_cast<uint64_t>(mss);
+  }
+
+  // The part of message `r` socket `index` carries: all of a message that fits a segment with its
+  // header on the shared socket (0), or its share on the direction's own.
+  std::optional<wire::PartRange> partOn(const SendRequest& r, int index) const {
+    if (ownLanes() == 0 || r.bytes + kHeaderBytes <= segmentBytes_)
+      return index == 0 ? std::optional(wire::PartRange{0, r.bytes}) : std::nullopt;
+    if (index == 0) return std::nullopt;
+    const int parts = wire::messageParts(r.bytes, ownLanes());
+    const int part = wire::partOnSocket(r.seq, index - 1, ownLanes());
+    if (part >= parts) return std::nullopt;
+    return wire::messagePart(r.bytes, parts, part);
+  }
+
   // Starts this socket's part of the next message that has one; false when none is posted.
   bool startFrame(int index) {
     SendLane& lane = lanes_[index];
     for (; lane.cursor < posted_; ++lane.cursor) {
       const SendRequest& r = requests_[lane.cursor % kMaxRequests];
-      const int parts = wire::messageParts(r.bytes, socketCount());
-      const int part = wire::partOnSocket(lane.cursor, index, socketCount());
-      if (part >= parts) continue;
-      const wire::PartRange range = wire::messagePart(r.bytes, parts, part);
+      const std::optional<wire::PartRange> part = partOn(r, index);
+      if (!part) continue;
+      const wire::PartRange range = *part;
       lane.header = FrameHeader{};
       lane.header.seq = lane.cursor;
       lane.header.messageBytes = r.bytes;
@@ -306,6 +345,8 @@ class SocketSendComm final : public SendComm, SocketComm<SendRequest, SendLane> 
       }
     }
   }
+
+  const uint64_t segmentBytes_;
 };
 
 struct RecvRequest : Request {
@@ -356,9 +397,9 @@ struct RecvLane {
 
 class SocketRecvComm final : public RecvComm, SocketComm<RecvRequest, RecvLane> {
  public:
-  SocketRecvComm(std::vector<Socket> sockets, int keepaliveMs)
-      : SocketComm(std::move(sockets), keepaliveMs, "receiving from") {}
-  using SocketComm::duplicateSockets;
+  SocketRecvComm(std::vector<Socket> sockets, std::vector<Socket> otherDirection, int keepaliveMs)
+      : SocketComm(std::move(sockets), std::move(otherDirection), keepaliveMs, "receiving from") {}
+  using SocketComm::otherDirection;
   int keepaliveMs() const { return keepaliveMs_; }
 
   std::unique_ptr<MemoryRegion> registerMemory(void*, size_t) override {
@@ -435,7 +476,8 @@ class SocketRecvComm final : public RecvComm, SocketComm<RecvRequest, RecvLane> 
   }
 
   // Matches the header with its request: the size must fit, agree with the other parts, and the
-  // part must be exactly the one this socket carries.
+  // part must be exactly the one this socket carries (the shared socket: a whole message, of any
+  // size, since the sender's segment is its own to know).
   void place(int index, RecvRequest& r) const {
     const RecvLane& lane = lanes_[index];
     const FrameHeader& h = lane.header;
@@ -447,8 +489,8 @@ class SocketRecvComm final : public RecvComm, SocketComm<RecvRequest, RecvLane> 
     if (r.sized && h.messageBytes != r.messageBytes)
       fail(braidRemoteError, "{}: parts of message #{} announce {} and {} bytes", lane.activity,
            h.seq, r.messageBytes, h.messageBytes);
-    const int parts = wire::messageParts(h.messageBytes, socketCount());
-    const int part = wire::partOnSocket(h.seq, index, socketCount());
+    const int parts = index == 0 ? 1 : wire::messageParts(h.messageBytes, ownLanes());
+    const int part = index == 0 ? 0 : wire::partOnSocket(h.seq, index - 1, ownLanes());
     const wire::PartRange expected =
         part < parts ? wire::messagePart(h.messageBytes, parts, part) : wire::PartRange{0, 0};
     if (part >= parts || expected != wire::PartRange{h.offset, h.bytes})
@@ -559,7 +601,9 @@ class SocketListenComm final : public ListenComm {
     Connection c = std::move(complete_.front());
     complete_.pop_front();
     *tag = c.tag;
-    return std::make_unique<SocketRecvComm>(std::move(c.sockets), keepaliveMs_);
+    std::vector<Socket> back;
+    std::vector<Socket> forward = directionSockets(std::move(c.sockets), true, &back);
+    return std::make_unique<SocketRecvComm>(std::move(forward), std::move(back), keepaliveMs_);
   }
 
   // Drops connections silent past their hello's deadline, then waits until `wake` at most for new
@@ -643,9 +687,12 @@ class SocketListenComm final : public ListenComm {
     if (h.magic != wire::kHelloMagic) return fmt::format("bad magic 0x{:016x}", h.magic);
     if (std::memcmp(h.token, token_, sizeof token_) != 0)
       return std::string("wrong token (not a rank of this communicator)");
-    if (h.sockets < 1 || h.sockets > kMaxSockets || h.socket >= h.sockets)
-      return fmt::format("socket {} of {} (at most {} sockets per connection)", h.socket, h.sockets,
-                         kMaxSockets);
+    if (h.sockets < 1 || h.sockets > wire::kMaxConnectionSockets || h.sockets % 2 == 0 ||
+        h.socket >= h.sockets)
+      return fmt::format(
+          "socket {} of {} (a connection has 1 + 2n sockets, at most {}: one shared, n for "
+          "each direction)",
+          h.socket, h.sockets, wire::kMaxConnectionSockets);
     Connection& c = waiting_[{h.tag, h.connection}];
     if (c.sockets.empty()) {
       c.tag = h.tag;
@@ -747,16 +794,20 @@ class SocketNet final : public InterfaceNet {
     const std::string activity = "NET/Socket: connecting to " + address.toString();
     hello.tag = tag;
     fillRandom(&hello.connection, sizeof hello.connection);
-    hello.sockets = static_cast<uint16_t>(options_.socketsPerConnection);
+    const int count = wire::connectionSockets(options_.socketsPerConnection);
+    hello.sockets = static_cast<uint16_t>(count);
     std::vector<Socket> sockets;
-    for (int i = 0; i < options_.socketsPerConnection; ++i) {
+    for (int i = 0; i < count; ++i) {
       Socket s = Socket::connect(address, address.toString(), deadline, activity);
       enableKeepalive(s.fd(), options_.keepaliveMs);
       hello.socket = static_cast<uint16_t>(i);
       s.sendAll(&hello, sizeof hello, deadline, activity);
       sockets.push_back(std::move(s));
     }
-    return std::make_unique<SocketSendComm>(std::move(sockets), options_.keepaliveMs);
+    std::vector<Socket> back;
+    std::vector<Socket> forward = directionSockets(std::move(sockets), true, &back);
+    return std::make_unique<SocketSendComm>(std::move(forward), std::move(back),
+                                            options_.keepaliveMs);
   }
 
   std::unique_ptr<RecvComm> accept(ListenComm& listener, uint32_t* tag,
@@ -769,16 +820,18 @@ class SocketNet final : public InterfaceNet {
     return static_cast<SocketListenComm&>(listener).acceptReady(tag);
   }
 
-  // The connection's sockets carry frames both ways, each direction its own stream: no hello
-  // (the connection proved itself), nothing else changes.
+  // The other direction of a connection: the shared socket, each direction its own stream on it,
+  // and that direction's own sockets. No hello (the connection proved itself).
   bool connectionsCarryBothWays() const override { return true; }
   std::unique_ptr<SendComm> sendBack(RecvComm& from) override {
     auto& recv = static_cast<SocketRecvComm&>(from);
-    return std::make_unique<SocketSendComm>(recv.duplicateSockets(), recv.keepaliveMs());
+    return std::make_unique<SocketSendComm>(recv.otherDirection(), std::vector<Socket>{},
+                                            recv.keepaliveMs());
   }
   std::unique_ptr<RecvComm> receiveBack(SendComm& to) override {
     auto& send = static_cast<SocketSendComm&>(to);
-    return std::make_unique<SocketRecvComm>(send.duplicateSockets(), send.keepaliveMs());
+    return std::make_unique<SocketRecvComm>(send.otherDirection(), std::vector<Socket>{},
+                                            send.keepaliveMs());
   }
 
  private:
@@ -792,7 +845,7 @@ std::unique_ptr<Net> makeSocketNet(std::vector<NetInterface> devices, SocketOpti
 }
 
 std::unique_ptr<RecvComm> receiveOver(std::vector<Socket> sockets, int keepaliveMs) {
-  return std::make_unique<SocketRecvComm>(std::move(sockets), keepaliveMs);
+  return std::make_unique<SocketRecvComm>(std::move(sockets), std::vector<Socket>{}, keepaliveMs);
 }
 
 }  // namespace braid::net

@@ -1,8 +1,12 @@
-// The TCP socket plug-in. A connection is several sockets (BRAID_NSOCKS); a message is split into
-// parts that travel on different sockets side by side, each part behind a header the receiver
-// checks before it reads a byte of payload. Every socket is non-blocking, and every wait is a
-// poll() bounded by a deadline or left to the caller (the proxy). A peer host that stops answering
-// TCP keepalive probes turns into an error on the sockets that wait for it.
+// The TCP socket plug-in. A connection is a shared socket and, per direction, BRAID_NSOCKS
+// sockets of its own. A message that fits one TCP segment travels whole on the shared socket,
+// where the other side's next message carries its acknowledgement; a larger one is split into
+// parts that travel side by side on its direction's sockets, where the acknowledgement the
+// receiver sends at once (for two segments or more) meets no send of the receiver's own. Each
+// part goes behind a header the receiver checks before it reads a byte of payload. Every socket is
+// non-blocking, and every wait is a poll() bounded by a deadline or left to the caller (the proxy).
+// A peer host that stops answering TCP keepalive probes turns into an error on the sockets that
+// wait for it.
 #pragma once
 
 #include <bit>
@@ -16,7 +20,8 @@
 namespace braid::net {
 
 struct SocketOptions {
-  int socketsPerConnection = 1;  // 1..kMaxSockets
+  int socketsPerConnection =
+      1;                    // per direction, for messages of more than a segment: 1..kMaxSockets
   int keepaliveMs = 20000;  // unanswered keepalive probes for this long: the peer is unreachable
 };
 
@@ -46,7 +51,8 @@ class InterfaceNet : public Net {
 };
 
 // The receiving side of a connection over sockets that passed the handshake: what reads frames a
-// peer sends. For tests and the fuzz target that play that peer.
+// peer sends, the shared socket first, then the direction's own. For tests and the fuzz target
+// that play that peer.
 std::unique_ptr<RecvComm> receiveOver(std::vector<Socket> sockets, int keepaliveMs);
 
 // What travels on the sockets, exposed for tests that play a misbehaving peer. Hosts of one job
@@ -60,6 +66,14 @@ constexpr uint32_t kFrameMagic = 0x46646962;          // "bidF"
 constexpr size_t kTokenBytes = 16;
 // Parts are at least this large: smaller messages travel whole on one socket.
 constexpr uint64_t kMinPartBytes = 32 << 10;
+
+// The sockets of a connection with `lanes` sockets per direction: socket 0 is shared by both
+// directions; sockets 1..lanes carry the connecting side's larger messages, the next `lanes` the
+// accepting side's.
+constexpr int connectionSockets(int lanes) {
+  return 1 + 2 * lanes;
+}
+constexpr int kMaxConnectionSockets = connectionSockets(kMaxSockets);
 
 // The first bytes on every socket of a connection.
 struct Hello {
@@ -79,7 +93,8 @@ constexpr uint32_t kEndOfStream = 1;  // the sender closes this socket on purpos
 // after them. Its other fields are unused.
 constexpr uint32_t kRankFailed = 2;
 
-// Precedes each part of a message. Part p of message `seq` travels on socket (seq + p) % sockets.
+// Precedes each part of a message. A message on the shared socket is one part; one on its
+// direction's N sockets is split, and its part p travels on the direction's socket (seq + p) % N.
 struct FrameHeader {
   uint32_t magic = kFrameMagic;
   uint32_t flags = 0;
