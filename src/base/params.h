@@ -23,7 +23,8 @@
   X(SocketIfname, "BRAID_SOCKET_IFNAME", std::string, "",                                          \
     "interfaces for bootstrap and net traffic: prefix list, ^ to exclude, = for exact names")      \
   X(NSocks, "BRAID_NSOCKS", int64_t, 1,                                                            \
-    "TCP sockets per connection to a peer on another host (1..16); messages split across them")    \
+    "TCP sockets each direction of a connection to another host owns (1..16), besides a shared "   \
+    "one: messages larger than a TCP segment split across them")                                   \
   X(SocketKeepaliveMs, "BRAID_SOCKET_KEEPALIVE_MS", int64_t, 20000,                                \
     "a peer host answering no TCP keepalive probe for this long (ms) is reported unreachable")     \
   X(Net, "BRAID_NET", std::string, "",                                                             \

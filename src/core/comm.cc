@@ -592,12 +592,13 @@ void braidComm::run(const braid::CollArgs& args) {
     ctx.sequence = ++collectives_;
     if (args.op < braidNumOps) return braid::runCollective(ctx, args);
     // PreMulSum: this rank's input times its scalar, then a sum.
-    std::vector<uint8_t> scaled;
     braid::CollArgs sum = args;
-    sum.sendbuff = scaledInput(args, scaled);
+    sum.sendbuff = scaledInput(args, preMulSumInput_);
     sum.op = braidSum;
     sum.namedOp = args.op;
     braid::runCollective(ctx, sum);
+    // Sent and done: an input larger than the one-shot exchange's is not kept.
+    if (preMulSumInput_.capacity() > directMaxBytes_) preMulSumInput_ = {};
   });
 }
 

@@ -167,6 +167,9 @@ struct braidComm : public braid::Watchdog {
   std::string planText_;        // the plan and the model, as braidCommDescribePlan gives them
   std::vector<int> ringOrder_;  // channel 0 of the plan: the host executor runs one channel
   std::vector<unsigned char> scratch_;
+  // A PreMulSum's scaled input. A member, not a local: a network link may send from it (the
+  // one-shot all-reduce's postFrom), and after a failure, until the links are gone.
+  std::vector<uint8_t> preMulSumInput_;
   size_t directMaxBytes_ = 0;  // all-reduces up to this size use the one-shot exchange
   braid::SlotStoreChooser slotStores_{braid::param::SlotStores()};
 

@@ -537,12 +537,13 @@ struct RawSender {
   std::unique_ptr<Net> net = makeSocketNet({loopback()}, {1, 5000});
   Handle handle;
   std::unique_ptr<ListenComm> listener = net->listen(0, &handle);
-  RawPeer peer{handle};
+  RawPeer peer;
   std::unique_ptr<RecvComm> recv;
   std::vector<uint8_t> buffer = std::vector<uint8_t>(4096, 0xa5);
   Request* request = nullptr;
 
-  RawSender() {
+  // A connection of `sockets`: the shared one, then each direction's.
+  explicit RawSender(int sockets = 1) : peer(handle, sockets) {
     peer.hello(1);
     uint32_t tag = 0;
     recv = net->accept(*listener, &tag, in(10s));
@@ -617,6 +618,21 @@ TEST(SocketNet, FrameWithTheWrongPartIsAnError) {
   const std::string error = s.errorOfTest();
   EXPECT_NE(error.find("malformed"), std::string::npos) << error;
   EXPECT_TRUE(s.bufferUntouched());
+}
+
+// A message comes whole on the shared socket or in parts on its direction's own, never both: a
+// peer that sends it both ways is refused, not left waiting for bytes beyond the message.
+TEST(SocketNet, AMessageOnTheSharedAndItsOwnSocketIsAnError) {
+  RawSender s(wire::connectionSockets(1));
+  const std::vector<uint8_t> payload(200, 7);
+  s.peer.frame(0, 200, 0, 200, wire::kFrameMagic, 1);
+  s.peer.send(payload.data(), 50, 1);  // the rest never comes
+  size_t bytes = 0;
+  EXPECT_FALSE(keepTrying([&] { return s.recv->test(s.request, &bytes); }, 200ms));
+  s.peer.frame(0, 200, 0, 200, wire::kFrameMagic, 0);
+  s.peer.send(payload.data(), payload.size(), 0);
+  const std::string error = s.errorOfTest();
+  EXPECT_NE(error.find("both on the shared socket and in parts"), std::string::npos) << error;
 }
 
 TEST(SocketNet, FramesOutOfOrderAreAnError) {

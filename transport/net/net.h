@@ -96,6 +96,10 @@ class RecvComm : public Comm {
   // Posts `data` for the next message, which must fit `capacity`; nullptr while kMaxRequests are
   // in flight. A larger message is an error, never a write past the buffer.
   virtual Request* irecv(void* data, size_t capacity, MemoryRegion* region) = 0;
+  // From now on the descriptors pollDescriptors() gives may turn ready only once `bytes` have
+  // arrived (or the stream ends), for a caller that reads smaller messages itself when it waits
+  // for them. A hint: a plug-in may ignore it.
+  virtual void setPollThreshold(size_t bytes) {}
 };
 
 class ListenComm {

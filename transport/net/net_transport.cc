@@ -138,6 +138,7 @@ class NetSetup : public TransportSetup {
     Listening listening =
         listenAndExchange(rank, static_cast<int>(state.peers.size()), state.rendezvous.allGather);
     auto proxy = std::make_shared<Proxy>(rank, state.geometry);
+    proxy->letRanksReadSmallMessages();  // the host executor waits by driving its links
     const std::string device = nicName(*listening.net);
     auto serve = [&](int peer, const Proxy::Fifos& fifos) {
       state.links.send[peer] = SendConnector(fifos.send, rank, peer);

@@ -92,6 +92,10 @@ class Proxy : public LinkService {
   // neighbours), not with the ranks on other hosts. Before start().
   void connectOnFirstUse(Connector connector);
   Fifos addPeer(int peer);
+  // The ranks read their small messages themselves (drive, while they wait for them), so only
+  // larger arrivals wake the progress thread; before start(). Each wake-up takes a core from a
+  // rank on few cores. Not for links no rank drives (a GPU's).
+  void letRanksReadSmallMessages() { ranksReadSmallMessages_ = true; }
   // Hands the links to the progress thread of `device` (the NIC they use), shared with the other
   // proxies on it.
   void start(const std::string& device);
@@ -146,6 +150,8 @@ class Proxy : public LinkService {
   bool acceptArrivals();
   void wake();
   void fail(Link& link, const std::string& why);
+  // Gives the link its receiving comm.
+  void setRecv(Link& link, std::unique_ptr<RecvComm> comm);
 
   const int rank_;
   const FifoGeometry geometry_;
@@ -159,6 +165,7 @@ class Proxy : public LinkService {
   std::atomic<uint64_t> drives_{0};  // drive() calls: a rank is waiting on its links
   uint64_t drivesSeen_ = 0;          // by the progress thread
   bool departing_ = false;           // finish() ran: end the streams on purpose
+  bool ranksReadSmallMessages_ = false;
 
   std::atomic<bool> anyFailure_{false};
   mutable std::mutex failureMutex_;

@@ -100,16 +100,26 @@ void setOption(int fd, int level, int name, int value, const char* what) {
 
 class SocketMemoryRegion final : public MemoryRegion {};
 
-// Splits a connection's sockets (wire::connectionSockets) by direction: the shared one and the
-// connecting side's (`forward`) or the accepting side's; `other` gets the rest.
-std::vector<Socket> directionSockets(std::vector<Socket> sockets, bool forward,
-                                     std::vector<Socket>* other) {
+// Splits a connection's sockets (wire::connectionSockets): the shared one and the connecting
+// side's own are returned, the accepting side's go to `back`.
+std::vector<Socket> forwardSockets(std::vector<Socket> sockets, std::vector<Socket>* back) {
   const size_t lanes = (sockets.size() - 1) / 2;
-  std::vector<Socket> mine;
-  mine.push_back(std::move(sockets[0]));
-  for (size_t i = 1; i < sockets.size(); ++i)
-    ((i <= lanes) == forward ? mine : *other).push_back(std::move(sockets[i]));
-  return mine;
+  std::vector<Socket> forward;
+  for (size_t i = 0; i < sockets.size(); ++i)
+    (i <= lanes ? forward : *back).push_back(std::move(sockets[i]));
+  return forward;
+}
+
+// The part of a message socket `index` of a direction carries (0 the shared socket, then the
+// direction's `ownSockets`), for a message sent on the shared socket (`shared`) or on its own.
+std::optional<wire::PartRange> partOnLane(uint64_t seq, uint64_t bytes, bool shared, int index,
+                                          int ownSockets) {
+  if (shared || index == 0)
+    return shared == (index == 0) ? std::optional(wire::PartRange{0, bytes}) : std::nullopt;
+  const int parts = wire::messageParts(bytes, ownSockets);
+  const int part = wire::partOnSocket(seq, index - 1, ownSockets);
+  if (part >= parts) return std::nullopt;
+  return wire::messagePart(bytes, parts, part);
 }
 
 // One direction of a connection: its sockets (the shared one first, then the direction's own) and
@@ -137,6 +147,9 @@ class SocketComm {
     const LaneT& shared = lanes_[0];
     if (!shared.socket.valid())
       fail(braidRemoteError, "{}: the connection is closed", shared.activity);
+    if (otherDirectionTaken_)
+      fail(braidInternalError, "{}: the other direction was taken already", shared.activity);
+    otherDirectionTaken_ = true;
     const int fd = fcntl(shared.socket.fd(), F_DUPFD_CLOEXEC, 0);
     if (fd < 0) failErrno(braidSystemError, shared.activity + ": duplicating the socket", errno);
     std::vector<Socket> sockets;
@@ -162,6 +175,7 @@ class SocketComm {
   int keepaliveMs_;
   std::vector<LaneT> lanes_;
   std::vector<Socket> otherDirection_;
+  bool otherDirectionTaken_ = false;
   std::array<RequestT, kMaxRequests> requests_;
   uint64_t posted_ = 0;    // requests handed out
   uint64_t reported_ = 0;  // requests test() reported done
@@ -282,13 +296,8 @@ class SocketSendComm final : public SendComm, SocketComm<SendRequest, SendLane> 
   // The part of message `r` socket `index` carries: all of a message that fits a segment with its
   // header on the shared socket (0), or its share on the direction's own.
   std::optional<wire::PartRange> partOn(const SendRequest& r, int index) const {
-    if (ownLanes() == 0 || r.bytes + kHeaderBytes <= segmentBytes_)
-      return index == 0 ? std::optional(wire::PartRange{0, r.bytes}) : std::nullopt;
-    if (index == 0) return std::nullopt;
-    const int parts = wire::messageParts(r.bytes, ownLanes());
-    const int part = wire::partOnSocket(r.seq, index - 1, ownLanes());
-    if (part >= parts) return std::nullopt;
-    return wire::messagePart(r.bytes, parts, part);
+    const bool shared = ownLanes() == 0 || r.bytes + kHeaderBytes <= segmentBytes_;
+    return partOnLane(r.seq, r.bytes, shared, index, ownLanes());
   }
 
   // Starts this socket's part of the next message that has one; false when none is posted.
@@ -353,7 +362,8 @@ struct RecvRequest : Request {
   uint8_t* data = nullptr;
   uint64_t capacity = 0;
   uint64_t seq = 0;
-  bool sized = false;  // a header has told the message's size
+  bool sized = false;     // a header has told the message's size
+  bool onShared = false;  // ... and came on the shared socket
   uint64_t messageBytes = 0;
   uint64_t received = 0;
 };
@@ -431,6 +441,17 @@ class SocketRecvComm final : public RecvComm, SocketComm<RecvRequest, RecvLane> 
       if (!lane.stalled && !lane.ended) out.push_back({lane.socket.fd(), POLLIN, 0});
   }
 
+  // The sockets' receive low-water mark: poll() reports fewer bytes as not readable, while a read
+  // returns whatever there is and an end or error still wakes. Linux clamps the receive window to
+  // the mark where twice the mark exceeds the receive buffer (tcp_set_rcvlowat): callers keep it
+  // far below (the default buffer is 128 KiB).
+  void setPollThreshold(size_t bytes) override {
+    for (const RecvLane& lane : lanes_)
+      if (lane.socket.valid())
+        setOption(lane.socket.fd(), SOL_SOCKET, SO_RCVLOWAT, static_cast<int>(bytes),
+                  "SO_RCVLOWAT");
+  }
+
  private:
   static bool done(const RecvRequest& r) { return r.sized && r.received == r.messageBytes; }
 
@@ -489,18 +510,23 @@ class SocketRecvComm final : public RecvComm, SocketComm<RecvRequest, RecvLane> 
     if (r.sized && h.messageBytes != r.messageBytes)
       fail(braidRemoteError, "{}: parts of message #{} announce {} and {} bytes", lane.activity,
            h.seq, r.messageBytes, h.messageBytes);
-    const int parts = index == 0 ? 1 : wire::messageParts(h.messageBytes, ownLanes());
-    const int part = index == 0 ? 0 : wire::partOnSocket(h.seq, index - 1, ownLanes());
-    const wire::PartRange expected =
-        part < parts ? wire::messagePart(h.messageBytes, parts, part) : wire::PartRange{0, 0};
-    if (part >= parts || expected != wire::PartRange{h.offset, h.bytes})
+    const std::optional<wire::PartRange> expected =
+        partOnLane(h.seq, h.messageBytes, index == 0, index, ownLanes());
+    if (expected != wire::PartRange{h.offset, h.bytes})
       fail(braidRemoteError,
            "{}: a malformed frame: bytes [{}, +{}) of the {}-byte message #{}, where this socket "
            "carries {}",
            lane.activity, h.offset, h.bytes, h.messageBytes, h.seq,
-           part < parts ? fmt::format("bytes [{}, +{})", expected.offset, expected.bytes)
-                        : std::string("no part of it"));
+           expected ? fmt::format("bytes [{}, +{})", expected->offset, expected->bytes)
+                    : std::string("no part of it"));
+    // A message comes whole on the shared socket or in parts on the direction's own, not both.
+    if (r.sized && (index == 0) != r.onShared)
+      fail(braidRemoteError,
+           "{}: a malformed frame: message #{} came both on the shared socket and in parts on "
+           "this direction's own",
+           lane.activity, h.seq);
     r.sized = true;
+    r.onShared = index == 0;
     r.messageBytes = h.messageBytes;
   }
 
@@ -602,7 +628,7 @@ class SocketListenComm final : public ListenComm {
     complete_.pop_front();
     *tag = c.tag;
     std::vector<Socket> back;
-    std::vector<Socket> forward = directionSockets(std::move(c.sockets), true, &back);
+    std::vector<Socket> forward = forwardSockets(std::move(c.sockets), &back);
     return std::make_unique<SocketRecvComm>(std::move(forward), std::move(back), keepaliveMs_);
   }
 
@@ -805,7 +831,7 @@ class SocketNet final : public InterfaceNet {
       sockets.push_back(std::move(s));
     }
     std::vector<Socket> back;
-    std::vector<Socket> forward = directionSockets(std::move(sockets), true, &back);
+    std::vector<Socket> forward = forwardSockets(std::move(sockets), &back);
     return std::make_unique<SocketSendComm>(std::move(forward), std::move(back),
                                             options_.keepaliveMs);
   }

@@ -20,8 +20,8 @@
 namespace braid::net {
 
 struct SocketOptions {
-  int socketsPerConnection =
-      1;                    // per direction, for messages of more than a segment: 1..kMaxSockets
+  // Sockets each direction owns, for messages of more than a segment: 1..kMaxSockets.
+  int socketsPerConnection = 1;
   int keepaliveMs = 20000;  // unanswered keepalive probes for this long: the peer is unreachable
 };
 
