@@ -423,8 +423,10 @@ class NcclWriter {
     setAttr(pci, "link_speed", speedText(node.link));
     setAttr(pci, "link_width", node.link.width);
     if (node.kind == NodeKind::Gpu && node.gpu.described) writeGpu(pci, node.gpu);
-    // A NIC keeps its <nic> unless its class alone says NIC, as in cloud providers' files.
-    if (node.kind == NodeKind::Nic && (!node.ports.empty() || !classSaysNic(node.pciClass)))
+    // A NIC keeps its <nic> unless its class alone says NIC, as in cloud providers' files; the
+    // reader trusts the class only for a device without <pci> inside (else it is a bridge).
+    if (node.kind == NodeKind::Nic &&
+        (!node.ports.empty() || !classSaysNic(node.pciClass) || !node.children.empty()))
       writePorts(pci.append_child("nic"), node.ports);
     for (int child : node.children) writeNode(pci, child);
   }

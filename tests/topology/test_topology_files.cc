@@ -91,6 +91,22 @@ TEST(Files, NcclDumpKeepsANicItsClassDoesNotName) {
   EXPECT_EQ(classLabel(after.paths[0][1]), classLabel(before.paths[0][1]));
 }
 
+// A NIC with no port, a class that says NIC, and a <pci> inside: the reader takes a device with
+// <pci> inside and no <nic> for a bridge, so its dump must keep the empty <nic> (found by
+// fuzz_nccl_xml, minimized).
+TEST(Files, NcclDumpKeepsANicWithDevicesInside) {
+  const std::string text = R"(<system version="1"><cpu>
+    <pci busid="0000:0a:00.0" class="0x020000"><pci busid="0000:0b:00.0"/><nic></nic></pci>
+  </cpu></system>)";
+  const Topology original = readNcclXml(text, "nic.xml");
+  const Matrix before = computeMatrix(original);
+  ASSERT_EQ(before.endpoints.size(), 1u);  // the NIC
+  const std::string dump = writeNcclXml(original);
+  const Matrix after = computeMatrix(readNcclXml(dump, "dump.xml"));
+  ASSERT_EQ(after.endpoints.size(), 1u) << dump;
+  EXPECT_EQ(after.endpoints[0].label, before.endpoints[0].label);
+}
+
 // Load an NCCL file, dump it, load the dump: the same endpoints, classes and bandwidths.
 TEST(Files, NcclDumpRoundTrips) {
   SKIP_WITHOUT_SHARED();
