@@ -871,27 +871,8 @@ TEST(NetProxy, AbandonTellsThePeersWhyTheRankFailedOverUcx) {
 }
 #endif
 
-// TCP connections among this process's sockets: distinct pairs of connected endpoints.
-int tcpConnections() {
-  std::set<std::pair<std::string, std::string>> connections;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
-    const int fd = std::atoi(entry.path().filename().c_str());
-    sockaddr_storage local{}, peer{};
-    socklen_t localLength = sizeof local, peerLength = sizeof peer;
-    int type = 0;
-    socklen_t typeLength = sizeof type;
-    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &typeLength) != 0 || type != SOCK_STREAM ||
-        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &localLength) != 0 ||
-        getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peerLength) != 0)
-      continue;
-    std::string a = SocketAddress(reinterpret_cast<sockaddr*>(&local), localLength).toString();
-    std::string b = SocketAddress(reinterpret_cast<sockaddr*>(&peer), peerLength).toString();
-    connections.insert(std::minmax(a, b));
-  }
-  return static_cast<int>(connections.size());
-}
-
-// Bytes each TCP endpoint of this process has received, by its local and peer address.
+// This process's connected TCP endpoints, by local and peer address, with the bytes each has
+// received.
 std::map<std::pair<std::string, std::string>, uint64_t> receivedByEndpoint() {
   std::map<std::pair<std::string, std::string>, uint64_t> received;
   for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
@@ -909,6 +890,14 @@ std::map<std::pair<std::string, std::string>, uint64_t> receivedByEndpoint() {
         info.tcpi_bytes_received;
   }
   return received;
+}
+
+// TCP connections among this process's sockets: distinct pairs of connected endpoints.
+int tcpConnections() {
+  std::set<std::pair<std::string, std::string>> connections;
+  for (const auto& [ends, bytes] : receivedByEndpoint())
+    connections.insert(std::minmax(ends.first, ends.second));
+  return static_cast<int>(connections.size());
 }
 
 // Ranks 0 and 1 on loopback, each a proxy that connects on first use (socket plug-in), started.
