@@ -204,11 +204,13 @@ TEST(SocketNet, RefusesSocketCountsOutOfRange) {
 // Messages of every shape, many in flight: the bytes arrive intact and in posting order. With
 // `registered`, from and into memory the plug-in registered. `gathered`: each message is sent as a
 // head of up to 64 bytes (in a buffer with room for the whole message, as a FIFO slot has) and a
-// body elsewhere (isendGather).
-void expectMessagesMoveIntact(Pair& p, bool registered = false, bool gathered = false) {
-  const std::vector<size_t> sizes = {
+// body elsewhere (isendGather). Only messages of up to `maxBytes`.
+void expectMessagesMoveIntact(Pair& p, bool registered = false, bool gathered = false,
+                              size_t maxBytes = SIZE_MAX) {
+  std::vector<size_t> sizes = {
       0, 1,      4095, wire::kMinPartBytes, 100000, (1u << 20) + 5, 17, 3 * wire::kMinPartBytes + 1,
       0, 777777, 65536};
+  std::erase_if(sizes, [&](size_t size) { return size > maxBytes; });
   const size_t capacity = 1u << 21;
   {
     std::vector<std::vector<uint8_t>> out, in, heads;
@@ -762,12 +764,6 @@ TEST(SocketNet, TheOtherDirectionSharesTheConnection) {
   expectTheOtherDirectionSharesTheConnection(connectedPair(2));
 }
 
-#ifdef BRAID_HAVE_UCX
-TEST(UcxNet, TheOtherDirectionSharesTheConnection) {
-  expectTheOtherDirectionSharesTheConnection(ucxPair());
-}
-#endif
-
 // ---- the proxy ----
 
 // Threads of this process with the progress thread's name.
@@ -899,6 +895,27 @@ int tcpConnections() {
     connections.insert(std::minmax(ends.first, ends.second));
   return static_cast<int>(connections.size());
 }
+
+#ifdef BRAID_HAVE_UCX
+// Over TCP, messages back that fit a segment (loopback's: 64 KiB) share the connection; larger ones
+// open a lane of their own, and all arrive in order whatever endpoint carried them.
+TEST(UcxNet, TheOtherDirectionSharesTheConnectionAndSendsLargeMessagesOverALane) {
+  Pair forward = ucxPair();
+  Pair back;
+  back.send = forward.net->sendBack(*forward.recv);
+  back.recv = forward.net->receiveBack(*forward.send);
+  ASSERT_NE(back.send, nullptr);
+  ASSERT_NE(back.recv, nullptr);
+  const int connections = tcpConnections();
+  expectMessagesMoveIntact(back, false, false, wire::kMinPartBytes);
+  EXPECT_EQ(tcpConnections(), connections);
+  expectMessagesMoveIntact(back);
+  EXPECT_GT(tcpConnections(), connections);
+  expectMessagesMoveIntact(forward);
+  uint32_t tag = 0;
+  EXPECT_EQ(forward.net->acceptReady(*forward.listener, &tag), nullptr);
+}
+#endif
 
 // Ranks 0 and 1 on loopback, each a proxy that connects on first use (socket plug-in), started.
 // `peerConnectionGrace`: how long rank 1 waits for rank 0's connection before making its own.

@@ -14,7 +14,9 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "base/error.h"
@@ -33,15 +35,26 @@ bool rdmaDevicePresent() {
 namespace {
 
 constexpr uint64_t kHelloMagic = 0x31552d6469617262;  // "braid-U1"
-// Data messages carry the connection id as their tag; the end of the stream sets this bit too,
-// and a failed rank's reason (SendComm::abort) the next. Connection ids have neither, nor
-// kBackTag.
+// Data messages carry the connection id as their tag, with their number on the connection in the
+// low kSeqBits: a direction's large messages may take a lane of their own (see UcxSendComm), so
+// the receiver matches each message by its number, not by when it arrives. A number comes round
+// again only after 2^20 messages, which no message waits behind. The end of the stream sets this
+// bit, and a failed rank's reason (SendComm::abort) the next. Connection ids have neither, nor
+// kBackTag, nor number bits: 41 random bits, so that two connections to one worker share an id
+// with odds of about 1 in 4 million for a thousand connections.
+constexpr int kSeqBits = 20;
+constexpr uint64_t kSeqMask = (uint64_t{1} << kSeqBits) - 1;
 constexpr uint64_t kEndOfStreamTag = uint64_t{1} << 63;
 constexpr uint64_t kRankFailedTag = uint64_t{1} << 62;
 constexpr uint64_t kControlTags = kEndOfStreamTag | kRankFailedTag;
 // Tags the messages that go back over a connection, from the side that accepted it.
 constexpr uint64_t kBackTag = uint64_t{1} << 61;
+constexpr uint64_t kNotConnectionBits = kControlTags | kBackTag | kSeqMask;
 constexpr uint64_t kExactTag = ~uint64_t{0};
+// Hello::flags: the endpoint is a lane of an existing connection, not a connection of its own.
+constexpr uint32_t kLaneHello = 1;
+// Gathered messages this small are copied into one piece (UcxSendComm::isendGather).
+constexpr size_t kCopiedMaxBytes = 4096;
 // A connection must send its hello this quickly: a stranger that sends nothing is dropped.
 constexpr auto kHelloTimeout = std::chrono::seconds(5);
 // How long closing an endpoint may flush what it still holds (the end of the stream) before it is
@@ -53,10 +66,18 @@ struct Hello {
   uint64_t magic = kHelloMagic;
   uint8_t token[wire::kTokenBytes] = {};  // the listener's, from its handle
   uint32_t tag = 0;                       // the connecting rank's
-  uint32_t reserved = 0;
-  uint64_t connection = 0;  // tags this connection's messages; the top three bits clear
+  uint32_t flags = 0;                     // kLaneHello
+  uint64_t connection = 0;                // tags this connection's messages; no kNotConnectionBits
+  // Where the accepting side may open a lane for its messages back: a listener of the connecting
+  // side's worker. All zero: nowhere.
+  Handle back;
 };
-static_assert(sizeof(Hello) == 40);
+static_assert(sizeof(Hello) == 40 + sizeof(Handle));
+
+bool present(const Handle& handle) {
+  return std::any_of(std::begin(handle.bytes), std::end(handle.bytes),
+                     [](uint8_t b) { return b != 0; });
+}
 
 std::string text(ucs_status_t status) {
   return ucs_status_string(status);
@@ -191,8 +212,7 @@ class Operation {
 // one (tests do), so the worker is thread-safe (MULTI): uncontended, its locks cost little.
 class Worker {
  public:
-  explicit Worker(int keepaliveMs) : keepaliveMs(keepaliveMs) {
-    const bool rdma = rdmaDevicePresent();
+  explicit Worker(int keepaliveMs) : keepaliveMs(keepaliveMs), rdma(rdmaDevicePresent()) {
     // UCX's 8 KiB TCP segments cost a system call each: a FIFO slot goes in one piece. Once per
     // process, the first time UCX starts (setenv races with other threads' getenv otherwise).
     static std::once_flag segments;
@@ -310,6 +330,7 @@ class Worker {
   int wakeFd = -1;
   int alwaysReady = -1;
   const int keepaliveMs;
+  const bool rdma;  // an RDMA device is present: UCX runs over it, not over TCP
 
  private:
   std::mutex addressesMutex_;
@@ -333,8 +354,23 @@ class Worker {
     ucp_listener_h handle = nullptr;
     std::mutex mutex;
     std::deque<ucp_conn_request_h> requests;
+    std::atomic<size_t> queued{0};  // requests.size(), for a look without the lock
+    void add(ucp_conn_request_h request) {
+      std::lock_guard<std::mutex> lock(mutex);
+      requests.push_back(request);
+      queued.store(requests.size(), std::memory_order_release);
+    }
+    ucp_conn_request_h take() {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (requests.empty()) return nullptr;
+      ucp_conn_request_h request = requests.front();
+      requests.pop_front();
+      queued.store(requests.size(), std::memory_order_release);
+      return request;
+    }
     std::deque<ucp_conn_request_h> takeAll() {
       std::lock_guard<std::mutex> lock(mutex);
+      queued.store(0, std::memory_order_release);
       return std::exchange(requests, {});
     }
   };
@@ -450,6 +486,182 @@ struct UcxRequest : Request {
   std::shared_ptr<std::array<ucp_dt_iov_t, 2>> iov;
 };
 
+// Opens an endpoint to the listener of `handle` and sends `hello` on its stream with the
+// listener's token; the endpoint keeps the hello until it closes. `sent` gets the send.
+std::unique_ptr<Endpoint> connectTo(const std::shared_ptr<Worker>& worker, const Handle& handle,
+                                    std::unique_ptr<Hello> hello, Operation* sent) {
+  const SocketAddress address = wire::unpackHandle(handle, hello->token, "UCX");
+  auto endpoint = std::make_unique<Endpoint>(worker, address.toString());
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
+  params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  params.sockaddr.addr = address.get();
+  params.sockaddr.addrlen = address.length();
+  endpoint->create(params);
+  // The send may wait for the endpoint's wire-up: the endpoint keeps its buffer.
+  const ucp_request_param_t p{};
+  *sent = Operation(worker->worker,
+                    ucp_stream_send_nbx(endpoint->get(), hello.get(), sizeof(Hello), &p));
+  endpoint->hold(std::move(hello));
+  return endpoint;
+}
+
+// What arrives at a listener: connections, which the proxy accepts (UcxListenComm), and lanes
+// (see UcxSendComm), which nobody accepts: whoever looks first wires them up, the listener or a
+// comm whose peer may open one, and they stay until the last of those goes. A lane's messages
+// match their receives by tag, whatever endpoint carries them.
+class Arrivals {
+ public:
+  struct Arrived {
+    std::unique_ptr<Endpoint> endpoint;
+    Hello hello;
+  };
+
+  Arrivals(std::shared_ptr<Worker> worker, Worker::Listener& listener, const uint8_t* token,
+           std::string bound)
+      : worker_(std::move(worker)), listener_(listener), bound_(std::move(bound)) {
+    std::memcpy(token_, token, sizeof token_);
+  }
+
+  // Whether a look could find anything: a request queued or a hello on its way.
+  bool idle() const {
+    return listener_.queued.load(std::memory_order_acquire) == 0 &&
+           waiting_.load(std::memory_order_acquire) == 0;
+  }
+
+  // The first connection whose hello arrived and carries the listener's token.
+  std::optional<Arrived> next() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    look();
+    if (connections_.empty()) return std::nullopt;
+    Arrived arrived = std::move(connections_.front());
+    connections_.pop_front();
+    return arrived;
+  }
+
+  // Wires up lanes that arrived, unless someone else is looking.
+  void poll() {
+    std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+    if (lock.owns_lock()) look();
+  }
+
+  // The listener's owner has gone: requests queued are turned away, connections that arrived and
+  // later ones dropped; lanes still come in.
+  void close() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closed_ = true;
+    connections_.clear();
+    for (ucp_conn_request_h request : listener_.takeAll())
+      ucp_listener_reject(listener_.handle, request);
+  }
+  bool closed() const { return closed_.load(); }
+
+ private:
+  struct Pending {
+    std::unique_ptr<Endpoint> endpoint;
+    Hello hello;
+    Operation receive;
+    Clock::time_point since;
+  };
+
+  void look() {
+    takeRequests();
+    sortHellos();
+  }
+
+  // Makes an endpoint for each connection request and waits for its hello.
+  void takeRequests() {
+    while (ucp_conn_request_h request = listener_.take()) {
+      ucp_conn_request_attr_t attr{};
+      attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+      std::string peer = "an unknown address";
+      if (ucp_conn_request_query(request, &attr) == UCS_OK)
+        peer = SocketAddress(reinterpret_cast<const sockaddr*>(&attr.client_address),
+                             sizeof attr.client_address)
+                   .toString();
+      auto pending = std::make_unique<Pending>();
+      pending->endpoint = std::make_unique<Endpoint>(worker_, peer);
+      ucp_ep_params_t params{};
+      params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST;
+      params.conn_request = request;
+      try {
+        pending->endpoint->create(params);
+      } catch (const Error& e) {
+        BRAID_WARN(log::kNet, "NET/UCX: dropped a connection: {}", e.what());
+        continue;
+      }
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_STREAM_RECV_FLAG_WAITALL;
+      size_t length = 0;
+      pending->receive =
+          Operation(worker_->worker, ucp_stream_recv_nbx(pending->endpoint->get(), &pending->hello,
+                                                         sizeof(Hello), &length, &p));
+      pending->since = Clock::now();
+      pending_.push_back(std::move(pending));
+    }
+    waiting_.store(pending_.size(), std::memory_order_release);
+  }
+
+  // Sorts the endpoints whose hello arrived into connections and lanes; drops those without the
+  // listener's token, and those that sent none in time.
+  void sortHellos() {
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      Pending& p = **it;
+      size_t length = 0;
+      const ucs_status_t status = p.receive.poll(nullptr, &length);
+      const bool lane = (p.hello.flags & kLaneHello) != 0;
+      const uint64_t notAllowed = lane ? kControlTags | kSeqMask : kNotConnectionBits;
+      std::string refused;
+      if (status == UCS_INPROGRESS && Clock::now() - p.since > kHelloTimeout)
+        refused = "no hello";
+      else if (status != UCS_INPROGRESS && status != UCS_OK)
+        refused = "the connection failed: " + text(status);
+      else if (status == UCS_OK && (p.hello.magic != kHelloMagic ||
+                                    std::memcmp(p.hello.token, token_, sizeof token_) != 0 ||
+                                    (p.hello.connection & notAllowed) != 0))
+        refused = "a hello without this listener's token";
+      else if (status == UCS_OK && !lane && closed_)
+        refused = "the listener is closed";
+      if (!refused.empty()) {
+        BRAID_WARN(log::kNet, "NET/UCX: dropped a connection from {} to {}: {}", p.endpoint->peer(),
+                   bound_, refused);
+      } else if (status == UCS_INPROGRESS) {
+        ++it;
+        continue;
+      } else if (lane) {
+        lanes_.push_back(std::move(p.endpoint));
+      } else {
+        connections_.push_back({std::move(p.endpoint), p.hello});
+      }
+      it = pending_.erase(it);
+    }
+    waiting_.store(pending_.size(), std::memory_order_release);
+  }
+
+  std::shared_ptr<Worker> worker_;
+  // Owned by the worker; its handler queues requests from UCX's async thread.
+  Worker::Listener& listener_;
+  std::string bound_;  // for messages
+  uint8_t token_[wire::kTokenBytes];
+  std::mutex mutex_;  // guards what follows
+  std::vector<std::unique_ptr<Pending>> pending_;
+  std::atomic<size_t> waiting_{0};  // pending_.size()
+  std::deque<Arrived> connections_;
+  std::vector<std::unique_ptr<Endpoint>> lanes_;
+  std::atomic<bool> closed_{false};
+};
+
+// Over TCP, both directions of a connection on one socket make a message larger than a segment
+// wait on the other direction's traffic (2 KiB all-reduces between 2 namespace hosts: 18 us over
+// one endpoint, 12 us over one per direction, where 8 B takes 10.6 and 14). So a side that sends
+// back over its peer's connection sends larger messages over an endpoint of its own, a lane: small
+// messages share the connection, larger ones do not, as over braid's sockets.
+struct Lane {
+  Handle listener;               // the peer's, where the lane is opened; all zero: no lane
+  size_t aboveBytes = SIZE_MAX;  // messages larger than this take it
+};
+
 // One direction of a connection: its endpoint, tag and requests. Requests are tested in posting
 // order.
 class UcxComm {
@@ -469,6 +681,8 @@ class UcxComm {
     r.seq = posted_++;
     return r;
   }
+  // A data message's tag: its connection's, and its number there.
+  uint64_t tagOf(const UcxRequest& r) const { return connection_ | (r.seq & kSeqMask); }
   ucp_request_param_t param(size_t bytes, MemoryRegion* region) const {
     ucp_request_param_t p{};
     if (region != nullptr && bytes > 0) {
@@ -513,16 +727,22 @@ class UcxComm {
 class UcxSendComm final : public SendComm, UcxComm {
  public:
   // `hello`, the connection's first message, is in flight on the endpoint's stream; where the
-  // comm sends back over a connection the peer made, a flush of the endpoint stands for it.
+  // comm sends back over a connection the peer made, a flush of the endpoint stands for it, and
+  // `lane` says where larger messages go. `lanesBack`: where the peer's lane for messages back
+  // would arrive, the listener this side's hello named.
   UcxSendComm(std::shared_ptr<Endpoint> endpoint, uint64_t connection, Operation hello,
-              std::shared_ptr<Worker> worker)
+              std::shared_ptr<Worker> worker, Lane lane = {},
+              std::shared_ptr<Arrivals> lanesBack = nullptr)
       : UcxComm(endpoint, connection, "sending to " + endpoint->peer()),
         hello_(std::move(hello)),
-        worker_(std::move(worker)) {}
+        worker_(std::move(worker)),
+        lane_(lane),
+        lanesBack_(std::move(lanesBack)) {}
 
   // The connection, for the other direction (UcxNet::receiveBack).
   const std::shared_ptr<Endpoint>& endpoint() const { return endpoint_; }
   uint64_t connection() const { return connection_; }
+  const std::shared_ptr<Arrivals>& lanesBack() const { return lanesBack_; }
 
   std::unique_ptr<MemoryRegion> registerMemory(void* data, size_t bytes) override {
     return registerRegion(worker_, data, bytes);
@@ -530,19 +750,23 @@ class UcxSendComm final : public SendComm, UcxComm {
 
   Request* isend(const void* data, size_t bytes, MemoryRegion* region) override {
     if (!readyToSend()) return nullptr;
+    const ucp_ep_h endpoint = endpointFor(bytes);
     UcxRequest& r = nextRequest();
     r.bytes = bytes;
     const ucp_request_param_t p = param(bytes, region);
-    r.operation = Operation(worker_->worker,
-                            ucp_tag_send_nbx(endpoint_->get(), data, bytes, connection_, &p));
+    r.operation = Operation(worker_->worker, ucp_tag_send_nbx(endpoint, data, bytes, tagOf(r), &p));
     return &r;
   }
 
-  // One message from two places, as UCX's IOV datatype: UCX reads the body where it lies.
+  // One message from two places, as UCX's IOV datatype: UCX reads the body where it lies. A small
+  // message is copied behind its head instead, which costs less than UCX's gathering (8 B - 1 KiB
+  // all-reduces between 2 namespace hosts: 0.1-0.4 us less).
   Request* isendGather(void* head, size_t headBytes, const void* body, size_t bodyBytes,
                        MemoryRegion* region) override {
-    if (bodyBytes == 0) return isend(head, headBytes, region);
+    if (headBytes + bodyBytes <= kCopiedMaxBytes)
+      return SendComm::isendGather(head, headBytes, body, bodyBytes, region);
     if (!readyToSend()) return nullptr;
+    const ucp_ep_h endpoint = endpointFor(headBytes + bodyBytes);
     UcxRequest& r = nextRequest();
     r.bytes = headBytes + bodyBytes;
     r.iov = std::make_shared<std::array<ucp_dt_iov_t, 2>>(
@@ -550,8 +774,8 @@ class UcxSendComm final : public SendComm, UcxComm {
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
     p.datatype = ucp_dt_make_iov();
-    r.operation = Operation(worker_->worker, ucp_tag_send_nbx(endpoint_->get(), r.iov->data(),
-                                                              r.iov->size(), connection_, &p));
+    r.operation = Operation(worker_->worker,
+                            ucp_tag_send_nbx(endpoint, r.iov->data(), r.iov->size(), tagOf(r), &p));
     return &r;
   }
 
@@ -564,6 +788,12 @@ class UcxSendComm final : public SendComm, UcxComm {
       failTransfer(activity_, hello, worker_->keepaliveMs);
     if (endpoint_->error() != UCS_OK)
       failTransfer(activity_, endpoint_->error(), worker_->keepaliveMs);
+    if (laneEndpoint_ != nullptr) {
+      if (const ucs_status_t hello = laneHello_.poll(); hello != UCS_INPROGRESS && hello != UCS_OK)
+        failTransfer(activity_, hello, worker_->keepaliveMs);
+      if (laneEndpoint_->error() != UCS_OK)
+        failTransfer(activity_, laneEndpoint_->error(), worker_->keepaliveMs);
+    }
     return finished(*static_cast<UcxRequest*>(request), bytes, false);
   }
 
@@ -601,18 +831,43 @@ class UcxSendComm final : public SendComm, UcxComm {
     return true;
   }
 
+  // The endpoint a message of `bytes` goes over: the connection's, or the lane, opened the first
+  // time. The lane's hello need not go first: messages are matched by their number.
+  ucp_ep_h endpointFor(size_t bytes) {
+    if (bytes <= lane_.aboveBytes || !present(lane_.listener)) return endpoint_->get();
+    if (laneEndpoint_ == nullptr) {
+      auto hello = std::make_unique<Hello>();
+      hello->flags = kLaneHello;
+      hello->connection = connection_;
+      laneEndpoint_ = connectTo(worker_, lane_.listener, std::move(hello), &laneHello_);
+      BRAID_INFO(log::kNet, "NET/UCX: {}: messages over {} bytes take a lane of their own",
+                 activity_, lane_.aboveBytes);
+    }
+    return laneEndpoint_->get();
+  }
+
   Operation hello_;
   Operation end_;
   Operation abort_;
   std::shared_ptr<Worker> worker_;
+  Lane lane_;
+  std::shared_ptr<Arrivals> lanesBack_;
+  Operation laneHello_;
+  // Closes (flushing what it holds) before the requests of UcxComm are destroyed.
+  std::unique_ptr<Endpoint> laneEndpoint_;
 };
 
 class UcxRecvComm final : public RecvComm, UcxComm {
  public:
+  // `laneBack`: where messages back over this connection may take a lane (from the peer's
+  // hello). `lanes`: where the peer's lane for this direction arrives, if it opens one.
   UcxRecvComm(std::shared_ptr<Endpoint> endpoint, uint64_t connection,
-              std::shared_ptr<Worker> worker)
+              std::shared_ptr<Worker> worker, Lane laneBack = {},
+              std::shared_ptr<Arrivals> lanes = nullptr)
       : UcxComm(endpoint, connection, "receiving from " + endpoint->peer()),
-        worker_(std::move(worker)) {
+        worker_(std::move(worker)),
+        laneBack_(laneBack),
+        lanes_(std::move(lanes)) {
     const ucp_request_param_t p{};
     end_ =
         Operation(worker_->worker, ucp_tag_recv_nbx(worker_->worker, nullptr, 0,
@@ -629,6 +884,7 @@ class UcxRecvComm final : public RecvComm, UcxComm {
   // The connection, for the other direction (UcxNet::sendBack).
   const std::shared_ptr<Endpoint>& endpoint() const { return endpoint_; }
   uint64_t connection() const { return connection_; }
+  const Lane& laneBack() const { return laneBack_; }
 
   std::unique_ptr<MemoryRegion> registerMemory(void* data, size_t bytes) override {
     return registerRegion(worker_, data, bytes);
@@ -642,7 +898,7 @@ class UcxRecvComm final : public RecvComm, UcxComm {
     ucp_request_param_t p = param(capacity, region);
     p.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     r.operation = Operation(worker_->worker, ucp_tag_recv_nbx(worker_->worker, data, capacity,
-                                                              connection_, kExactTag, &p));
+                                                              tagOf(r), kExactTag, &p));
     return &r;
   }
 
@@ -651,6 +907,8 @@ class UcxRecvComm final : public RecvComm, UcxComm {
   bool test(Request* request, size_t* bytes) override {
     if (finished(*static_cast<UcxRequest*>(request), bytes, true)) return true;
     worker_->progress();
+    // The peer's lane is wired up here when it opens one: nobody may be accepting connections.
+    if (lanes_ != nullptr && !lanes_->idle()) lanes_->poll();
     if (finished(*static_cast<UcxRequest*>(request), bytes, true)) return true;
     if (const ucs_status_t status = rankFailed_.poll(&reasonInfo_); status == UCS_OK)
       fail(braidRemoteError, "{}: the peer's rank failed: {}", activity_,
@@ -680,22 +938,26 @@ class UcxRecvComm final : public RecvComm, UcxComm {
   ucp_tag_recv_info_t reasonInfo_{};
   Operation rankFailed_;  // receives the reason; released before its buffer
   std::shared_ptr<Worker> worker_;
+  Lane laneBack_;
+  std::shared_ptr<Arrivals> lanes_;
 };
 
-// A UCP listener and the connections it received that have not been accepted yet.
+// A UCP listener, whose connections the proxy accepts and whose lanes its comms take (Arrivals).
 class UcxListenComm final : public ListenComm {
  public:
-  UcxListenComm(std::shared_ptr<Worker> worker, const SocketAddress& address, const uint8_t* token)
-      : worker_(std::move(worker)), listener_(worker_->newListener()) {
-    std::memcpy(token_, token, sizeof token_);
+  // Messages back over the connections it accepts may take a lane when larger than
+  // `laneAboveBytes`, if their peer says where.
+  UcxListenComm(std::shared_ptr<Worker> worker, const SocketAddress& address, const uint8_t* token,
+                size_t laneAboveBytes)
+      : worker_(std::move(worker)),
+        listener_(worker_->newListener()),
+        laneAboveBytes_(laneAboveBytes) {
     ucp_listener_params_t params{};
     params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
     params.sockaddr.addr = address.get();
     params.sockaddr.addrlen = address.length();
     params.conn_handler.cb = [](ucp_conn_request_h request, void* listener) {
-      auto* l = static_cast<Worker::Listener*>(listener);
-      std::lock_guard<std::mutex> lock(l->mutex);
-      l->requests.push_back(request);
+      static_cast<Worker::Listener*>(listener)->add(request);
     };
     params.conn_handler.arg = &listener_;
     check(ucp_listener_create(worker_->worker, &params, &listener_.handle), "ucp_listener_create");
@@ -703,20 +965,17 @@ class UcxListenComm final : public ListenComm {
     attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
     check(ucp_listener_query(listener_.handle, &attr), "ucp_listener_query");
     bound_ = SocketAddress(reinterpret_cast<const sockaddr*>(&attr.sockaddr), sizeof attr.sockaddr);
+    arrivals_ = std::make_shared<Arrivals>(worker_, listener_, token, bound_.toString());
   }
   // Connections that asked to come in are turned away; the listener itself goes with the worker.
-  ~UcxListenComm() override {
-    pending_.clear();
-    for (ucp_conn_request_h request : listener_.takeAll())
-      ucp_listener_reject(listener_.handle, request);
-  }
+  ~UcxListenComm() override { arrivals_->close(); }
 
   const SocketAddress& bound() const { return bound_; }
+  const std::shared_ptr<Arrivals>& arrivals() const { return arrivals_; }
 
   std::unique_ptr<RecvComm> acceptReady(uint32_t* tag) {
     worker_->progress();
-    takeRequests();
-    return nextHello(tag);
+    return comm(arrivals_->next(), tag);
   }
 
   void pollDescriptors(std::vector<pollfd>& out) const override { worker_->pollDescriptor(out); }
@@ -725,8 +984,7 @@ class UcxListenComm final : public ListenComm {
     std::unique_ptr<RecvComm> accepted;
     const bool arrived = worker_->progressUntil(
         [&] {
-          takeRequests();
-          accepted = nextHello(tag);
+          accepted = comm(arrivals_->next(), tag);
           return accepted != nullptr;
         },
         deadline);
@@ -737,93 +995,19 @@ class UcxListenComm final : public ListenComm {
   }
 
  private:
-  struct Pending {
-    std::unique_ptr<Endpoint> endpoint;
-    Hello hello;
-    Operation receive;
-    Clock::time_point since;
-  };
-
-  // Makes an endpoint for each connection request and waits for its hello.
-  void takeRequests() {
-    for (;;) {
-      ucp_conn_request_h request = nullptr;
-      {
-        std::lock_guard<std::mutex> lock(listener_.mutex);
-        if (listener_.requests.empty()) break;
-        request = listener_.requests.front();
-        listener_.requests.pop_front();
-      }
-      ucp_conn_request_attr_t attr{};
-      attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
-      std::string peer = "an unknown address";
-      if (ucp_conn_request_query(request, &attr) == UCS_OK)
-        peer = SocketAddress(reinterpret_cast<const sockaddr*>(&attr.client_address),
-                             sizeof attr.client_address)
-                   .toString();
-      auto pending = std::make_unique<Pending>();
-      pending->endpoint = std::make_unique<Endpoint>(worker_, peer);
-      ucp_ep_params_t params{};
-      params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST;
-      params.conn_request = request;
-      try {
-        pending->endpoint->create(params);
-      } catch (const Error& e) {
-        BRAID_WARN(log::kNet, "NET/UCX: dropped a connection: {}", e.what());
-        continue;
-      }
-      ucp_request_param_t p{};
-      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      p.flags = UCP_STREAM_RECV_FLAG_WAITALL;
-      size_t length = 0;
-      pending->receive =
-          Operation(worker_->worker, ucp_stream_recv_nbx(pending->endpoint->get(), &pending->hello,
-                                                         sizeof(Hello), &length, &p));
-      pending->since = Clock::now();
-      pending_.push_back(std::move(pending));
-    }
-  }
-
-  // The first connection whose hello arrived and carries this listener's token.
-  std::unique_ptr<RecvComm> nextHello(uint32_t* tag) {
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      Pending& p = **it;
-      size_t length = 0;
-      const ucs_status_t status = p.receive.poll(nullptr, &length);
-      std::string refused;
-      if (status == UCS_INPROGRESS && Clock::now() - p.since > kHelloTimeout)
-        refused = "no hello";
-      else if (status != UCS_INPROGRESS && status != UCS_OK)
-        refused = "the connection failed: " + text(status);
-      else if (status == UCS_OK && (p.hello.magic != kHelloMagic ||
-                                    std::memcmp(p.hello.token, token_, sizeof token_) != 0 ||
-                                    (p.hello.connection & (kControlTags | kBackTag)) != 0))
-        refused = "a hello without this listener's token";
-      if (!refused.empty()) {
-        BRAID_WARN(log::kNet, "NET/UCX: dropped a connection from {} to {}: {}", p.endpoint->peer(),
-                   bound_.toString(), refused);
-        it = pending_.erase(it);
-        continue;
-      }
-      if (status == UCS_INPROGRESS) {
-        ++it;
-        continue;
-      }
-      *tag = p.hello.tag;
-      const std::string peer = p.endpoint->peer();
-      auto comm = std::make_unique<UcxRecvComm>(std::move(p.endpoint), p.hello.connection, worker_);
-      pending_.erase(it);
-      return comm;
-    }
-    return nullptr;
+  std::unique_ptr<RecvComm> comm(std::optional<Arrivals::Arrived> arrived, uint32_t* tag) {
+    if (!arrived) return nullptr;
+    *tag = arrived->hello.tag;
+    return std::make_unique<UcxRecvComm>(std::move(arrived->endpoint), arrived->hello.connection,
+                                         worker_, Lane{arrived->hello.back, laneAboveBytes_});
   }
 
   std::shared_ptr<Worker> worker_;
   // Owned by the worker; its handler queues requests from UCX's async thread.
   Worker::Listener& listener_;
+  size_t laneAboveBytes_;
   SocketAddress bound_;
-  uint8_t token_[wire::kTokenBytes];
-  std::vector<std::unique_ptr<Pending>> pending_;
+  std::shared_ptr<Arrivals> arrivals_;
 };
 
 class UcxNet final : public InterfaceNet {
@@ -842,8 +1026,11 @@ class UcxNet final : public InterfaceNet {
     uint8_t token[wire::kTokenBytes];
     fillRandom(token, sizeof token);
     worker()->addAddress(address.host());
-    auto listener = std::make_unique<UcxListenComm>(worker(), address, token);
+    auto listener =
+        std::make_unique<UcxListenComm>(worker(), address, token, laneAboveBytes(device));
     *handle = wire::packHandle(listener->bound(), token);
+    // Over TCP, the connections this side makes name it as where their lanes back go.
+    if (!worker_->rdma) lanesBack_ = {listener->arrivals(), *handle};
     return listener;
   }
 
@@ -851,24 +1038,19 @@ class UcxNet final : public InterfaceNet {
                                     Clock::time_point) override {
     worker()->addAddress(checkedDevice(device).address.host());
     auto hello = std::make_unique<Hello>();
-    const SocketAddress address = wire::unpackHandle(handle, hello->token, "UCX");
-    auto endpoint = std::make_unique<Endpoint>(worker(), address.toString());
-    ucp_ep_params_t params{};
-    params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
-    params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    params.sockaddr.addr = address.get();
-    params.sockaddr.addrlen = address.length();
-    endpoint->create(params);
     hello->tag = tag;
     fillRandom(&hello->connection, sizeof hello->connection);
-    hello->connection &= ~(kControlTags | kBackTag);
-    // The send may wait for the endpoint's wire-up: the endpoint keeps its buffer.
-    ucp_request_param_t p{};
-    Operation sent(worker_->worker,
-                   ucp_stream_send_nbx(endpoint->get(), hello.get(), sizeof(Hello), &p));
+    hello->connection &= ~kNotConnectionBits;
     const uint64_t connection = hello->connection;
-    endpoint->hold(std::move(hello));
-    return std::make_unique<UcxSendComm>(std::move(endpoint), connection, std::move(sent), worker_);
+    std::shared_ptr<Arrivals> lanesBack = lanesBack_.arrivals.lock();
+    if (lanesBack != nullptr && !lanesBack->closed())
+      hello->back = lanesBack_.handle;
+    else
+      lanesBack.reset();
+    Operation sent;
+    std::unique_ptr<Endpoint> endpoint = connectTo(worker_, handle, std::move(hello), &sent);
+    return std::make_unique<UcxSendComm>(std::move(endpoint), connection, std::move(sent), worker_,
+                                         Lane{}, std::move(lanesBack));
   }
 
   std::unique_ptr<RecvComm> accept(ListenComm& listener, uint32_t* tag,
@@ -889,11 +1071,12 @@ class UcxNet final : public InterfaceNet {
     const ucp_request_param_t flushParam{};
     Operation wiredUp(worker_->worker, ucp_ep_flush_nbx(recv.endpoint()->get(), &flushParam));
     return std::make_unique<UcxSendComm>(recv.endpoint(), recv.connection() | kBackTag,
-                                         std::move(wiredUp), worker_);
+                                         std::move(wiredUp), worker_, recv.laneBack());
   }
   std::unique_ptr<RecvComm> receiveBack(SendComm& to) override {
     auto& send = static_cast<UcxSendComm&>(to);
-    return std::make_unique<UcxRecvComm>(send.endpoint(), send.connection() | kBackTag, worker_);
+    return std::make_unique<UcxRecvComm>(send.endpoint(), send.connection() | kBackTag, worker_,
+                                         Lane{}, send.lanesBack());
   }
 
   std::unique_ptr<RecvComm> acceptReady(ListenComm& listener, uint32_t* tag) override {
@@ -907,8 +1090,22 @@ class UcxNet final : public InterfaceNet {
     return worker_;
   }
 
+  // Over TCP, messages larger than one segment of `device` (its MTU, less about 100 bytes of IP,
+  // TCP and UCX headers) take a lane; over RDMA, none do.
+  size_t laneAboveBytes(int device) {
+    if (worker()->rdma) return SIZE_MAX;
+    int mtu = 1500;
+    std::ifstream("/sys/class/net/" + checkedDevice(device).name + "/mtu") >> mtu;
+    return static_cast<size_t>(std::max(mtu, 1280) - 128);
+  }
+
   int keepaliveMs_;
   std::shared_ptr<Worker> worker_;
+  // The latest listener, named in the hellos of the connections this side makes.
+  struct {
+    std::weak_ptr<Arrivals> arrivals;
+    Handle handle;
+  } lanesBack_;
 };
 
 }  // namespace
