@@ -36,8 +36,8 @@ namespace {
 
 constexpr uint64_t kHelloMagic = 0x31552d6469617262;  // "braid-U1"
 // Data messages carry the connection id as their tag, with their number on the connection in the
-// low kSeqBits: a direction's large messages may take a lane of their own (see UcxSendComm), so
-// the receiver matches each message by its number, not by when it arrives. A number comes round
+// low kSeqBits: a direction's medium messages may take a lane of their own (see Lane), so the
+// receiver matches each message by its number, not by when it arrives. A number comes round
 // again only after 2^20 messages, which no message waits behind. The end of the stream sets this
 // bit, and a failed rank's reason (SendComm::abort) the next. Connection ids have neither, nor
 // kBackTag, nor number bits: 41 random bits, so that two connections to one worker share an id
