@@ -662,8 +662,8 @@ class Arrivals {
 // other's acknowledgements: over a lane, 4 MiB all-reduces took 3.3-4.3 ms in a sweep from 1 KiB,
 // against 1.5-2.9 ms with the lane for medium messages only (3 runs each).
 struct Lane {
-  Handle listener;               // the peer's, where the lane is opened; all zero: no lane
-  size_t aboveBytes = SIZE_MAX;  // messages larger than this take it
+  Handle listener;               // the peer's, where the lane is opened
+  size_t aboveBytes = SIZE_MAX;  // messages larger than this take it; SIZE_MAX: no lane
 };
 
 // One direction of a connection: its endpoint, tag and requests. Requests are tested in posting
@@ -838,8 +838,7 @@ class UcxSendComm final : public SendComm, UcxComm {
   // The endpoint a message of `bytes` goes over: the connection's, or the lane, opened the first
   // time. The lane's hello need not go first: messages are matched by their number.
   ucp_ep_h endpointFor(size_t bytes) {
-    if (bytes <= lane_.aboveBytes || bytes > kLaneMaxBytes || !present(lane_.listener))
-      return endpoint_->get();
+    if (bytes <= lane_.aboveBytes || bytes > kLaneMaxBytes) return endpoint_->get();
     if (laneEndpoint_ == nullptr) {
       auto hello = std::make_unique<Hello>();
       hello->flags = kLaneHello;
@@ -1003,8 +1002,10 @@ class UcxListenComm final : public ListenComm {
   std::unique_ptr<RecvComm> comm(std::optional<Arrivals::Arrived> arrived, uint32_t* tag) {
     if (!arrived) return nullptr;
     *tag = arrived->hello.tag;
+    const Handle& back = arrived->hello.back;
     return std::make_unique<UcxRecvComm>(std::move(arrived->endpoint), arrived->hello.connection,
-                                         worker_, Lane{arrived->hello.back, laneAboveBytes_});
+                                         worker_,
+                                         Lane{back, present(back) ? laneAboveBytes_ : SIZE_MAX});
   }
 
   std::shared_ptr<Worker> worker_;
@@ -1095,8 +1096,8 @@ class UcxNet final : public InterfaceNet {
     return worker_;
   }
 
-  // Over TCP, messages larger than one segment of `device` (its MTU, less about 100 bytes of IP,
-  // TCP and UCX headers) take a lane; over RDMA, none do.
+  // Over TCP, messages larger than one segment of `device` (its MTU, less 128 bytes for IP, TCP
+  // and UCX headers) take a lane; over RDMA, none do.
   size_t laneAboveBytes(int device) {
     if (worker()->rdma) return SIZE_MAX;
     int mtu = 1500;
