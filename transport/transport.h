@@ -64,6 +64,9 @@ class LinkService {
   // Moves, on the calling (waiting) thread, what it can of the links with `peer` (-1: all);
   // true if anything moved.
   virtual bool drive(int peer) { return false; }
+  // The thread that called drive() stops calling it (its wait sleeps): whoever else moves the
+  // links must take them back.
+  virtual void stopDriving() {}
   // The story of a failed link, preferring one with `peer`; nothing while all are well.
   virtual std::optional<std::string> failure(int peer) const { return std::nullopt; }
   // The rank failed: tell the peers it serves why, best effort and without waiting for them, as

@@ -30,6 +30,8 @@ class Watchdog {
   // `peer` on another host, instead of waiting for a progress thread to do it; true if anything
   // moved. Called every few spins and before every yield.
   virtual bool drive(int peer) { return false; }
+  // The wait stops calling drive(): it is about to sleep until woken.
+  virtual void stopDriving() {}
 
   // How long a wait busy-polls, then yields, before it sleeps. Fewer spins when ranks outnumber
   // cores: a spinning rank would hold the core its producer needs.
@@ -106,6 +108,7 @@ inline uint32_t waitUntil(WakeableWord w, Ready ready, Watchdog& dog, int peer,
     v = w.load();
     if (ready(v)) return v;
   }
+  dog.stopDriving();
   std::atomic_ref<uint32_t> sleepers(*w.sleepers), value(*w.value);
   for (;;) {
     sleepers.fetch_add(1, std::memory_order_seq_cst);

@@ -675,6 +675,10 @@ bool braidComm::drive(int peer) {
   return moved;
 }
 
+void braidComm::stopDriving() {
+  for (const auto& service : share_->links.services) service->stopDriving();
+}
+
 void braidComm::poll(int peer, const char* waitingFor) {
   // A peer process that exited: its pidfd turns readable.
   for (int r = 0; r < nranks_; ++r) {

@@ -127,6 +127,7 @@ struct braidComm : public braid::Watchdog {
   // Watchdog: deadline, aborts and dead peers.
   void poll(int peer, const char* waitingFor) override;
   bool drive(int peer) override;
+  void stopDriving() override;
 
  private:
   template <typename Body>

@@ -40,16 +40,20 @@ class ProgressThread {
   void detach(Proxy* proxy);
   // Ends a sleep now.
   void wake();
+  // A rank stopped driving its links (Proxy::stopDriving): the thread moves them again.
+  void driverStopped();
 
  private:
   void run();
   void sleep();
+  void sleepWhileDriven(uint64_t driverStops);
 
   std::mutex mutex_;  // proxies_; held through a round, so that detach() waits for it
   std::vector<Proxy*> proxies_;
   int wakeFd_ = -1;  // eventfd: work for a proxy, or stop
   std::atomic<bool> stop_{false};
   std::atomic<bool> sleeping_{false};
+  std::atomic<uint64_t> driverStops_{0};  // driverStopped() calls
   std::thread thread_;
 };
 
@@ -115,7 +119,7 @@ class Proxy : public LinkService {
   // An operation of the rank starts or ends. Meanwhile the thread sleeps in short slices, since the
   // rank's FIFO moves cannot wake it; in between it sleeps until a socket stirs. The rank moves
   // its links itself while it waits (drive), so an operation's start does not wake the thread;
-  // its end does, if it leaves slots to send.
+  // its end does, if it leaves slots the network has not taken.
   void operationStarted() override;
   void operationFinished() override;
   // None: while a rank waits it moves its links itself and the thread stays off the core.
@@ -125,6 +129,9 @@ class Proxy : public LinkService {
   // (rank -> proxy -> socket), which on few cores costs more than the network. The links with
   // `peer` (-1: all), and every link with slots to send.
   bool drive(int peer) override;
+  // The waiting rank stops driving (its wait goes to sleep): the thread takes the links back now,
+  // rather than when it next looks.
+  void stopDriving() override;
 
  private:
   struct Link;
