@@ -419,10 +419,11 @@ void Proxy::operationFinished() {
   bool unsent = false;
   for (const auto& link : links_)
     unsent |= link->sendFifo.control->tail().load() != link->sendFifo.control->head().load();
-  if (unsent && thread_ != nullptr) thread_->driverStopped();
+  if (unsent) stopDriving();
 }
 
 void Proxy::stopDriving() {
+  driverStopped_.store(true, std::memory_order_seq_cst);
   if (thread_ != nullptr) thread_->driverStopped();
 }
 
@@ -567,6 +568,9 @@ bool Proxy::sleepDescriptors(std::vector<pollfd>& fds) {
 }
 
 Proxy::Round Proxy::round() {
+  // Drives before the rank stopped are no sign that it still drives.
+  if (driverStopped_.exchange(false, std::memory_order_acq_rel))
+    drivesSeen_ = drives_.load(std::memory_order_relaxed);
   if (const uint64_t drives = drives_.load(std::memory_order_relaxed); drives != drivesSeen_) {
     drivesSeen_ = drives;
     return Round::kRankDriving;

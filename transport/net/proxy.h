@@ -169,9 +169,10 @@ class Proxy : public LinkService {
   std::mutex acceptMutex_;          // one thread takes arrivals at a time
   std::shared_ptr<ProgressThread> thread_;
   std::atomic<int> activeOperations_{0};
-  std::atomic<uint64_t> drives_{0};  // drive() calls: a rank is waiting on its links
-  uint64_t drivesSeen_ = 0;          // by the progress thread
-  bool departing_ = false;           // finish() ran: end the streams on purpose
+  std::atomic<uint64_t> drives_{0};         // drive() calls: a rank is waiting on its links
+  uint64_t drivesSeen_ = 0;                 // by the progress thread
+  std::atomic<bool> driverStopped_{false};  // stopDriving() since the thread last looked
+  bool departing_ = false;                  // finish() ran: end the streams on purpose
   bool ranksReadSmallMessages_ = false;
 
   std::atomic<bool> anyFailure_{false};
