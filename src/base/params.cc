@@ -61,6 +61,11 @@ std::string show(double v) {
 BRAID_PARAMS(BRAID_DEFINE_PARAM)
 #undef BRAID_DEFINE_PARAM
 
+bool isSet(const char* env) {
+  const char* raw = std::getenv(env);
+  return raw != nullptr && *raw != '\0';
+}
+
 std::vector<Description> describeAll() {
   std::vector<Description> all;
 #define BRAID_DESCRIBE_PARAM(name, env, type, def, help) \

@@ -73,7 +73,8 @@
     "(each rank measures both and keeps the faster)")                                              \
   X(ShmDisable, "BRAID_SHM_DISABLE", int64_t, 0, "1: never use shared memory between processes")   \
   X(SpinCount, "BRAID_SPIN_COUNT", int64_t, 4000, "busy-poll iterations before a wait yields")     \
-  X(YieldCount, "BRAID_YIELD_COUNT", int64_t, 200, "sched_yield rounds before a wait sleeps")      \
+  X(YieldCount, "BRAID_YIELD_COUNT", int64_t, 200,                                                 \
+    "sched_yield rounds before a wait sleeps (unset: 2000 where ranks drive network links)")       \
   X(Simd, "BRAID_SIMD", std::string, "auto", "host reduction kernels: auto, avx512, avx2, scalar")
 
 namespace braid::param {
@@ -85,6 +86,10 @@ namespace braid::param {
   type name##Now();
 BRAID_PARAMS(BRAID_DECLARE_PARAM)
 #undef BRAID_DECLARE_PARAM
+
+// Whether the environment sets `env`: where it does not, a communicator may choose its own
+// default (BRAID_YIELD_COUNT across hosts).
+bool isSet(const char* env);
 
 struct Description {
   const char* env;
