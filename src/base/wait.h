@@ -28,7 +28,7 @@ class Watchdog {
   virtual void poll(int peer, const char* waitingFor) = 0;
   // Moves what the waiting thread can move itself, such as the sockets of its connection with
   // `peer` on another host, instead of waiting for a progress thread to do it; true if anything
-  // moved. Called every few spins and before every yield.
+  // moved. Called on every spin and before every yield.
   virtual bool drive(int peer) { return false; }
   // The wait stops calling drive(): it is about to sleep until woken.
   virtual void stopDriving() {}
@@ -96,9 +96,11 @@ inline uint32_t waitUntil(WakeableWord w, Ready ready, Watchdog& dog, int peer,
                           const char* waitingFor) {
   uint32_t v = w.load();
   if (ready(v)) return v;
-  constexpr int64_t kSpinsPerDrive = 16;
+  // Drives on every spin: a network link moves only when driven, and the pauses between drives
+  // are lag (2 namespace hosts, 8 B - 512 B all-reduces over UCX: 1-4% less time than with a
+  // drive every 16 spins, 3 interleaved runs).
   for (int64_t i = 0; i < dog.spins; ++i) {
-    if (i % kSpinsPerDrive == 0) dog.drive(peer);
+    dog.drive(peer);
     cpuRelax();
     v = w.load();
     if (ready(v)) return v;
