@@ -896,22 +896,28 @@ int tcpConnections() {
 }
 
 #ifdef BRAID_HAVE_UCX
-// Over TCP, messages back that fit a segment (loopback's: 64 KiB less headers) share the
-// connection, and so does bulk; those in between open a lane of their own, and all arrive in order
-// whatever endpoint carried them.
-TEST(UcxNet, TheOtherDirectionSharesTheConnectionAndSendsLargeMessagesOverALane) {
+// Over TCP, messages that fit a segment (loopback's: 64 KiB less headers) share the connection
+// both ways, and so does bulk; those in between take a lane of their own in each direction (a new
+// TCP connection), and all arrive in order whatever endpoint carried them.
+TEST(UcxNet, EachDirectionSendsMediumMessagesOverALaneOfItsOwn) {
   Pair forward = ucxPair();
   Pair back;
   back.send = forward.net->sendBack(*forward.recv);
   back.recv = forward.net->receiveBack(*forward.send);
   ASSERT_NE(back.send, nullptr);
   ASSERT_NE(back.recv, nullptr);
+  const std::vector<size_t> shared = {0, 1, 4095, wire::kMinPartBytes, 100000, 1 << 20};
+  const std::vector<size_t> mixed = {65536, 1, 65536, 100000, 65536, 0, 65536, 17};
   const int connections = tcpConnections();
-  expectMessagesMoveIntact(back, false, false, {0, 1, 4095, wire::kMinPartBytes, 100000, 1 << 20});
+  expectMessagesMoveIntact(back, false, false, shared);
+  expectMessagesMoveIntact(forward, false, false, shared);
   EXPECT_EQ(tcpConnections(), connections);
-  expectMessagesMoveIntact(back, false, false, {65536, 1, 65536, 100000, 65536, 0, 65536, 17});
-  EXPECT_GT(tcpConnections(), connections);
-  expectMessagesMoveIntact(forward);
+  expectMessagesMoveIntact(back, false, false, mixed);
+  const int withLaneBack = tcpConnections();
+  EXPECT_GT(withLaneBack, connections);
+  expectMessagesMoveIntact(forward, false, false, mixed);
+  EXPECT_GT(tcpConnections(), withLaneBack);
+  // Neither lane arrived at the listener as a connection.
   uint32_t tag = 0;
   EXPECT_EQ(forward.net->acceptReady(*forward.listener, &tag), nullptr);
 }

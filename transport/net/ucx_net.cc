@@ -660,11 +660,15 @@ class Arrivals {
 
 // Over TCP, both directions of a connection on one socket make a message larger than a segment
 // wait on the other direction's traffic (2 KiB all-reduces between 2 namespace hosts: 18 us over
-// one endpoint, 12 us over one per direction, where 8 B takes 10.6 and 14). So a side that sends
-// back over its peer's connection sends such messages over an endpoint of its own, a lane. Bulk
+// one endpoint, 12 us over one per direction, where 8 B takes 10.6 and 14). So each direction
+// sends such messages over an endpoint of its own, a lane, opened to the peer's listener: the
+// connecting side's to the one it connected to, the accepting side's to the one the hello names.
+// With a lane for the side sending back only, the shared connection also carried the other
+// side's medium messages, and 512 KiB all-reduces after a sweep from 8 B then took either 125 or
+// 150-200 us (4 of 7 runs slow); with lanes both ways 0.87-0.89x MPI's time in 7 of 7. Bulk
 // (messages over kLaneMaxBytes) stays on the connection, where each direction's data carries the
-// other's acknowledgements: over a lane, 4 MiB all-reduces took 3.3-4.3 ms in a sweep from 1 KiB,
-// against 1.5-2.9 ms with the lane for medium messages only (3 runs each).
+// other's acknowledgements: with bulk on the lanes too, 512 KiB took 1.54x and 4 MiB 1.48x MPI's
+// time in 1 of 3 sweeps, 0.93-0.94 and 0.52-0.54 in the others.
 struct Lane {
   Handle listener;               // the peer's, where the lane is opened
   size_t aboveBytes = SIZE_MAX;  // messages larger than this take it; SIZE_MAX: no lane
@@ -735,9 +739,9 @@ class UcxComm {
 class UcxSendComm final : public SendComm, UcxComm {
  public:
   // `hello`, the connection's first message, is in flight on the endpoint's stream; where the
-  // comm sends back over a connection the peer made, a flush of the endpoint stands for it, and
-  // `lane` says where larger messages go. `lanesBack`: where the peer's lane for messages back
-  // would arrive, the listener this side's hello named.
+  // comm sends back over a connection the peer made, a flush of the endpoint stands for it.
+  // `lane`: where larger messages go. `lanesBack`: where the peer's lane for messages back would
+  // arrive, the listener this side's hello named.
   UcxSendComm(std::shared_ptr<Endpoint> endpoint, uint64_t connection, Operation hello,
               std::shared_ptr<Worker> worker, Lane lane = {},
               std::shared_ptr<Arrivals> lanesBack = nullptr)
@@ -1011,9 +1015,9 @@ class UcxListenComm final : public ListenComm {
     if (!arrived) return nullptr;
     *tag = arrived->hello.tag;
     const Handle& back = arrived->hello.back;
-    return std::make_unique<UcxRecvComm>(std::move(arrived->endpoint), arrived->hello.connection,
-                                         worker_,
-                                         Lane{back, present(back) ? laneAboveBytes_ : SIZE_MAX});
+    return std::make_unique<UcxRecvComm>(
+        std::move(arrived->endpoint), arrived->hello.connection, worker_,
+        Lane{back, present(back) ? laneAboveBytes_ : SIZE_MAX}, arrivals_);
   }
 
   std::shared_ptr<Worker> worker_;
@@ -1064,7 +1068,8 @@ class UcxNet final : public InterfaceNet {
     Operation sent;
     std::unique_ptr<Endpoint> endpoint = connectTo(worker_, handle, std::move(hello), &sent);
     return std::make_unique<UcxSendComm>(std::move(endpoint), connection, std::move(sent), worker_,
-                                         Lane{}, std::move(lanesBack));
+                                         Lane{handle, laneAboveBytes(device)},
+                                         std::move(lanesBack));
   }
 
   std::unique_ptr<RecvComm> accept(ListenComm& listener, uint32_t* tag,
