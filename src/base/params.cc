@@ -31,6 +31,11 @@ double parse(const char* env, const char* raw, double) {
   return value;
 }
 
+bool isSet(const char* env) {
+  const char* raw = std::getenv(env);
+  return raw != nullptr && *raw != '\0';
+}
+
 template <typename T>
 T readEnv(const char* env, const T& def) {
   const char* raw = std::getenv(env);
@@ -57,14 +62,12 @@ std::string show(double v) {
   }                                                    \
   type name##Now() {                                   \
     return readEnv<type>(env, def);                    \
+  }                                                    \
+  bool name##IsSet() {                                 \
+    return isSet(env);                                 \
   }
 BRAID_PARAMS(BRAID_DEFINE_PARAM)
 #undef BRAID_DEFINE_PARAM
-
-bool isSet(const char* env) {
-  const char* raw = std::getenv(env);
-  return raw != nullptr && *raw != '\0';
-}
 
 std::vector<Description> describeAll() {
   std::vector<Description> all;

@@ -80,16 +80,14 @@
 namespace braid::param {
 
 // name(): the value read at first use, for the life of the process. name##Now(): the environment
-// read again (braidResetDebugInit).
+// read again (braidResetDebugInit). name##IsSet(): whether the environment sets it, where a
+// communicator may otherwise choose its own default (BRAID_YIELD_COUNT across hosts).
 #define BRAID_DECLARE_PARAM(name, env, type, def, help) \
   const type& name();                                   \
-  type name##Now();
+  type name##Now();                                     \
+  bool name##IsSet();
 BRAID_PARAMS(BRAID_DECLARE_PARAM)
 #undef BRAID_DECLARE_PARAM
-
-// Whether the environment sets `env`: where it does not, a communicator may choose its own
-// default (BRAID_YIELD_COUNT across hosts).
-bool isSet(const char* env);
 
 struct Description {
   const char* env;

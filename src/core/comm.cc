@@ -207,8 +207,7 @@ void braidComm::initialize(const braid::BootstrapId& id, const braidComm* shareF
     const int busyThreads = ranksOnMachine(peers_, self.machineHash) * threadsPerRank;
     if (busyThreads > machineCores(peers_, self.machineHash))
       spins = std::min(spins, kOversubscribedSpins);
-    else if (!share_->links.services.empty() && !options_.cuda &&
-             !braid::param::isSet("BRAID_YIELD_COUNT"))
+    else if (!share_->links.services.empty() && !options_.cuda && !braid::param::YieldCountIsSet())
       yields = std::max(yields, kNetworkYields);
     planRings(geometry);
     scratch_.resize(directMaxBytes_);

@@ -45,6 +45,11 @@ struct Proxy::Link {
   std::shared_ptr<void> memory;  // both FIFOs
   FifoDesc sendFifo;
   FifoDesc recvFifo;
+  // Slots the rank posted that the network has not taken yet (handed over and sent), read
+  // without the driver lock: the FIFO's words.
+  bool hasUntakenSends() const {
+    return sendFifo.control->tail().load() != sendFifo.control->head().load();
+  }
   std::unique_ptr<SendComm> send;
   std::unique_ptr<RecvComm> recv;
   std::unique_ptr<MemoryRegion> sendRegion;
@@ -387,11 +392,8 @@ void Proxy::abandon(const std::string& reason) {
 void Proxy::finish(Clock::time_point deadline) {
   auto unsent = [&] {
     std::vector<int> peers;
-    for (const auto& link : links_) {
-      FifoControl& c = *link->sendFifo.control;
-      if (!link->failed.load() && loadAcquire(c.words.head) != loadAcquire(c.words.tail))
-        peers.push_back(link->peer);
-    }
+    for (const auto& link : links_)
+      if (!link->failed.load() && link->hasUntakenSends()) peers.push_back(link->peer);
     return peers;
   };
   operationStarted();
@@ -417,8 +419,7 @@ void Proxy::operationStarted() {
 void Proxy::operationFinished() {
   activeOperations_.fetch_sub(1, std::memory_order_seq_cst);
   bool unsent = false;
-  for (const auto& link : links_)
-    unsent |= link->sendFifo.control->tail().load() != link->sendFifo.control->head().load();
+  for (const auto& link : links_) unsent |= link->hasUntakenSends();
   if (unsent) stopDriving();
 }
 
@@ -474,9 +475,7 @@ bool Proxy::drive(int peer) {
     // Every send not finished, also one handed to the network and partly written: the peer
     // may need it before it sends what the rank waits for, and the proxy stays out of the way.
     // Without the lock these reads may be stale; the next drive, or the proxy, catches up.
-    FifoControl& control = *link->sendFifo.control;
-    const bool toSend = control.tail().load() != control.head().load();
-    if (awaited || toSend) moved |= progress(*link, true, awaited);
+    if (awaited || link->hasUntakenSends()) moved |= progress(*link, true, awaited);
   }
   return moved;
 }

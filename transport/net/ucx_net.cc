@@ -665,7 +665,7 @@ class Arrivals {
 // connecting side's to the one it connected to, the accepting side's to the one the hello names.
 // With a lane for the side sending back only, the shared connection also carried the other
 // side's medium messages, and 512 KiB all-reduces after a sweep from 8 B then took either 125 or
-// 150-200 us (4 of 7 runs slow); with lanes both ways 0.87-0.89x MPI's time in 7 of 7. Bulk
+// 150-200 us (4 of 7 runs slow); with lanes both ways 0.84-0.93x MPI's time in 10 of 10. Bulk
 // (messages over kLaneMaxBytes) stays on the connection, where each direction's data carries the
 // other's acknowledgements: with bulk on the lanes too, 512 KiB took 1.54x and 4 MiB 1.48x MPI's
 // time in 1 of 3 sweeps, 0.93-0.94 and 0.52-0.54 in the others.
