@@ -38,9 +38,7 @@ bool isSet(const char* env) {
 
 template <typename T>
 T readEnv(const char* env, const T& def) {
-  const char* raw = std::getenv(env);
-  if (raw == nullptr || *raw == '\0') return def;
-  return parse(env, raw, def);
+  return isSet(env) ? parse(env, std::getenv(env), def) : def;
 }
 
 std::string show(const std::string& v) {

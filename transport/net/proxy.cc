@@ -167,15 +167,11 @@ void ProgressThread::run() {
 // driving since the round that saw it drive. Counted asleep before it looks, as in sleep().
 void ProgressThread::sleepWhileDriven(uint64_t driverStops) {
   sleeping_.store(true, std::memory_order_seq_cst);
-  if (driverStops_.load(std::memory_order_seq_cst) == driverStops) {
-    pollfd wake{wakeFd_, POLLIN, 0};
-    const timespec slice{0, kDrivenSliceNs};
-    if (ppoll(&wake, 1, &slice, nullptr) > 0) {
-      uint64_t count = 0;
-      [[maybe_unused]] ssize_t ignored = read(wakeFd_, &count, sizeof count);
-    }
-  }
-  sleeping_.store(false, std::memory_order_relaxed);
+  pollfd wake{wakeFd_, POLLIN, 0};
+  if (driverStops_.load(std::memory_order_seq_cst) == driverStops)
+    pollSlice(&wake, 1, kDrivenSliceNs);
+  else
+    sleeping_.store(false, std::memory_order_relaxed);
 }
 
 // Waits for a descriptor of a connection with requests in flight, a wake-up, or the end of a
@@ -190,9 +186,14 @@ void ProgressThread::sleep() {
     std::lock_guard<std::mutex> lock(mutex_);
     for (Proxy* proxy : proxies_) active |= proxy->sleepDescriptors(fds);
   }
-  const long sliceNs = active ? kActiveSliceNs : kIdleSliceNs;
+  pollSlice(fds.data(), fds.size(), active ? kActiveSliceNs : kIdleSliceNs);
+}
+
+// The sleep itself, for a thread already counted asleep: `fds` (the eventfd first) or the end of
+// the slice; a wake-up is consumed.
+void ProgressThread::pollSlice(pollfd* fds, nfds_t fdCount, long sliceNs) {
   const timespec slice{sliceNs / 1000000000L, sliceNs % 1000000000L};
-  const int ready = ppoll(fds.data(), fds.size(), &slice, nullptr);
+  const int ready = ppoll(fds, fdCount, &slice, nullptr);
   sleeping_.store(false, std::memory_order_relaxed);
   if (ready > 0 && (fds[0].revents & POLLIN) != 0) {
     uint64_t count = 0;

@@ -6,6 +6,8 @@
 // the collectives cannot tell a network hop from a shared-memory one.
 #pragma once
 
+#include <poll.h>
+
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -47,6 +49,7 @@ class ProgressThread {
   void run();
   void sleep();
   void sleepWhileDriven(uint64_t driverStops);
+  void pollSlice(pollfd* fds, nfds_t fdCount, long sliceNs);
 
   std::mutex mutex_;  // proxies_; held through a round, so that detach() waits for it
   std::vector<Proxy*> proxies_;
