@@ -71,11 +71,13 @@ bool isPointToPoint(braid::Collective c) {
 
 // Busy-poll iterations per wait when this host has more ranks than cores.
 constexpr int64_t kOversubscribedSpins = 64;
-// Yield rounds per wait (each also drives the links) where ranks drive network links and have a
-// core each: about 3 ms before the wait sleeps. A sleeping wait hands its links to the progress
-// thread, and between 2 namespace hosts one such hand-off on each side fed the next:
-// back-to-back 512 KiB all-reduces over UCX took 600-1000 us with 200 rounds, 140-180 with 2000
-// (braid-perf, 2000 iterations, 2 runs each).
+// Yield rounds per wait (each a sched_yield and a drive of the links; 2000 bare rounds of
+// sched_yield and epoll_wait take 1 ms on the 2-core build machine) where ranks drive network
+// links and have a core each. A sleeping wait hands its links to the progress thread, and between
+// 2 namespace hosts one such hand-off on each side fed the next: back-to-back 512 KiB all-reduces
+// over UCX took 600-1000 us with 200 rounds, 136-153 with 2000 (braid-perf, 2 runs each, at
+// 6ef7fbb). Since waits drive on every spin, 200 rounds give the same (256 KiB - 1 MiB over UCX
+// and sockets, 3 interleaved runs each).
 constexpr int64_t kNetworkYields = 2000;
 
 // The CPUs this process may run on, as PeerInfo::cpus holds them.
