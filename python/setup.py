@@ -19,7 +19,8 @@ setup(
     ext_modules=[
         CppExtension(
             "braid_torch._C",
-            [os.path.join(here, "csrc", "backend.cc")],
+            [os.path.join(here, "csrc", name)
+             for name in ("backend.cc", "peer_channels.cc", "sparse.cc")],
             include_dirs=[include_dir],
             library_dirs=[lib_dir],
             libraries=["braid"],

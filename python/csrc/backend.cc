@@ -3,20 +3,19 @@
 // is queued on the backend's thread, where it runs braid's blocking call, and returns a Work that
 // completes there (or holds braid's error, which wait() and its future raise with braid's
 // sentence).
-#include <ATen/ThreadLocalState.h>
 #include <pybind11/chrono.h>
 #include <torch/extension.h>
 
+#include <algorithm>
+#include <atomic>
 #include <climits>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -25,147 +24,68 @@
 #include <vector>
 
 #include "braid/braid.h"
+#include "common.h"
+#include "operation_queue.h"
+#include "peer_channels.h"
+#include "sparse.h"
 
 namespace braid_torch {
 namespace {
 
-braidDataType_t braidType(const at::Tensor& t) {
-  switch (t.scalar_type()) {
-    case at::kFloat: return braidFloat32;
-    case at::kDouble: return braidFloat64;
-    case at::kHalf: return braidFloat16;
-    case at::kBFloat16: return braidBfloat16;
-    case at::kChar: return braidInt8;
-    case at::kByte:
-    case at::kBool: return braidUint8;
-    case at::kInt: return braidInt32;
-    case at::kLong: return braidInt64;
-    case at::kFloat8_e4m3fn: return braidFloat8e4m3;
-    case at::kFloat8_e5m2: return braidFloat8e5m2;
-    default:
-      throw std::invalid_argument("braid backend: tensors of type " +
-                                  std::string(c10::toString(t.scalar_type())) +
-                                  " are not supported (expected a float, integer or bool type)");
+// The tensors as one flat tensor: a view of the one tensor where it can be, else a copy, so
+// that a tensor listed twice is reduced once.
+at::Tensor flattened(const std::vector<at::Tensor>& tensors) {
+  if (tensors.size() == 1) return tensors[0].reshape({-1});
+  std::vector<at::Tensor> flat;
+  for (const at::Tensor& t : tensors) flat.push_back(t.reshape({-1}));
+  return at::cat(flat);
+}
+
+// The flat tensor's consecutive pieces copied into the tensors, each in its own shape.
+void copyPieces(const at::Tensor& flat, const std::vector<at::Tensor>& tensors) {
+  int64_t at = 0;
+  for (const at::Tensor& t : tensors) {
+    t.copy_(flat.narrow(0, at, t.numel()).view(t.sizes()));
+    at += t.numel();
   }
 }
 
-// A tensor as a braid call reads and writes it: itself when contiguous on the CPU, else a
-// contiguous copy whose contents are copied back where it is an output (as torch's own backends).
-struct Flat {
-  at::Tensor user, flat;
-  explicit Flat(const at::Tensor& t) : user(t) {
-    TORCH_CHECK(t.device().is_cpu(), "braid backend: tensor on ", t.device(),
-                " (expected a CPU tensor; CUDA tensors "
-                "go through CUDA communicators, not yet wired to this backend)");
-    flat = t.is_contiguous() ? t : t.contiguous();
-  }
-  void* data() const { return flat.data_ptr(); }
-  size_t count() const { return static_cast<size_t>(flat.numel()); }
-  void writeBack() {
-    if (!flat.is_same(user)) user.copy_(flat);
-  }
-};
+// Refused on the caller's thread, on every rank alike: a list of dense tensors of one type.
+void checkOneType(const std::vector<at::Tensor>& tensors, const at::Tensor& like,
+                  const char* what) {
+  for (size_t i = 0; i < tensors.size(); ++i)
+    TORCH_CHECK(
+        tensors[i].scalar_type() == like.scalar_type() && tensors[i].layout() == at::kStrided,
+        "braid backend: ", what, " tensor ", i, " is a ", tensors[i].layout(), " ",
+        tensors[i].scalar_type(), " tensor (expected a dense ", like.scalar_type(),
+        " tensor like the others)");
+}
 
-// An operation queued on the backend's thread: pending until that thread has run it, then
-// complete with its outputs, or with braid's error, which wait() (as every blocking
-// torch.distributed call makes) and the future raise.
-class AsyncWork : public c10d::Work {
+// Completes a Work when the last of n operations has ended, with the first error among them.
+class CompletesAfter {
  public:
-  explicit AsyncWork(std::vector<at::Tensor> outputs)
-      : outputs_(std::move(outputs)),
-        future_(c10::make_intrusive<c10::ivalue::Future>(
-            c10::ListType::create(c10::TensorType::get()))) {}
-  // The Work first, so that the future's callbacks see it completed.
-  void complete(std::exception_ptr error) {
-    finish(error);
-    if (error)
-      future_->setError(error);
-    else
-      future_->markCompleted(c10::IValue(outputs_));
-  }
-  std::vector<at::Tensor> result() override { return outputs_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-
- private:
-  std::vector<at::Tensor> outputs_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
-};
-
-// The backend's operations, in issue order and one at a time: on a thread of their own, so that
-// the caller goes on (DDP's backward pass while its buckets are reduced) until it waits; or, for
-// a call that will be waited for at once, on the caller's thread when nothing is queued (a
-// hand-over to another thread costs more than a small all-reduce). Drains before it ends.
-class OperationQueue {
- public:
-  OperationQueue() : thread_([this] { loop(); }) {}
-  ~OperationQueue() {
+  CompletesAfter(c10::intrusive_ptr<AsyncWork> work, size_t n) : work_(std::move(work)), left_(n) {}
+  void ended(std::exception_ptr error) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
+      if (error && !first_) first_ = error;
+      if (--left_ != 0) return;
     }
-    wake_.notify_all();
-    thread_.join();
-  }
-  void push(std::function<void()> op) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      ops_.push_back(std::move(op));
-    }
-    wake_.notify_all();
-  }
-  // Whether the caller is the queue's thread (a future's callback, run as an operation completes).
-  bool onQueueThread() const { return std::this_thread::get_id() == thread_.get_id(); }
-
-  // Runs op here if nothing is queued or running; false (op not run) otherwise.
-  bool runHereIfIdle(const std::function<void()>& op) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (running_ || !ops_.empty()) return false;
-      running_ = true;
-    }
-    op();
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      running_ = false;
-    }
-    wake_.notify_all();
-    return true;
+    work_->complete(first_);
   }
 
  private:
-  void loop() {
-    for (;;) {
-      std::function<void()> op;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return (stop_ || !ops_.empty()) && !running_; });
-        if (ops_.empty()) return;
-        op = std::move(ops_.front());
-        ops_.pop_front();
-        running_ = true;
-      }
-      op();
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        running_ = false;
-      }
-      wake_.notify_all();
-    }
-  }
-
+  c10::intrusive_ptr<AsyncWork> work_;
   std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<std::function<void()>> ops_;
-  bool running_ = false;  // an operation runs, on either thread
-  bool stop_ = false;
-  std::thread thread_;  // last: starts once the rest exists
+  size_t left_;               // under mutex_
+  std::exception_ptr first_;  // under mutex_
 };
 
 class BraidBackend : public c10d::Backend {
  public:
   BraidBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                std::chrono::milliseconds timeout)
-      : c10d::Backend(rank, size) {
+      : c10d::Backend(rank, size), channels_(std::make_unique<PeerChannels>(store, rank, timeout)) {
     braidUniqueId id;
     const std::string key = "braid_torch/unique_id";
     if (rank == 0) {
@@ -180,8 +100,7 @@ class BraidBackend : public c10d::Backend {
     braidConfig_t config = BRAID_CONFIG_INITIALIZER;
     config.device = "cpu";
     config.commName = "torch";
-    if (timeout.count() > 0)
-      config.timeoutMs = static_cast<int>(std::min<int64_t>(timeout.count(), INT_MAX));
+    if (timeout.count() > 0) config.timeoutMs = timeoutMs(timeout);
     check(braidCommInitRankConfig(&comm_, size, id, rank, &config), "braidCommInitRankConfig");
   }
   ~BraidBackend() override {
@@ -189,32 +108,42 @@ class BraidBackend : public c10d::Backend {
     if (comm_ != nullptr) braidCommDestroy(comm_);
   }
 
-  // destroy_process_group: every queued operation runs, then the queue's thread ends, while the
-  // interpreter is whole (that thread takes the GIL to release tensors Python also holds; at
-  // exit the interpreter would end it there instead).
+  // destroy_process_group: every queued operation runs, then the queues' threads end, while the
+  // interpreter is whole (they take the GIL to release tensors Python also holds; at exit the
+  // interpreter would end them there instead).
   void shutdown() override { stopQueue(); }
 
   const std::string getBackendName() const override { return "braid"; }
 
+  // The collectives issued so far (sends and receives apart, as NCCL's count), alike on every
+  // rank of a group whose ranks issue the same collectives.
+  uint64_t getSequenceNumberForGroup() override { return collectivesIssued_; }
+
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
-    return run(tensors, opts.asyncOp, [=, this]() mutable {
-      for (const at::Tensor& t : tensors) {
-        Flat f(t);
-        if (isBitwise(opts.reduceOp))
-          f.flat.copy_(bitwiseOverRanks(f.flat, opts.reduceOp).view_as(f.flat));
-        else
-          reduceCall(t, opts.reduceOp, [&](braidRedOp_t op) {
-            return braidAllReduce(f.data(), f.data(), f.count(), braidType(t), op, comm_, nullptr);
-          });
-        f.writeBack();
-      }
-    });
+    TORCH_CHECK(tensors.size() == 1, "braid backend: all_reduce takes one tensor (got ",
+                tensors.size(), ")");
+    const at::Tensor t = tensors[0];
+    if (t.is_sparse()) {  // as Gloo: the sum of every rank's entries (DDP's sparse gradients)
+      TORCH_CHECK(opts.reduceOp.op_ == c10d::ReduceOp::SUM,
+                  "braid backend: all_reduce of a sparse tensor with reduce op ",
+                  static_cast<int>(opts.reduceOp.op_), " (expected SUM)");
+      return run(tensors, opts.asyncOp, [=, this] { t.copy_(sparseSum(comm_, size_, t)); });
+    }
+    return run(tensors, opts.asyncOp, [=, this] { reduceInPlace(t, opts.reduceOp); });
   }
 
+  // One all-reduce of the tensors flattened into one, as Gloo: a tensor listed twice is reduced
+  // once.
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override {
-    return allreduce(tensors, opts);
+    TORCH_CHECK(!tensors.empty(), "braid backend: all_reduce_coalesced of no tensors");
+    checkOneType(tensors, tensors[0], "all_reduce_coalesced");
+    return run(tensors, opts.asyncOp, [=, this] {
+      const at::Tensor flat = flattened(tensors);
+      reduceInPlace(flat, opts.reduceOp);
+      copyPieces(flat, tensors);
+    });
   }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
@@ -254,31 +183,16 @@ class BraidBackend : public c10d::Backend {
                                            const c10d::AllgatherOptions& opts) override {
     TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1,
                 "braid backend: allgather takes one input and one list of outputs");
-    return allgather_coalesced(outputs, inputs, opts);
+    std::vector<std::vector<at::Tensor>> byRank;
+    for (const at::Tensor& t : outputs[0]) byRank.push_back({t});
+    return allGatherLists(byRank, inputs, opts.asyncOp);
   }
 
-  // Input i gathered into the list outputs[i] (a tensor per rank).
+  // torch's layout: outputs[rank][input].
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                      std::vector<at::Tensor>& inputs,
                                                      const c10d::AllgatherOptions& opts) override {
-    std::vector<at::Tensor> results;
-    for (auto& list : outputs) results.insert(results.end(), list.begin(), list.end());
-    TORCH_CHECK(outputs.size() == inputs.size(), "braid backend: ", inputs.size(), " inputs but ",
-                outputs.size(), " output lists");
-    for (size_t i = 0; i < inputs.size(); ++i)
-      TORCH_CHECK(outputs[i].size() == static_cast<size_t>(size_),
-                  "braid backend: ", outputs[i].size(), " outputs for input ", i, " (expected ",
-                  size_, ")");
-    return run(results, opts.asyncOp, [=, this]() mutable {
-      for (size_t i = 0; i < inputs.size(); ++i) {
-        const at::Tensor in = inputs[i].contiguous().reshape({-1});
-        at::Tensor gathered = at::empty({static_cast<int64_t>(size_) * in.numel()}, in.options());
-        allGatherInto(gathered, in);
-        for (int r = 0; r < size_; ++r)
-          outputs[i][r].copy_(
-              gathered.narrow(0, r * in.numel(), in.numel()).view(outputs[i][r].sizes()));
-      }
-    });
+    return allGatherLists(outputs, inputs, opts.asyncOp);
   }
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
@@ -298,18 +212,27 @@ class BraidBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override {
-    // Checked here, on every rank alike, not where the operation runs.
+    // Checked on the caller's thread, before anything moves (a rank that refuses its call leaves
+    // its peers waiting in theirs until the timeout).
     TORCH_CHECK(
         outputs.size() == 1 && inputs.size() == 1 && inputs[0].size() == static_cast<size_t>(size_),
         "braid backend: reduce_scatter takes one output and a list of ", size_, " inputs");
-    for (const at::Tensor& t : inputs[0])
-      TORCH_CHECK(t.numel() == outputs[0].numel(), "braid backend: reduce_scatter input of ",
-                  t.numel(), " elements (expected the output's ", outputs[0].numel(), ")");
-    return run(outputs, opts.asyncOp, [=, this]() mutable {
-      std::vector<at::Tensor> flat;
-      for (const at::Tensor& t : inputs[0]) flat.push_back(t.reshape({-1}));
-      at::Tensor input = at::cat(flat);
-      reduceScatterInto(outputs[0], input, opts.reduceOp);
+    checkOneType(inputs[0], outputs[0], "reduce_scatter input");
+    TORCH_CHECK(inputs[0][rank_].numel() == outputs[0].numel(),
+                "braid backend: reduce_scatter "
+                "output of ",
+                outputs[0].numel(), " elements on rank ", rank_, " (expected ",
+                inputs[0][rank_].numel(), ", as its input for rank ", rank_, ")");
+    const std::vector<at::Tensor> pieces = inputs[0];
+    const at::Tensor output = outputs[0];
+    return run(outputs, opts.asyncOp, [=, this] {
+      const bool even = std::all_of(pieces.begin(), pieces.end(), [&](const at::Tensor& t) {
+        return t.numel() == output.numel();
+      });
+      if (even)
+        reduceScatterInto(output, flattened(pieces), opts.reduceOp);
+      else
+        reduceScatterUneven(output, pieces, opts.reduceOp);
     });
   }
 
@@ -437,9 +360,8 @@ class BraidBackend : public c10d::Backend {
     });
   }
 
-  // A send or receive alone waits for its peer on the backend's thread; between startCoalescing
-  // and endCoalescing (batch_isend_irecv) they wait and run together, as one braid group, so
-  // that no order among them can deadlock.
+  // Sends and receives run on the channel of their peer and direction (PeerChannels): a lone
+  // isend and irecv of any size complete in whichever order either rank posts them.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank,
                                       int tag) override {
     return pointToPoint(true, tensors.at(0), dstRank);
@@ -450,6 +372,8 @@ class BraidBackend : public c10d::Backend {
     return pointToPoint(false, tensors.at(0), srcRank);
   }
 
+  // batch_isend_irecv: between startCoalescing and endCoalescing sends and receives are collected,
+  // then posted to their channels together; the group's Work completes when all have ended.
   bool supportsCoalescing() const override { return true; }
 
   void startCoalescing() override {
@@ -466,16 +390,22 @@ class BraidBackend : public c10d::Backend {
     }
     std::vector<at::Tensor> tensors;
     for (const PointToPoint& op : ops) tensors.push_back(op.tensor);
-    return run(tensors, true, [=, this]() mutable {
-      std::exception_ptr error;
-      try {
-        runPointToPoint(ops);
-      } catch (...) {
-        error = std::current_exception();
-      }
-      for (PointToPoint& op : ops) op.work->complete(error);
-      if (error) std::rethrow_exception(error);
-    });
+    auto work = c10::make_intrusive<AsyncWork>(tensors);
+    if (ops.empty()) work->complete(nullptr);
+    auto group = std::make_shared<CompletesAfter>(work, ops.size());
+    for (const PointToPoint& op : ops) {
+      const bool posted = post(op, [=, this] {
+        try {
+          transfer(op);
+        } catch (...) {
+          group->ended(std::current_exception());
+          throw;
+        }
+        group->ended(nullptr);
+      });
+      if (!posted) group->ended(shutDown());
+    }
+    return work;
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
@@ -489,19 +419,31 @@ class BraidBackend : public c10d::Backend {
 
  private:
   void check(braidResult_t result, const char* what) const {
-    if (result != braidSuccess)
-      throw std::runtime_error(std::string("braid backend: ") + what + " failed: " +
-                               braidGetErrorString(result) + ": " + braidGetLastError(comm_));
+    braid_torch::check(comm_, result, what);
   }
 
-  // Drains and ends the operation queue; the GIL, if this thread holds it, is let go meanwhile.
+  static int timeoutMs(std::chrono::milliseconds timeout) {
+    return static_cast<int>(std::min<int64_t>(timeout.count(), INT_MAX));
+  }
+
+  static std::exception_ptr shutDown() {
+    return std::make_exception_ptr(
+        std::runtime_error("braid backend: the process group was shut down"));
+  }
+
+  // Drains and closes the operation queue and the point-to-point channels (operations issued
+  // after, a draining one's callbacks' included, fail as shut down); the GIL, if this thread holds
+  // it, is let go meanwhile.
   void stopQueue() {
-    if (queue_ == nullptr) return;
+    auto stop = [this] {
+      queue_->close();
+      channels_->close();
+    };
     if (PyGILState_Check()) {
       pybind11::gil_scoped_release released;
-      queue_.reset();
+      stop();
     } else {
-      queue_.reset();
+      stop();
     }
   }
 
@@ -510,25 +452,15 @@ class BraidBackend : public c10d::Backend {
   // the error the body threw.
   template <typename Body>
   c10::intrusive_ptr<c10d::Work> run(std::vector<at::Tensor> outputs, bool asyncOp, Body body) {
-    TORCH_CHECK(queue_ != nullptr, "braid backend: the process group was shut down");
+    ++collectivesIssued_;
     auto work = c10::make_intrusive<AsyncWork>(std::move(outputs));
-    // The caller's grad and inference modes go with the operation to the queue's thread.
-    std::function<void()> op = [work, body, state = at::ThreadLocalState()]() mutable {
-      at::ThreadLocalStateGuard guard(state);
-      std::exception_ptr error;
-      try {
-        body();
-      } catch (...) {
-        error = std::current_exception();
-      }
-      work->complete(error);
-    };
+    std::function<void()> op = completing(work, std::move(body));
     // An operation a completing one's callback issues (PowerSGD's hook) runs at once: queued
     // behind that callback, on the queue's only thread, it would wait for ever.
     if (queue_->onQueueThread())
       op();
-    else if (asyncOp || !queue_->runHereIfIdle(op))
-      queue_->push(std::move(op));
+    else if ((asyncOp || !queue_->runHereIfIdle(op)) && !queue_->push(op))
+      work->complete(shutDown());
     return work;
   }
 
@@ -536,32 +468,46 @@ class BraidBackend : public c10d::Backend {
     bool send;
     at::Tensor tensor;
     int peer;
-    c10::intrusive_ptr<AsyncWork> work;  // the caller's, completed with the group
+    c10::intrusive_ptr<AsyncWork> work;  // the caller's
   };
 
   c10::intrusive_ptr<c10d::Work> pointToPoint(bool send, const at::Tensor& tensor, int peer) {
+    TORCH_CHECK(peer >= 0 && peer < size_, "braid backend: ", send ? "send to" : "receive from",
+                " rank ", peer, " on rank ", rank_, " (expected a rank of 0 to ", size_ - 1, ")");
+    braidType(tensor);  // an unsupported type refused here, not on the channel's thread
+    PointToPoint op{send, tensor, peer, c10::make_intrusive<AsyncWork>(std::vector{tensor})};
     {
       std::lock_guard<std::mutex> lock(coalescingMutex_);
       if (coalescing_) {
-        auto work = c10::make_intrusive<AsyncWork>(std::vector<at::Tensor>{tensor});
-        coalesced_.push_back({send, tensor, peer, work});
-        return work;
+        coalesced_.push_back(op);
+        return op.work;
       }
     }
-    std::vector<PointToPoint> ops{{send, tensor, peer, nullptr}};
-    return run({tensor}, true, [=, this]() mutable { runPointToPoint(ops); });
+    post(op, [=, this] { transfer(op); });
+    return op.work;
   }
 
-  void runPointToPoint(std::vector<PointToPoint>& ops) {
-    std::vector<Flat> flats;
-    std::vector<Transfer> transfers;
-    for (const PointToPoint& op : ops) flats.emplace_back(op.tensor);
-    for (size_t i = 0; i < ops.size(); ++i)
-      transfers.push_back(
-          {ops[i].send, flats[i].data(), flats[i].count(), braidType(flats[i].flat), ops[i].peer});
-    exchange(transfers, "send/recv");
-    for (size_t i = 0; i < ops.size(); ++i)
-      if (!ops[i].send) flats[i].writeBack();
+  // The body on op's channel, completing op's Work; false (the Work failed) once shut down.
+  template <typename Body>
+  bool post(const PointToPoint& op, Body body) {
+    if (channels_->post(op.peer, op.send, completing(op.work, std::move(body)))) return true;
+    op.work->complete(shutDown());
+    return false;
+  }
+
+  // On its channel's thread: in a channel, the sender is rank 0 and the receiver rank 1.
+  void transfer(const PointToPoint& op) {
+    braidComm_t channel = channels_->comm(op.peer, op.send);
+    Flat f(op.tensor);
+    const braidDataType_t type = braidType(f.flat);
+    if (op.send) {
+      braid_torch::check(channel, braidSend(f.data(), f.count(), type, 1, channel, nullptr),
+                         "braidSend");
+    } else {
+      braid_torch::check(channel, braidRecv(f.data(), f.count(), type, 0, channel, nullptr),
+                         "braidRecv");
+      f.writeBack();
+    }
   }
 
   // One braid group of sends and receives, everything about them worked out before it opens (a
@@ -660,7 +606,47 @@ class BraidBackend : public c10d::Backend {
     }
   }
 
-  void allGatherInto(at::Tensor& output, const at::Tensor& input) {
+  // A dense tensor all-reduced in place.
+  void reduceInPlace(const at::Tensor& t, const c10d::ReduceOp& op) {
+    Flat f(t);
+    if (isBitwise(op))
+      f.flat.copy_(bitwiseOverRanks(f.flat, op).view_as(f.flat));
+    else
+      reduceCall(t, op, [&](braidRedOp_t o) {
+        return braidAllReduce(f.data(), f.data(), f.count(), braidType(t), o, comm_, nullptr);
+      });
+    f.writeBack();
+  }
+
+  // Rank r's inputs into byRank[r] (torch's [rank][input] layout), by one all-gather of the
+  // inputs flattened into one.
+  c10::intrusive_ptr<c10d::Work> allGatherLists(const std::vector<std::vector<at::Tensor>>& byRank,
+                                                const std::vector<at::Tensor>& inputs,
+                                                bool asyncOp) {
+    TORCH_CHECK(!inputs.empty(), "braid backend: all_gather of no inputs");
+    TORCH_CHECK(byRank.size() == static_cast<size_t>(size_), "braid backend: all_gather into ",
+                byRank.size(), " output lists (expected one per rank, ", size_, ")");
+    checkOneType(inputs, inputs[0], "all_gather input");
+    std::vector<at::Tensor> results;
+    for (const std::vector<at::Tensor>& list : byRank) {
+      TORCH_CHECK(list.size() == inputs.size(), "braid backend: all_gather output list of ",
+                  list.size(), " tensors (expected one per input, ", inputs.size(), ")");
+      checkOneType(list, inputs[0], "all_gather output");
+      for (size_t i = 0; i < list.size(); ++i)
+        TORCH_CHECK(list[i].numel() == inputs[i].numel(), "braid backend: all_gather output of ",
+                    list[i].numel(), " elements for input ", i, " (expected ", inputs[i].numel(),
+                    ")");
+      results.insert(results.end(), list.begin(), list.end());
+    }
+    return run(results, asyncOp, [=, this] {
+      const at::Tensor mine = flattened(inputs).contiguous();
+      at::Tensor all = at::empty({size_, mine.numel()}, mine.options());
+      allGatherInto(all, mine);
+      for (int r = 0; r < size_; ++r) copyPieces(all[r], byRank[r]);
+    });
+  }
+
+  void allGatherInto(const at::Tensor& output, const at::Tensor& input) {
     Flat in(input), out(output);
     TORCH_CHECK(out.count() == in.count() * size_,
                 "braid backend: all_gather_into_tensor output has ", out.count(),
@@ -670,7 +656,8 @@ class BraidBackend : public c10d::Backend {
     out.writeBack();
   }
 
-  void reduceScatterInto(at::Tensor& output, const at::Tensor& input, const c10d::ReduceOp& op) {
+  void reduceScatterInto(const at::Tensor& output, const at::Tensor& input,
+                         const c10d::ReduceOp& op) {
     Flat in(input), out(output);
     TORCH_CHECK(in.count() == out.count() * size_, "braid backend: reduce_scatter input has ",
                 in.count(), " elements (expected ", out.count() * size_, ")");
@@ -686,11 +673,40 @@ class BraidBackend : public c10d::Backend {
     out.writeBack();
   }
 
+  // Pieces of different sizes: padded to the largest, in one reduce-scatter, unless that moves
+  // more than an all-reduce of the pieces (2x their sum) would; then that all-reduce, of which
+  // this rank keeps its piece.
+  void reduceScatterUneven(const at::Tensor& output, const std::vector<at::Tensor>& pieces,
+                           const c10d::ReduceOp& op) {
+    int64_t most = 0, total = 0, mineAt = 0;
+    for (int r = 0; r < size_; ++r) {
+      most = std::max(most, pieces[r].numel());
+      total += pieces[r].numel();
+      if (r < rank_) mineAt += pieces[r].numel();
+    }
+    at::Tensor mine;
+    if (most * size_ <= 2 * total) {
+      at::Tensor padded = at::zeros({size_, most}, output.options());
+      for (int r = 0; r < size_; ++r)
+        padded[r].narrow(0, 0, pieces[r].numel()).copy_(pieces[r].reshape({-1}));
+      at::Tensor block = at::empty({most}, output.options());
+      reduceScatterInto(block, padded, op);
+      mine = block.narrow(0, 0, output.numel());
+    } else {
+      const at::Tensor all = flattened(pieces);
+      reduceInPlace(all, op);
+      mine = all.narrow(0, mineAt, output.numel());
+    }
+    output.copy_(mine.view(output.sizes()));
+  }
+
   braidComm_t comm_ = nullptr;
+  std::atomic<uint64_t> collectivesIssued_{0};
+  std::unique_ptr<PeerChannels> channels_;  // never null
   std::mutex coalescingMutex_;
   bool coalescing_ = false;              // under coalescingMutex_
   std::vector<PointToPoint> coalesced_;  // under coalescingMutex_
-  std::unique_ptr<OperationQueue> queue_ = std::make_unique<OperationQueue>();
+  std::unique_ptr<OperationQueue> queue_ = std::make_unique<OperationQueue>();  // never null
 };
 
 c10::intrusive_ptr<c10d::Backend> createBackend(const c10::intrusive_ptr<c10d::Store>& store,

@@ -127,11 +127,11 @@ def check_gathers(rank, size):
         dist.all_gather(outs, mine)
         for r in range(size):
             assert torch.equal(outs[r], rank_input(r, (11,), dtype, salt=8)), f"all_gather {dtype}"
-        outs = [[torch.full((11,), POISON).to(dtype) for _ in range(size)] for _ in range(2)]
-        dist.all_gather_coalesced(outs, [mine, mine * 2])
+        outs = [[torch.full((11,), POISON).to(dtype) for _ in range(2)] for _ in range(size)]
+        dist.all_gather_coalesced(outs, [mine, mine * 2])  # outs[rank][input]
         for r in range(size):
             theirs = rank_input(r, (11,), dtype, salt=8)
-            assert torch.equal(outs[0][r], theirs) and torch.equal(outs[1][r], theirs * 2), \
+            assert torch.equal(outs[r][0], theirs) and torch.equal(outs[r][1], theirs * 2), \
                 f"all_gather_coalesced {dtype}"
         flat = torch.full((size * 11,), POISON).to(dtype)
         dist.all_gather_into_tensor(flat, mine)

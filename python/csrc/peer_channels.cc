@@ -1,0 +1,109 @@
+#include "peer_channels.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "common.h"
+
+namespace braid_torch {
+
+PeerChannels::~PeerChannels() {
+  close();
+  for (auto& [key, channel] : channels_)
+    if (channel->comm != nullptr) braidCommDestroy(channel->comm);
+}
+
+void PeerChannels::close() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closed_ = true;  // the map is not grown from here on
+  }
+  for (auto& [key, channel] : channels_) channel->queue->close();
+}
+
+PeerChannels::Channel* PeerChannels::channel(int peer, bool send) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto found = channels_.find({peer, send});
+  if (found != channels_.end()) return found->second.get();
+  if (closed_) return nullptr;
+  return channels_.emplace(std::pair{peer, send}, std::make_unique<Channel>()).first->second.get();
+}
+
+bool PeerChannels::post(int peer, bool send, std::function<void()> op) {
+  Channel* c = channel(peer, send);
+  if (c == nullptr) return false;
+  if (c->queue->onQueueThread()) {
+    op();
+    return true;
+  }
+  return c->queue->push(std::move(op));
+}
+
+braidComm_t PeerChannels::comm(int peer, bool send) {
+  Channel& c = *channel(peer, send);  // exists: this runs on its thread
+  if (c.comm == nullptr && c.failure.empty()) {
+    try {
+      c.comm = connect(peer, send);
+    } catch (const std::exception& e) {
+      c.failure = e.what();
+    }
+  }
+  if (c.comm == nullptr)
+    throw std::runtime_error("braid backend: the channel " + std::string(send ? "to" : "from") +
+                             " rank " + std::to_string(peer) + " could not be made: " + c.failure);
+  return c.comm;
+}
+
+// Waits, without holding the store (a TCPStore's get holds its client while it waits, and so
+// would keep this rank's other channels from publishing their keys), until `key` is set.
+void PeerChannels::awaitKey(const std::string& key, const char* what, int peer) {
+  const std::chrono::milliseconds limit =
+      timeout_.count() > 0
+          ? timeout_
+          : std::chrono::duration_cast<std::chrono::milliseconds>(store_->getTimeout());
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  std::chrono::microseconds pause(100);
+  while (!store_->check({key})) {
+    if (std::chrono::steady_clock::now() > deadline)
+      throw std::runtime_error("braid backend: rank " + std::to_string(rank_) + " waited " +
+                               std::to_string(limit.count()) + " ms for rank " +
+                               std::to_string(peer) + " to post its first " + what + " rank " +
+                               std::to_string(rank_));
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(10000));
+  }
+}
+
+// The receiver says it has come; then the sender makes the unique id (whose rendezvous lives
+// for BRAID_TIMEOUT, so it is made only once both ranks are there) and hands it over.
+braidComm_t PeerChannels::connect(int peer, bool send) {
+  const int from = send ? rank_ : peer, to = send ? peer : rank_;
+  const std::string key = "braid_torch/p2p/" + std::to_string(from) + "-" + std::to_string(to);
+  braidUniqueId id;
+  if (send) {
+    awaitKey(key + "/receiver", "receive from", peer);
+    check(nullptr, braidGetUniqueId(&id), "braidGetUniqueId");
+    store_->set(key + "/id", std::vector<uint8_t>(id.internal, id.internal + sizeof id.internal));
+  } else {
+    store_->set(key + "/receiver", std::vector<uint8_t>{1});
+    awaitKey(key + "/id", "send to", peer);
+    const std::vector<uint8_t> bytes = store_->get(key + "/id");
+    TORCH_CHECK(bytes.size() == sizeof id.internal, "braid backend: the store's unique id of ", key,
+                " has ", bytes.size(), " bytes (expected ", sizeof id.internal, ")");
+    std::memcpy(id.internal, bytes.data(), bytes.size());
+  }
+  braidConfig_t config = BRAID_CONFIG_INITIALIZER;
+  config.device = "cpu";
+  config.commName = "torch-p2p";
+  if (timeout_.count() > 0)
+    config.timeoutMs = static_cast<int>(std::min<int64_t>(timeout_.count(), INT32_MAX));
+  braidComm_t made = nullptr;
+  check(nullptr, braidCommInitRankConfig(&made, 2, id, send ? 0 : 1, &config),
+        "braidCommInitRankConfig (point-to-point channel)");
+  return made;
+}
+
+}  // namespace braid_torch

@@ -1,0 +1,61 @@
+// The backend's point-to-point traffic, one direction of one pair of ranks at a time.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <utility>
+
+#include "braid/braid.h"
+#include "operation_queue.h"
+
+namespace braid_torch {
+
+// Sends from this rank to a peer run over a two-rank braid communicator of their own (this rank
+// its rank 0), receives from a peer over the peer's (this rank its rank 1), each direction on a
+// thread of its own, made on first use. So the k-th send from a to b meets the k-th receive at b
+// from a whatever else either rank posted before or between them, alone or batched (MPI's order
+// of messages between a pair, tags aside, as NCCL), and a send and a receive larger than braid's
+// FIFOs never wait for each other: on one communicator, one runs only after the other ends.
+class PeerChannels {
+ public:
+  PeerChannels(c10::intrusive_ptr<c10d::Store> store, int rank, std::chrono::milliseconds timeout)
+      : store_(std::move(store)), rank_(rank), timeout_(timeout) {}
+  ~PeerChannels();
+
+  // Drains every channel (each operation ends or fails within the timeout) and refuses
+  // operations from then on; the communicators live until the channels are destroyed.
+  void close();
+
+  // Queues op on the channel of sends to (send) or receives from (!send) peer, or runs it at once
+  // when called on that channel's thread (an operation a completing one's callback issues: queued
+  // behind that callback it would wait for ever). False (op dropped) once closed.
+  [[nodiscard]] bool post(int peer, bool send, std::function<void()> op);
+
+  // The channel's communicator, made on first use; called by its operations, on its thread.
+  // Throws braid's error if it cannot be made (then every later operation on it fails alike).
+  braidComm_t comm(int peer, bool send);
+
+ private:
+  struct Channel {
+    braidComm_t comm = nullptr;
+    std::string failure;  // why the communicator could not be made
+    std::unique_ptr<OperationQueue> queue = std::make_unique<OperationQueue>();
+  };
+  Channel* channel(int peer, bool send);
+  braidComm_t connect(int peer, bool send);
+  void awaitKey(const std::string& key, const char* what, int peer);
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  int rank_;
+  std::chrono::milliseconds timeout_;
+  std::mutex mutex_;  // guards closed_ and the map channels_ (not the channels)
+  bool closed_ = false;
+  std::map<std::pair<int, bool>, std::unique_ptr<Channel>> channels_;  // (peer, send)
+};
+
+}  // namespace braid_torch
