@@ -19,6 +19,12 @@ namespace braid {
 // a launch may hold up to 32764 bytes on sm_70 and later with CUDA 12.1 or newer.
 constexpr int kMaxLaunchBlocks = 32;
 
+// The most threads a block of these kernels may have: NCCL's Simple blocks have 512 (and a warp).
+// The kernels are compiled for it (__launch_bounds__), so each keeps to 128 registers per thread
+// (65536 / 512) and a launch of up to 512 threads always fits; tests/device/check_sass.sh holds
+// them to it, and to no local memory.
+constexpr int kMaxThreadsPerBlock = 512;
+
 #if defined(__CUDACC__)
 // A thread block as the engines' thread group. Waits pause briefly and give up at the deadline
 // (%globaltimer, nanoseconds, counted from the block's start) or when the host aborts the FIFOs:
@@ -86,7 +92,8 @@ struct DirectLaunch {
 // The ring collectives and sends/receives: element reduction R (PreMulSum: Sum with each input
 // element first multiplied by the rank's scalar), Ports FifoViewPorts (Simple) or LlPorts.
 template <class R, bool kPrescaled, class Ports>
-__global__ void ringKernel(const __grid_constant__ RingLaunch<typename R::Storage, Ports> launch) {
+__global__ void __launch_bounds__(kMaxThreadsPerBlock, 1)
+    ringKernel(const __grid_constant__ RingLaunch<typename R::Storage, Ports> launch) {
   const auto& block = launch.blocks[blockIdx.x];
   BlockGroup group(launch.timeoutNs);
   const typename R::Storage scale = block.scale != nullptr ? *block.scale : block.scaleValue;
@@ -98,7 +105,8 @@ __global__ void ringKernel(const __grid_constant__ RingLaunch<typename R::Storag
 
 // The direct all-pairs all-reduce, reduce-scatter and all-gather.
 template <class R, bool kPrescaled>
-__global__ void directKernel(const __grid_constant__ DirectLaunch<typename R::Storage> launch) {
+__global__ void __launch_bounds__(kMaxThreadsPerBlock, 1)
+    directKernel(const __grid_constant__ DirectLaunch<typename R::Storage> launch) {
   using T = typename R::Storage;
   const DirectBlock& block = launch.blocks[blockIdx.x];
   BlockGroup group(launch.timeoutNs);

@@ -77,31 +77,54 @@ BRAID_HD T directInput(const DirectCall<T>& call, int peer, size_t i) {
   return prescaled<R, kPrescaled>(call.inputs[peer][i], kPrescaled ? call.scales[peer] : T{});
 }
 
-// kPacks whole packs of the reduction below, `stride` packs apart from pack pk: each rank's input
-// loaded for all of them at once, then combined, then stored.
+// Combines the packs x of rank p's input into acc; kFirst (rank 0): acc becomes them.
+template <class R, bool kPrescaled, bool kFirst, int kPacks, class T>
+BRAID_HD void directCombine(const DirectCall<T>& call, int p, const Pack16 (&x)[kPacks],
+                            T (&acc)[kPacks][sizeof(Pack16) / sizeof(T)]) {
+  constexpr size_t kPerPack = sizeof(Pack16) / sizeof(T);
+  const T scale = kPrescaled ? call.scales[p] : T{};
+  const int divisor = p == call.nranks - 1 ? call.divisor : 1;
+  BRAID_UNROLL
+  for (int u = 0; u < kPacks; ++u) {
+    T next[kPerPack];
+    memcpy(next, &x[u], sizeof x[u]);
+    BRAID_UNROLL
+    for (size_t k = 0; k < kPerPack; ++k) {
+      const T v = prescaled<R, kPrescaled>(next[k], scale);
+      acc[u][k] = kFirst ? v : R::apply(acc[u][k], v, divisor);
+    }
+  }
+}
+
+// Rank p's packs of the reduction below, and rank p + 1's where `pair`: every load issued before
+// the first is used (2 x kPacks in flight per thread), then combined into acc in rank order.
+template <class R, bool kPrescaled, int kPacks, class T>
+BRAID_HD void directPair(const DirectCall<T>& call, size_t inAt, size_t pk, size_t stride, int p,
+                         bool pair, T (&acc)[kPacks][sizeof(Pack16) / sizeof(T)]) {
+  constexpr size_t kPerPack = sizeof(Pack16) / sizeof(T);
+  Pack16 x[kPacks], y[kPacks];
+  BRAID_UNROLL
+  for (int u = 0; u < kPacks; ++u) {
+    x[u] = load16(call.inputs[p] + inAt + (pk + u * stride) * kPerPack);
+    if (pair) y[u] = load16(call.inputs[p + 1] + inAt + (pk + u * stride) * kPerPack);
+  }
+  if (p == 0)
+    directCombine<R, kPrescaled, true>(call, p, x, acc);
+  else
+    directCombine<R, kPrescaled, false>(call, p, x, acc);
+  if (pair) directCombine<R, kPrescaled, false>(call, p + 1, y, acc);
+}
+
+// kPacks whole packs of the reduction below, `stride` packs apart from pack pk: the ranks' inputs
+// two at a time, combined in rank order, then stored.
 template <class R, bool kPrescaled, int kPacks, class T>
 BRAID_HD void directPacks(const DirectCall<T>& call, size_t inAt, size_t outAt, size_t pk,
                           size_t stride, int firstOut, int lastOut) {
   constexpr size_t kPerPack = sizeof(Pack16) / sizeof(T);
   const int n = call.nranks;
   T acc[kPacks][kPerPack];
-  for (int p = 0; p < n; ++p) {
-    Pack16 x[kPacks];
-    BRAID_UNROLL
-    for (int u = 0; u < kPacks; ++u)
-      x[u] = load16(call.inputs[p] + inAt + (pk + u * stride) * kPerPack);
-    const T scale = kPrescaled ? call.scales[p] : T{};
-    BRAID_UNROLL
-    for (int u = 0; u < kPacks; ++u) {
-      T next[kPerPack];
-      memcpy(next, &x[u], sizeof x[u]);
-      BRAID_UNROLL
-      for (size_t k = 0; k < kPerPack; ++k) {
-        const T v = prescaled<R, kPrescaled>(next[k], scale);
-        acc[u][k] = p == 0 ? v : R::apply(acc[u][k], v, p == n - 1 ? call.divisor : 1);
-      }
-    }
-  }
+  for (int p = 0; p < n; p += 2)
+    directPair<R, kPrescaled, kPacks>(call, inAt, pk, stride, p, p + 1 < n, acc);
   BRAID_UNROLL
   for (int u = 0; u < kPacks; ++u) {
     Pack16 result;

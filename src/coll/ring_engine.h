@@ -66,20 +66,30 @@ BRAID_HD inline bool aligned16(const void* p) {
   return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-// The elements of `count` at p..p+n (n <= a pack) as a pack, 16 bytes at once where aligned.
+// The elements at p..p+n (n <= a pack) as a pack, 16 bytes at once where aligned, else element
+// by element (unrolled over a whole pack, so the pack stays in registers: a copy of n elements
+// went through local memory).
 template <class T>
 BRAID_HD inline Pack16 loadElements(const T* p, size_t n) {
-  if (n * sizeof(T) == sizeof(Pack16) && aligned16(p)) return load16(p);
-  Pack16 v{};
-  memcpy(&v, p, n * sizeof(T));
+  constexpr size_t kPerPack = sizeof(Pack16) / sizeof(T);
+  if (n == kPerPack && aligned16(p)) return load16(p);
+  T e[kPerPack] = {};
+  BRAID_UNROLL
+  for (size_t k = 0; k < kPerPack; ++k)
+    if (k < n) e[k] = p[k];
+  Pack16 v;
+  memcpy(&v, e, sizeof v);
   return v;
 }
 template <class T>
 BRAID_HD inline void storeElements(T* p, size_t n, const Pack16& v) {
-  if (n * sizeof(T) == sizeof(Pack16) && aligned16(p))
-    store16(p, v);
-  else
-    memcpy(p, &v, n * sizeof(T));
+  constexpr size_t kPerPack = sizeof(Pack16) / sizeof(T);
+  if (n == kPerPack && aligned16(p)) return store16(p, v);
+  T e[kPerPack];
+  memcpy(e, &v, sizeof v);
+  BRAID_UNROLL
+  for (size_t k = 0; k < kPerPack; ++k)
+    if (k < n) p[k] = e[k];
 }
 
 // Packs a thread has in flight at once in the bulk moves: its loads of them are issued together,
@@ -119,8 +129,11 @@ struct ElementMover {
     Storage xs[kPerPack], ys[kPerPack];
     memcpy(ys, &x, sizeof x);
     memcpy(xs, &r, sizeof r);
-    for (size_t k = 0; k < n; ++k)
-      xs[k] = receives ? R::apply(xs[k], pre(ys[k]), divisor) : pre(ys[k]);
+    // Unrolled over the whole pack, so that xs and ys stay in registers (a loop to n indexed
+    // them in local memory where the element work is long: PreMulSum on fp8).
+    BRAID_UNROLL
+    for (size_t k = 0; k < kPerPack; ++k)
+      if (k < n) xs[k] = receives ? R::apply(xs[k], pre(ys[k]), divisor) : pre(ys[k]);
     memcpy(&x, xs, sizeof x);
     return x;
   }
@@ -279,7 +292,10 @@ struct LlPorts : FifoEnds {
     const size_t lines = ceilDiv(bytes, sizeof(uint32_t));
     for (;;) {
       bool all = true;
-      for (size_t l = 0; l < lines; ++l) {
+      // Over the whole pack, unrolled: data stays in registers.
+      BRAID_UNROLL
+      for (size_t l = 0; l < kLinesPerPack; ++l) {
+        if (l >= lines) continue;
         const uint64_t word = loadRelaxed(line[l]);
         all = all && static_cast<uint32_t>(word >> 32) == flag;
         data.word[l] = static_cast<uint32_t>(word);
@@ -291,8 +307,11 @@ struct LlPorts : FifoEnds {
   BRAID_HD void writeLines(size_t pack, size_t bytes, const Pack16& data) {
     auto* line = reinterpret_cast<uint64_t*>(out.slot()) + pack * kLinesPerPack;
     const uint64_t flag = static_cast<uint64_t>(out.tail + 1) << 32;
-    for (size_t l = 0; l < ceilDiv(bytes, sizeof(uint32_t)); ++l)
-      storeRelaxed(line[l], flag | data.word[l]);
+    const size_t lines = ceilDiv(bytes, sizeof(uint32_t));
+    // Over the whole pack, unrolled: data stays in registers.
+    BRAID_UNROLL
+    for (size_t l = 0; l < kLinesPerPack; ++l)
+      if (l < lines) storeRelaxed(line[l], flag | data.word[l]);
   }
   template <class G>
   BRAID_HD void post(G& group, size_t) {

@@ -34,6 +34,7 @@ constexpr uint32_t kSimpleSlots = 8;
 constexpr size_t kLlSlotBytes = 16 << 10;
 constexpr uint32_t kLlSlots = 8;
 constexpr int kThreadsPerBlock = 256;
+static_assert(kThreadsPerBlock <= kMaxThreadsPerBlock, "the kernels are built for at most this");
 
 // CUDA communicators alive in this process: device memory handed to a CPU communicator is looked
 // for only where there are some (the question needs a CUDA context, which a CPU-only process on a
