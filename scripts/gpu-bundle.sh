@@ -10,15 +10,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 programs=(test_gpu_kernels test_gpu_comm test_gpu_ipc test_gpu_dp test_gpu_hosts)
+tools=(braid-perf braid-topo)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DBRAID_BUILD_BENCH=OFF > /dev/null
-cmake --build build-gpu -j"$(nproc)" --target "${programs[@]}" braid-perf
+cmake --build build-gpu -j"$(nproc)" --target "${programs[@]}" "${tools[@]}"
 rm -rf build-carry
 mkdir -p build-carry/tests build-carry/tools build-carry/lib
 for program in "${programs[@]}"; do cp "build-gpu/tests/$program" build-carry/tests/; done
-cp build-gpu/tools/braid-perf build-carry/tools/
+for tool in "${tools[@]}"; do cp "build-gpu/tools/$tool" build-carry/tools/; done
 # Every library the programs load that is not the C/C++ runtime or the driver: braid's own and
 # Debian's (the GPU machine's C++ runtime is at least as new).
-ldd build-carry/tests/* build-carry/tools/braid-perf | awk '/=> \// {print $3}' | sort -u |
+ldd build-carry/tests/* build-carry/tools/* | awk '/=> \// {print $3}' | sort -u |
   grep -v -E '/lib(c|m|pthread|dl|rt|gcc_s|stdc\+\+|udev|cuda)\.so' |
   while read -r library; do cp -L "$library" build-carry/lib/; done
 echo "build-carry: $(du -sh build-carry | cut -f1); libraries: $(ls build-carry/lib | tr '\n' ' ')"

@@ -1,27 +1,40 @@
 #!/usr/bin/env bash
-# On a machine with a GPU: runs braid's GPU tests and braid-perf --device cuda, and writes what it
-# saw under bench/results/gpu-check/ (or $1): the GPU's name and driver (nvidia-smi), each GPU test
-# program once (the kernels' grid on device memory; CUDA communicators with 1-8 ranks on one GPU,
-# stream order, graph replay, one launch of every rank on the direct engine and, with
-# BRAID_ALGO=ring, on the ring; two processes through IPC; DataParallel on device buffers; ranks on
-# two namespace hosts), the device form on CPU threads (ctest -L device) where it is built, and
-# braid-perf all-reduce (every element checked) with ranks as threads and driven by one thread (-g,
-# whose launches hold every rank and so may run the direct engine). docs/cuda.md says what is and is
-# not covered.
+# On a machine with a GPU: measures braid's CUDA path and runs its GPU tests, writing what it saw
+# under bench/results/gpu-check/ (or $1), most urgent first so a run cut short still says the most:
+#   1. the machine: nvidia-smi's name, driver and topology beside braid-topo -m (NVML), and the
+#      NCCL the machine's torch brings (for a peer run beside braid);
+#   2. a kernel sweep: braid-perf all-reduce of 2 ranks at one size (GPU_CHECK_SWEEP_BYTES) per
+#      engine (direct: one thread drives both ranks; ring: ranks as threads), protocol and channel
+#      (block) count, so GB/s per block can be read off;
+#   3. braid-perf all-reduce 8 B - GPU_CHECK_MAX_BYTES (every element checked), ranks as threads
+#      and driven by one thread (-g, whose launches hold every rank and so may run the direct
+#      engine);
+#   4. the GPU test programs, to their verdicts: the kernels' grid on device memory and the CUDA
+#      communicator tests (1-8 ranks on one GPU, stream order, graph replay, one launch of every
+#      rank on the direct engine and on the ring) at once, as separate processes sharing the GPU
+#      (they assert values, not times); then two processes through IPC, DataParallel on device
+#      buffers, and ranks on two namespace hosts where `ip` exists;
+#   5. the device form on CPU threads (ctest -L device) where the build tree has it.
+# docs/cuda.md says what is and is not covered.
 #
 # Environment:
-#   BRAID_BUILD_DIR      the build tree (default build; built with scripts/build.sh when it lacks
-#                        the GPU tests, which a tree carried to a machine without network has)
-#   GPU_CHECK_RANKS      braid-perf's rank counts (default "2 4 8")
-#   GPU_CHECK_TYPES      braid-perf's datatypes (default "float bfloat16")
-#   GPU_CHECK_MAX_BYTES  braid-perf's largest message (default 1G)
-#   GPU_CHECK_SECONDS    the most each program may run (default 600: test_gpu_comm checks 17 706
-#                        cases, some of 4M elements, on the host), so a hang costs minutes
+#   BRAID_BUILD_DIR       the build tree (default build; built with scripts/build.sh when it lacks
+#                         the GPU tests, which a tree carried to a machine without network has)
+#   GPU_CHECK_RANKS       braid-perf's rank counts (default "2 8")
+#   GPU_CHECK_TYPES       braid-perf's datatypes (default "float")
+#   GPU_CHECK_MAX_BYTES   braid-perf's largest message (default 1G)
+#   GPU_CHECK_FACTOR      braid-perf's size step (default 2)
+#   GPU_CHECK_SWEEP_BYTES the sweep's message size (default 256M; 0 skips the sweep)
+#   GPU_CHECK_SECONDS     the most each test program may run (default 600: test_gpu_comm checks
+#                         about 17 000 cases, some of 4M elements, on the host), so a hang costs
+#                         minutes
+#   GPU_CHECK_PERF_SECONDS the most each braid-perf sweep may run (default GPU_CHECK_SECONDS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench/results/gpu-check}
 build=${BRAID_BUILD_DIR:-build}
 limit=${GPU_CHECK_SECONDS:-600}
+perf_limit=${GPU_CHECK_PERF_SECONDS:-$limit}
 mkdir -p "$out"
 if ! nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv \
   > "$out/gpu.csv" 2>&1; then
@@ -29,7 +42,6 @@ if ! nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --forma
   cat "$out/gpu.csv"
   exit 1
 fi
-nvidia-smi topo -m > "$out/topo.txt" 2>&1 || true
 if [[ ! -x $build/tests/test_gpu_kernels ]]; then
   [[ $build == build ]] || { echo "gpu-check: $build has no GPU tests"; exit 1; }
   scripts/build.sh
@@ -50,14 +62,61 @@ run() {
 gtest() {
   run "$1" "$3" "$PWD/$build/tests/$2" "--gtest_output=xml:$out/$1.xml" "${@:4}"
 }
+# perf NAME [braid-perf args...]: an all-reduce sweep on the GPU, rows also as JSON.
+perf() {
+  local name=$1
+  shift
+  run "$name" "$perf_limit" stdbuf -oL "$build/tools/braid-perf" allreduce --device cuda "$@" \
+    -T $((perf_limit - 5)) --json "$out/$name.json"
+}
 
 {
-  gtest kernels test_gpu_kernels "$limit"
-  gtest comm test_gpu_comm "$limit"
-  BRAID_ALGO=ring gtest comm-ring test_gpu_comm "$limit" \
-    --gtest_filter=CudaComm.OneThreadDrivesEveryRankInOneLaunch
-  gtest ipc test_gpu_ipc "$limit"
-  gtest dp test_gpu_dp "$limit"
+  nvidia-smi topo -m 2>&1 || true
+  echo "--- braid-topo -m"
+  "$build/tools/braid-topo" -m 2>&1 || true
+  echo "--- NCCL of this machine's torch"
+  timeout 60 python3 -c 'import torch; print("torch", torch.__version__, "NCCL", torch.cuda.nccl.version())' 2>&1 || true
+} > "$out/topo.txt"
+
+sweep_bytes=${GPU_CHECK_SWEEP_BYTES:-256M}
+if [[ $sweep_bytes != 0 ]]; then
+  for engine in direct ring; do
+    for channels in 1 2 4 8 16 32; do
+      if [[ $engine == direct ]]; then flags=(-t 1 -g 2); else flags=(-t 2); fi
+      BRAID_ALGO=$engine BRAID_PROTO=Simple BRAID_MIN_NCHANNELS=$channels \
+        BRAID_MAX_NCHANNELS=$channels perf "sweep-$engine-simple-${channels}ch" "${flags[@]}" \
+        -b "$sweep_bytes" -e "$sweep_bytes" -n 10 -w 3
+    done
+  done
+  for channels in 1 4 16; do
+    BRAID_ALGO=ring BRAID_PROTO=LL BRAID_MIN_NCHANNELS=$channels BRAID_MAX_NCHANNELS=$channels \
+      perf "sweep-ring-ll-${channels}ch" -t 2 -b 1M -e 1M -n 10 -w 3
+  done
+fi | tee "$out/sweep.txt"
+
+for ranks in ${GPU_CHECK_RANKS:-2 8}; do
+  for type in ${GPU_CHECK_TYPES:-float}; do
+    for drive in group threads; do
+      if [[ $drive == threads ]]; then flags=(-t "$ranks"); else flags=(-t 1 -g "$ranks"); fi
+      perf "perf-allreduce-${ranks}ranks-${type}-${drive}" "${flags[@]}" -b 8 \
+        -e "${GPU_CHECK_MAX_BYTES:-1G}" -f "${GPU_CHECK_FACTOR:-2}" -d "$type"
+    done
+  done
+done | tee "$out/perf.txt"
+
+{
+  gtest kernels test_gpu_kernels "$limit" &
+  gtest comm-ranks test_gpu_comm "$limit" --gtest_filter='*CudaCommRanks*' &
+  gtest comm-onelaunch test_gpu_comm "$limit" \
+    --gtest_filter=CudaComm.OneThreadDrivesEveryRankInOneLaunch &
+  gtest comm-rest test_gpu_comm "$limit" \
+    --gtest_filter='CudaComm.*-CudaComm.OneThreadDrivesEveryRankInOneLaunch' &
+  wait
+  BRAID_ALGO=ring gtest comm-onelaunch-ring test_gpu_comm "$limit" \
+    --gtest_filter=CudaComm.OneThreadDrivesEveryRankInOneLaunch &
+  gtest ipc test_gpu_ipc "$limit" &
+  gtest dp test_gpu_dp "$limit" &
+  wait
   run hosts "$limit" tests/multihost/netns_hosts.sh --hosts 2 -- "$PWD/$build/tests/test_gpu_hosts"
 } | tee "$out/tests.txt"
 
@@ -69,23 +128,15 @@ else
     | tee "$out/ctest-device.txt"
 fi
 
-for ranks in ${GPU_CHECK_RANKS:-2 4 8}; do
-  for type in ${GPU_CHECK_TYPES:-float bfloat16}; do
-    for drive in threads group; do
-      if [[ $drive == threads ]]; then flags=(-t "$ranks"); else flags=(-t 1 -g "$ranks"); fi
-      name="perf-allreduce-${ranks}ranks-${type}-${drive}"
-      run "$name" "$limit" stdbuf -oL "$build/tools/braid-perf" allreduce --device cuda "${flags[@]}" -b 8 \
-        -e "${GPU_CHECK_MAX_BYTES:-1G}" -f 2 -d "$type" -T $((limit - 5)) --json "$out/$name.json"
-    done
-  done
-done | tee "$out/perf.txt"
 {
   echo "gpu-check at $(git rev-parse --short HEAD 2> /dev/null || echo unknown) on $(date -u +%F)"
   cat "$out/gpu.csv"
+  tail -1 "$out/topo.txt"
   cat "$out/tests.txt" "$out/ctest-device.txt"
-  grep -H -E "Out of bounds|Avg bus bandwidth" "$out"/perf-*.txt || true
+  grep -H -E "Out of bounds|Avg bus bandwidth" "$out"/sweep-*.txt "$out"/perf-*.txt || true
 } > "$out/summary.txt"
 cat "$out/summary.txt"
 # Failed: a program that did not exit 0 (77 is netns_hosts.sh's skip: no namespaces there).
-failed=$(grep -h -E "rc=[1-9]|TIMED OUT" "$out/tests.txt" "$out/perf.txt" | grep -v "rc=77;" || true)
+failed=$(grep -h -E "rc=[1-9]|TIMED OUT" "$out/tests.txt" "$out/sweep.txt" "$out/perf.txt" |
+  grep -v "rc=77;" || true)
 [[ -z $failed ]] && ! grep -q "tests failed" "$out/ctest-device.txt"
