@@ -27,14 +27,27 @@ DeviceLatency deviceHopLatency(HopKind kind) {
   }
   return {14.0, 2.7};
 }
-constexpr double kDeviceBaseUs[] = {8.4, 6.8};  // indexed by Protocol
 constexpr double kProtocolEfficiency[] = {1.0, 0.5};
-// What one thread block moves, as bus bandwidth, measured on an H100 (bench/results/gpu-check,
-// all-reduce of 32-256 MiB): a ring channel 5.0 GB/s with Simple and 1.5 with LL (2 and 8 ranks
-// alike), a direct-engine block 4.2 GB/s (2 ranks x 4 and 16 channels, 8 ranks x 4). Far below
-// the memory's share: a block of 256 threads is bound by its loads' round trips.
-constexpr double kDeviceChannelGBs[] = {5.0, 1.5};  // indexed by Protocol
-constexpr double kDirectBlockGBs = 4.2;
+// Device figures fitted to one H200 (bench/results/gpu-check/run3-4baa0c9-h200: the kernel sweep,
+// 2 ranks x 1-32 channels at 256 MiB, and braid-perf all-reduce 8 B - 256 MiB at 2 and 8 ranks):
+// - what one thread block moves alone, as bus bandwidth: a Simple ring channel 12.3 GB/s, an LL
+//   one 1.7; a direct-engine block 16.6. With c blocks the blocks' rate and the memory's combine
+//   as 1/G = 1/(c x block) + 1/memory (within 4% for the ring at 1-32 channels; the direct engine
+//   within 15% at 1-16 channels per rank, and 8 ranks x 4 within 10%);
+// - a kernel's own fixed time, 2 us, then its steps' hop latencies (deviceHopLatency);
+// - what the host takes to issue a call, 11 us, and 1.2 us more per rank when one thread issues
+//   every rank's launch: back-to-back calls overlap it with the previous kernels, so a call takes
+//   the longer of the two (the small sizes' flat 12 us at 2 ranks, 20.5 us at 8 in one launch).
+constexpr double kDeviceChannelGBs[] = {12.3, 1.7};  // indexed by Protocol
+constexpr double kDirectBlockGBs = 16.6;
+constexpr double kDeviceKernelUs = 2.0;
+constexpr double kDeviceIssueUs = 11.0;
+constexpr double kDeviceIssuePerRankUs = 1.2;
+
+// Blocks' rate and the memory's: each alone would bound the call; together both take time.
+double combinedGBs(double blocksGBs, double memoryGBs) {
+  return 1 / (1 / blocksGBs + 1 / memoryGBs);
+}
 
 double microseconds(double bytes, double gbs) {
   return gbs > 0 ? bytes / gbs / 1e3 : kInfinity;
@@ -135,12 +148,13 @@ Model::Model(const LinkGraph& graph, const Plan& plan, ModelInput input)
   for (int ranks : ranksOfHost)
     busiestNicMessages_ = std::max(busiestNicMessages_, ranks * (nranks_ - ranks));
   if (!in_.hostRanks && in_.ranksShareDevice) {
-    // Ranks on one GPU share its memory: n ranks move their bytes at once. A ring hop writes a
-    // FIFO slot and the next rank reads it back besides reading its input and writing its output
-    // (4 accesses per byte); the direct engine reads the inputs and writes the outputs (2). A
-    // hop stays in the GPU's memory: NVLink's latency bounds it.
+    // Ranks on one GPU share its memory: n ranks move their bytes at once. Each reads its input
+    // and writes its output (2 accesses per byte); a ring hop's FIFO slot, written and read back
+    // at once, stays in the L2 cache (the GPU's 32 blocks hold 32 MiB of FIFO at most), so the
+    // ring pays the direct engine's 2 (the sweep of run3 fits this within 4%, and not 4). A hop
+    // stays in the GPU's memory: NVLink's latency bounds it.
     if (in_.deviceMemoryGBs > 0) {
-      ringGBs_ = in_.deviceMemoryGBs / (4.0 * nranks_);
+      ringGBs_ = in_.deviceMemoryGBs / (2.0 * nranks_);
       directGBs_ = in_.deviceMemoryGBs / (2.0 * nranks_);
     }
     slowestHop_ = deviceHopLatency(HopKind::NvLink);
@@ -185,8 +199,7 @@ double Model::ringTimeUs(Operation op, Protocol protocol, size_t bytes) const {
   const double busBytes = busBandwidthFactor(op, n) * static_cast<double>(bytes);
   const double latency = ringSteps(op, n) * stepLatencyUs(protocol);
   if (!in_.hostRanks) {
-    return kDeviceBaseUs[static_cast<int>(protocol)] + latency +
-           microseconds(busBytes, deviceRingGBs(protocol));
+    return kDeviceKernelUs + latency + microseconds(busBytes, deviceRingGBs(protocol));
   }
   // Bytes through one rank's send FIFO, split into reduction steps and forwarding steps.
   double reduceBytes = 0, copyBytes = 0;
@@ -246,7 +259,7 @@ double Model::directTimeUs(Operation op, Protocol protocol, size_t bytes) const 
   if (protocol != Protocol::Simple ||
       (op != Operation::AllReduce && op != Operation::ReduceScatter && op != Operation::AllGather))
     return kInfinity;
-  return kDeviceBaseUs[static_cast<int>(protocol)] + 2 * stepLatencyUs(protocol) +
+  return kDeviceKernelUs + 2 * stepLatencyUs(protocol) +
          microseconds(busBandwidthFactor(op, nranks_) * static_cast<double>(bytes),
                       deviceDirectGBs());
 }
@@ -254,18 +267,18 @@ double Model::directTimeUs(Operation op, Protocol protocol, size_t bytes) const 
 double Model::deviceRingGBs(Protocol protocol) const {
   const double links = ringGBs_ * kProtocolEfficiency[static_cast<int>(protocol)];
   if (in_.deviceChannels <= 0) return links;
-  return std::min(links, in_.deviceChannels * kDeviceChannelGBs[static_cast<int>(protocol)]);
+  return combinedGBs(in_.deviceChannels * kDeviceChannelGBs[static_cast<int>(protocol)], links);
 }
 
 // Every rank's blocks work at once in the direct engine's one launch.
 double Model::deviceDirectGBs() const {
   if (in_.deviceChannels <= 0) return directGBs_;
-  return std::min(directGBs_, nranks_ * in_.deviceChannels * kDirectBlockGBs);
+  return combinedGBs(nranks_ * in_.deviceChannels * kDirectBlockGBs, directGBs_);
 }
 
 double Model::timeUs(Operation op, Algorithm algorithm, Protocol protocol, size_t bytes) const {
   if (in_.hostRanks && protocol != Protocol::Simple) return kInfinity;  // host FIFOs: Simple only
-  if (nranks_ == 1) return in_.hostRanks ? in_.latency.callUs : kDeviceBaseUs[0];
+  if (nranks_ == 1) return in_.hostRanks ? in_.latency.callUs : kDeviceKernelUs;
   return algorithm == Algorithm::Ring ? ringTimeUs(op, protocol, bytes)
                                       : directTimeUs(op, protocol, bytes);
 }
@@ -287,6 +300,11 @@ Prediction Model::best(Operation op, size_t bytes, bool directPossible) const {
   if (best.us == kInfinity)
     best = {Algorithm::Ring, Protocol::Simple, timeUs(op, Algorithm::Ring, Protocol::Simple, bytes),
             0};
+  // Back to back, a device call takes at least what the host takes to issue it; one launch of
+  // every rank (directPossible) is issued by one thread, rank after rank.
+  if (!in_.hostRanks)
+    best.us =
+        std::max(best.us, kDeviceIssueUs + (directPossible ? nranks_ * kDeviceIssuePerRankUs : 0));
   best.busBwGBs = best.us > 0
                       ? busBandwidthFactor(op, nranks_) * static_cast<double>(bytes) / best.us / 1e3
                       : 0;

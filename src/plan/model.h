@@ -84,7 +84,8 @@ class Model {
   // Microseconds for one call moving `bytes` (nccl-tests' size: the all-reduce buffer, the
   // all-gather output, ...); infinity where the algorithm or protocol cannot run it.
   double timeUs(Operation op, Algorithm algorithm, Protocol protocol, size_t bytes) const;
-  // The fastest allowed algorithm and protocol. Deterministic: every rank chooses the same.
+  // The fastest allowed algorithm and protocol, its time at least what the host takes to issue a
+  // device call (timeUs is the device's part alone). Deterministic: every rank chooses the same.
   // directPossible false: this call cannot run the direct engine (a CUDA communicator's ranks
   // launched apart cannot reach each other's buffers), so the ring it is.
   Prediction best(Operation op, size_t bytes, bool directPossible = true) const;
