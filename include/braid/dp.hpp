@@ -185,7 +185,9 @@ class DataParallel {
   // comm: a CPU communicator (the object creates one host stream for its collectives; buffers in
   // host memory) or a CUDA communicator (one CUDA stream of its own for the collectives and the
   // step's kernels; parameter() and gradient() are device memory, and the caller's writes into a
-  // gradient must be complete on the device when markReady() is called). Nothing else may use
+  // gradient must be complete on the device when markReady() is called: the object's stream does
+  // not wait for other streams, and a cudaMemcpy from pageable memory may return before its bytes
+  // land, so synchronize the stream that wrote them first). Nothing else may use
   // `comm` while the object lives. One thread drives the object (it is not thread-safe).
   DataParallel(braidComm_t comm, const Options& options);
   ~DataParallel();

@@ -75,8 +75,11 @@ void trainRank(const Options& options, const char* device, const braidUniqueId& 
         braid::dp::convertFromFloat(grad.data(), encoded.data(), type, grad.size());
         void* target = dp.gradient(ids[p]);
         if (cuda) {
+          // markReady asks for the bytes on the device: a pageable cudaMemcpy may return before
+          // they land (run 3 on an H200 read one element as 0 before it had).
           if (cudaMemcpy(target, encoded.data(), encoded.size(), cudaMemcpyHostToDevice) !=
-              cudaSuccess)
+                  cudaSuccess ||
+              !braid_test::uploadsLanded())
             throw std::runtime_error("cudaMemcpy of a gradient failed");
         } else {
           std::memcpy(target, encoded.data(), encoded.size());
