@@ -1,9 +1,12 @@
-// libnccl.so.2: the functions of the CUDA toolkit's nccl.h, compiled against that header and
-// forwarded to braid's C API (a client of braid.h like any user program). Enum values and the
-// unique id's layout are nccl.h's already (checked below); results map one to one except
+// libnccl.so.2: the functions of the newest nccl.h at hand (the CUDA toolkit's, or the one PyPI's
+// NCCL wheel ships: shim/CMakeLists.txt chooses), compiled against that header and forwarded to
+// braid's C API (a client of braid.h like any user program), and the host entry points of NCCL's
+// device API (nccl_device.h), which braid does not provide, refusing in NCCL's words. Enum values
+// and the unique id's layout are nccl.h's already (checked below); results map one to one except
 // braidTimeout, which NCCL has no code for: a peer that never came is ncclRemoteError, with
 // braid's sentence in ncclGetLastError. The pnccl* profiling names are aliases of the nccl* ones.
 #include <nccl.h>
+#include <nccl_device.h>
 
 #include <cstddef>
 #include <cstring>
@@ -183,7 +186,14 @@ SHIM_API const char* ncclGetLastError(ncclComm_t c) {
 }
 
 // Deprecated in nccl.h and "not supported as part of the NCCL API": braid reads its logging
-// environment (BRAID_DEBUG, BRAID_DEBUG_SUBSYS, BRAID_DEBUG_FILE) once, at first use.
+// environment (BRAID_DEBUG, BRAID_DEBUG_SUBSYS, BRAID_DEBUG_FILE) once, at first use. nccl.h 2.30
+// declares it only where NCCL_OS_LINUX is defined (nothing defines it) and else makes it a macro;
+// its library exports it still, and so does this one, for programs built with older headers.
+#ifdef ncclResetDebugInit
+#undef ncclResetDebugInit
+#undef pncclResetDebugInit
+extern "C" void ncclResetDebugInit();
+#endif
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 SHIM_API void ncclResetDebugInit() {
@@ -312,6 +322,186 @@ SHIM_API ncclResult_t ncclMemFree(void* ptr) {
   return result(braidMemFree(ptr));
 }
 
+// What NCCL offers and braid does not: NCCL's own result for a feature it lacks, and a sentence.
+namespace {
+ncclResult_t unsupported(const char* function, const char* what) {
+  return refuse(ncclInvalidUsage, std::string(function) + ": braid does not provide " + what);
+}
+}  // namespace
+
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 30, 0)
+SHIM_API ncclResult_t ncclCommGetUniqueId(ncclComm_t, ncclUniqueId*) {
+  return unsupported("ncclCommGetUniqueId", "growing a communicator (ncclCommGrow)");
+}
+SHIM_API ncclResult_t ncclCommGrow(ncclComm_t, int, const ncclUniqueId*, int, ncclComm_t*,
+                                   ncclConfig_t*) {
+  return unsupported("ncclCommGrow",
+                     "growing a communicator; make a new one with ncclCommInitRankConfig");
+}
+
+// braid keeps a communicator's FIFOs until ncclCommDestroy: nothing of it can be suspended.
+SHIM_API ncclResult_t ncclCommSuspend(ncclComm_t, int) {
+  return unsupported("ncclCommSuspend",
+                     "suspending a communicator (its buffers stay until ncclCommDestroy)");
+}
+SHIM_API ncclResult_t ncclCommResume(ncclComm_t) {
+  return unsupported("ncclCommResume", "suspending a communicator, so none is ever suspended");
+}
+SHIM_API ncclResult_t ncclCommMemStats(ncclComm_t c, ncclCommMemStat_t stat, uint64_t* value) {
+  int count = 0;
+  if (ncclResult_t r = result(braidCommCount(comm(c), &count)); r != ncclSuccess) return r;
+  if (value == nullptr) return refuse(ncclInvalidArgument, "ncclCommMemStats: value is NULL");
+  if (stat == ncclStatGpuMemSuspended) {
+    *value = 0;  // never suspended (ncclCommSuspend)
+    return ncclSuccess;
+  }
+  return unsupported("ncclCommMemStats", "counts of a communicator's device memory yet");
+}
+
+SHIM_API ncclResult_t ncclWinGetUserPtr(ncclComm_t c, ncclWindow_t win, void** outUserPtr) {
+  return result(braidWinGetUserPtr(comm(c), reinterpret_cast<braidWindow_t>(win), outUserPtr));
+}
+
+SHIM_API ncclResult_t ncclPutSignal(const void*, size_t, ncclDataType_t, int, ncclWindow_t, size_t,
+                                    int, int, unsigned int, ncclComm_t, cudaStream_t) {
+  return unsupported("ncclPutSignal", "one-sided puts into a peer's window");
+}
+SHIM_API ncclResult_t ncclSignal(int, int, int, unsigned int, ncclComm_t, cudaStream_t) {
+  return unsupported("ncclSignal", "one-sided signals");
+}
+SHIM_API ncclResult_t ncclWaitSignal(int, ncclWaitSignalDesc_t*, ncclComm_t, cudaStream_t) {
+  return unsupported("ncclWaitSignal", "one-sided signals");
+}
+
+// NCCL's parameters: braid reads none of NCCL_*; its own are BRAID_* (`braid-perf --env`). So the
+// table of keys is empty and every key or handle is unknown.
+namespace {
+ncclResult_t unknownParameter(const char* function, const char* key) {
+  return refuse(ncclInvalidArgument,
+                std::string(function) + ": braid has no NCCL parameter " +
+                    (key != nullptr ? key : "(NULL key)") +
+                    " (braid reads BRAID_* variables, not NCCL_*; `braid-perf --env` lists them)");
+}
+ncclResult_t unboundHandle(const char* function) {
+  return refuse(ncclInvalidArgument, std::string(function) +
+                                         ": the handle did not come from ncclParamBind (braid "
+                                         "has no NCCL parameters to bind)");
+}
+}  // namespace
+
+SHIM_API ncclResult_t ncclParamBind(ncclParamHandle_t*, const char* key) {
+  return unknownParameter("ncclParamBind", key);
+}
+SHIM_API ncclResult_t ncclParamGetParameter(const char* key, const char**, int*) {
+  return unknownParameter("ncclParamGetParameter", key);
+}
+SHIM_API ncclResult_t ncclParamGetAllParameterKeys(const char*** table, int* tableLen) {
+  if (table == nullptr || tableLen == nullptr)
+    return refuse(ncclInvalidArgument, "ncclParamGetAllParameterKeys: table or tableLen is NULL");
+  static const char* const kNoKeys[] = {nullptr};
+  *table = const_cast<const char**>(kNoKeys);
+  *tableLen = 0;
+  return ncclSuccess;
+}
+SHIM_API void ncclParamDumpAll() {}  // no NCCL parameters to dump
+SHIM_API ncclResult_t ncclParamGetStr(ncclParamHandle_t, const char**) {
+  return unboundHandle("ncclParamGetStr");
+}
+SHIM_API ncclResult_t ncclParamGet(ncclParamHandle_t, void*, int, int*) {
+  return unboundHandle("ncclParamGet");
+}
+#define PARAM_GETTER(suffix, type)                                       \
+  SHIM_API ncclResult_t ncclParamGet##suffix(ncclParamHandle_t, type*) { \
+    return unboundHandle("ncclParamGet" #suffix);                        \
+  }
+PARAM_GETTER(I8, int8_t)
+PARAM_GETTER(I16, int16_t)
+PARAM_GETTER(I32, int32_t)
+PARAM_GETTER(I64, int64_t)
+PARAM_GETTER(U8, uint8_t)
+PARAM_GETTER(U16, uint16_t)
+PARAM_GETTER(U32, uint32_t)
+PARAM_GETTER(U64, uint64_t)
+#undef PARAM_GETTER
+#endif  // NCCL 2.30
+
+// NCCL's device API (nccl_device.h): its kernels reach peers' windows through a device
+// communicator, which braid does not make. Its host entry points exist, so a program or library
+// that links them (torch does) loads; those that would set it up refuse, and the teams say what a
+// rank of a braid communicator can load and store directly through that API: itself alone.
+SHIM_API ncclResult_t ncclDevCommCreate(ncclComm_t, ncclDevCommRequirements_t const*,
+                                        ncclDevComm_t*) {
+  return unsupported("ncclDevCommCreate", "NCCL's device API (device communicators)");
+}
+SHIM_API ncclResult_t ncclDevCommDestroy(ncclComm_t, ncclDevComm_t const*) {
+  return unsupported("ncclDevCommDestroy", "NCCL's device API, so no device communicator was made");
+}
+SHIM_API ncclResult_t ncclLsaBarrierCreateRequirement(ncclTeam_t, int, ncclLsaBarrierHandle_t*,
+                                                      ncclDevResourceRequirements_t*) {
+  return unsupported("ncclLsaBarrierCreateRequirement", "NCCL's device API (barriers)");
+}
+SHIM_API ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t, ncclTeam_t, int,
+                                                      ncclGinBarrierHandle_t*,
+                                                      ncclDevResourceRequirements_t*) {
+  return unsupported("ncclGinBarrierCreateRequirement", "NCCL's device API (GPU-initiated net)");
+}
+SHIM_API ncclResult_t ncclLLA2ACreateRequirement(int, int, ncclLLA2AHandle_t*,
+                                                 ncclDevResourceRequirements_t*) {
+  return unsupported("ncclLLA2ACreateRequirement", "NCCL's device API (LL all-to-all)");
+}
+SHIM_API int ncclLLA2ACalcSlots(int, int) {
+  unsupported("ncclLLA2ACalcSlots", "NCCL's device API (LL all-to-all): -1 slots");
+  return -1;
+}
+
+namespace {
+// The world team of a communicator ({0, -1, 0} where it is no communicator).
+ncclTeam_t worldTeam(ncclComm_t c) {
+  ncclTeam_t team{0, -1, 0};
+  int count = 0, rank = 0;
+  if (braidCommCount(comm(c), &count) == braidSuccess &&
+      braidCommUserRank(comm(c), &rank) == braidSuccess)
+    team = {count, rank, 1};
+  return team;
+}
+}  // namespace
+
+SHIM_API ncclTeam_t ncclTeamWorld(ncclComm_t c) {
+  return worldTeam(c);
+}
+SHIM_API ncclTeam_t ncclTeamLsa(ncclComm_t c) {
+  const ncclTeam_t world = worldTeam(c);
+  return world.rank < 0 ? world : ncclTeam_t{1, 0, 1};
+}
+SHIM_API ncclTeam_t ncclTeamRail(ncclComm_t c) {
+  return worldTeam(c);  // the outer factor of a team of one: the world
+}
+SHIM_API int ncclTeamRankToWorld(ncclComm_t c, ncclTeam_t team, int rank) {
+  return worldTeam(c).rank + (rank - team.rank) * team.stride;
+}
+SHIM_API int ncclTeamRankToLsa(ncclComm_t, ncclTeam_t team, int rank) {
+  return (rank - team.rank) * team.stride;  // this rank is LSA rank 0 of its team of one
+}
+
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 30, 0)
+SHIM_API ncclResult_t ncclCommQueryProperties(ncclComm_t, ncclCommProperties_t*) {
+  return unsupported("ncclCommQueryProperties", "NCCL's device API (its properties)");
+}
+SHIM_API ncclResult_t ncclGetLsaMultimemDevicePointer(ncclWindow_t, size_t, void**) {
+  return unsupported("ncclGetLsaMultimemDevicePointer", "NVLink SHARP multimem pointers");
+}
+SHIM_API ncclResult_t ncclGetMultimemDevicePointer(ncclWindow_t, size_t, ncclMultimemHandle_t,
+                                                   void**) {
+  return unsupported("ncclGetMultimemDevicePointer", "NVLink SHARP multimem pointers");
+}
+SHIM_API ncclResult_t ncclGetLsaDevicePointer(ncclWindow_t, size_t, int, void**) {
+  return unsupported("ncclGetLsaDevicePointer", "device pointers into peers' windows");
+}
+SHIM_API ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t, size_t, int, void**) {
+  return unsupported("ncclGetPeerDevicePointer", "device pointers into peers' windows");
+}
+#endif  // NCCL 2.30
+
 // The profiling names (PMPI's convention, which nccl.h declares too): the same functions.
 #define PNCCL(name) SHIM_API decltype(name) p##name __attribute__((alias(#name)));
 PNCCL(ncclGetVersion)
@@ -358,3 +548,28 @@ PNCCL(ncclGroupEnd)
 PNCCL(ncclGroupSimulateEnd)
 PNCCL(ncclMemAlloc)
 PNCCL(ncclMemFree)
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 30, 0)
+PNCCL(ncclCommGetUniqueId)
+PNCCL(ncclCommGrow)
+PNCCL(ncclCommSuspend)
+PNCCL(ncclCommResume)
+PNCCL(ncclCommMemStats)
+PNCCL(ncclWinGetUserPtr)
+PNCCL(ncclPutSignal)
+PNCCL(ncclSignal)
+PNCCL(ncclWaitSignal)
+PNCCL(ncclParamBind)
+PNCCL(ncclParamGetParameter)
+PNCCL(ncclParamGetAllParameterKeys)
+PNCCL(ncclParamDumpAll)
+PNCCL(ncclParamGetStr)
+PNCCL(ncclParamGet)
+PNCCL(ncclParamGetI8)
+PNCCL(ncclParamGetI16)
+PNCCL(ncclParamGetI32)
+PNCCL(ncclParamGetI64)
+PNCCL(ncclParamGetU8)
+PNCCL(ncclParamGetU16)
+PNCCL(ncclParamGetU32)
+PNCCL(ncclParamGetU64)
+#endif

@@ -186,6 +186,8 @@ braidResult_t braidCommDeregister(const braidComm_t comm, void* handle);
 braidResult_t braidCommWindowRegister(braidComm_t comm, void* buff, size_t size, braidWindow_t* win,
                                       int winFlags);
 braidResult_t braidCommWindowDeregister(braidComm_t comm, braidWindow_t win);
+/* The buffer a window of this communicator was registered with (ncclWinGetUserPtr). */
+braidResult_t braidWinGetUserPtr(braidComm_t comm, braidWindow_t win, void** outUserPtr);
 
 braidResult_t braidCommFinalize(braidComm_t comm);
 braidResult_t braidCommDestroy(braidComm_t comm);

@@ -558,6 +558,15 @@ braidResult_t braidCommWindowDeregister(braidComm_t comm, braidWindow_t win) {
   });
 }
 
+braidResult_t braidWinGetUserPtr(braidComm_t comm, braidWindow_t win, void** outUserPtr) {
+  return guarded(comm, [&] {
+    checkComm(comm, "braidWinGetUserPtr");
+    if (outUserPtr == nullptr)
+      fail(braidInvalidArgument, "braidWinGetUserPtr on rank {}: outUserPtr is NULL", comm->rank());
+    *outUserPtr = comm->registeredBuffer(win, true, "braidWinGetUserPtr");
+  });
+}
+
 braidResult_t braidCommFinalize(braidComm_t comm) {
   return guarded(comm, [&] {
     checkComm(comm, "braidCommFinalize");

@@ -749,8 +749,8 @@ void* braidComm::registerBuffer(void* buff, size_t size, bool window) {
   return registrations_.back().get();
 }
 
-void braidComm::deregisterBuffer(void* handle, bool window, const char* fn) {
-  std::lock_guard<std::mutex> lock(registrationsMutex_);
+std::vector<std::unique_ptr<braidComm::Registration>>::iterator braidComm::findRegistration(
+    void* handle, bool window, const char* fn) {
   auto it = std::find_if(registrations_.begin(), registrations_.end(),
                          [&](const auto& r) { return r.get() == handle && r->window == window; });
   if (it == registrations_.end())
@@ -758,7 +758,17 @@ void braidComm::deregisterBuffer(void* handle, bool window, const char* fn) {
          "{} on rank {}: handle {} is not a registration of this communicator (expected one that "
          "{} returned and that was not deregistered)",
          fn, rank_, handle, window ? "braidCommWindowRegister" : "braidCommRegister");
-  registrations_.erase(it);
+  return it;
+}
+
+void braidComm::deregisterBuffer(void* handle, bool window, const char* fn) {
+  std::lock_guard<std::mutex> lock(registrationsMutex_);
+  registrations_.erase(findRegistration(handle, window, fn));
+}
+
+void* braidComm::registeredBuffer(void* handle, bool window, const char* fn) {
+  std::lock_guard<std::mutex> lock(registrationsMutex_);
+  return (*findRegistration(handle, window, fn))->buff;
 }
 
 void braidComm::finalize() {

@@ -115,6 +115,8 @@ struct braidComm : public braid::Watchdog {
   // valid until deregistered or the communicator is destroyed.
   void* registerBuffer(void* buff, size_t size, bool window);
   void deregisterBuffer(void* handle, bool window, const char* fn);
+  // The buffer `handle` was registered with (fails naming `fn` where it is no registration).
+  void* registeredBuffer(void* handle, bool window, const char* fn);
 
   braidResult_t asyncError();
   void recordError(const braid::Error& e);
@@ -210,6 +212,9 @@ struct braidComm : public braid::Watchdog {
   };
   std::mutex registrationsMutex_;
   std::vector<std::unique_ptr<Registration>> registrations_;
+  // Where `handle` is in registrations_ (the caller holds registrationsMutex_).
+  std::vector<std::unique_ptr<Registration>>::iterator findRegistration(void* handle, bool window,
+                                                                        const char* fn);
 
   std::unique_ptr<braid::CudaComm> cuda_;  // a CUDA communicator's device side, once ready
   int deviceChannels_ = 0;

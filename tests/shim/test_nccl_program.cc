@@ -5,6 +5,7 @@
 // from the inputs' formula; outputs are poisoned first.
 #include <gtest/gtest.h>
 #include <nccl.h>
+#include <nccl_device.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -322,6 +323,65 @@ TEST_F(Threads, CommSplitQueriesAndManagement) {
   ASSERT_EQ(ncclGetVersion(&version), ncclSuccess);
   EXPECT_EQ(version, NCCL_VERSION_CODE);
   for (ncclComm_t child : children) EXPECT_EQ(ncclCommDestroy(child), ncclSuccess);
+}
+
+// What braid does not provide answers in NCCL's words (ncclInvalidUsage and a sentence naming the
+// call), and what it can answer, it does: a window's buffer, never suspended, no NCCL parameters,
+// the teams of NCCL's device API (a rank reaches no peer's memory through it, so its load/store
+// team is itself).
+TEST_F(Threads, NewerCallsAnswerOrRefuseInNcclsWords) {
+  auto refused = [](ncclResult_t r, const char* function) {
+    EXPECT_EQ(r, ncclInvalidUsage) << function;
+    EXPECT_NE(lastError(nullptr).find(std::string(function) + ": braid does not provide"),
+              std::string::npos)
+        << lastError(nullptr);
+  };
+  refused(ncclDevCommCreate(comms_[1], nullptr, nullptr), "ncclDevCommCreate");
+  const ncclTeam_t world = ncclTeamWorld(comms_[2]), lsa = ncclTeamLsa(comms_[2]);
+  EXPECT_EQ(world.nRanks, kRanks);
+  EXPECT_EQ(world.rank, 2);
+  EXPECT_EQ(lsa.nRanks, 1);
+  EXPECT_EQ(ncclTeamRankToWorld(comms_[2], world, 3), 3);
+  EXPECT_EQ(ncclTeamRankToWorld(comms_[2], lsa, 0), 2);
+  EXPECT_EQ(ncclTeamRail(comms_[2]).nRanks, kRanks);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 30, 0)
+  std::vector<float> buffer(1024);
+  ncclWindow_t window = nullptr;
+  ASSERT_EQ(
+      ncclCommWindowRegister(comms_[0], buffer.data(), buffer.size() * sizeof(float), &window, 0),
+      ncclSuccess)
+      << lastError(comms_[0]);
+  void* user = nullptr;
+  ASSERT_EQ(ncclWinGetUserPtr(comms_[0], window, &user), ncclSuccess) << lastError(comms_[0]);
+  EXPECT_EQ(user, buffer.data());
+  EXPECT_EQ(ncclWinGetUserPtr(comms_[1], window, &user), ncclInvalidArgument);  // not comm 1's
+  EXPECT_NE(lastError(comms_[1]).find("not a registration of this communicator"), std::string::npos)
+      << lastError(comms_[1]);
+  ASSERT_EQ(ncclCommWindowDeregister(comms_[0], window), ncclSuccess);
+  EXPECT_EQ(ncclWinGetUserPtr(comms_[0], window, &user), ncclInvalidArgument);
+  refused(ncclCommSuspend(comms_[0], NCCL_SUSPEND_MEM), "ncclCommSuspend");
+  refused(ncclCommResume(comms_[0]), "ncclCommResume");
+  uint64_t suspended = 7;
+  ASSERT_EQ(ncclCommMemStats(comms_[0], ncclStatGpuMemSuspended, &suspended), ncclSuccess);
+  EXPECT_EQ(suspended, 0u);
+  refused(ncclCommMemStats(comms_[0], ncclStatGpuMemTotal, &suspended), "ncclCommMemStats");
+  ncclUniqueId id;
+  refused(ncclCommGetUniqueId(comms_[0], &id), "ncclCommGetUniqueId");
+  refused(ncclSignal(1, 0, 0, 0, comms_[0], nullptr), "ncclSignal");
+  refused(ncclGetPeerDevicePointer(nullptr, 0, 1, &user), "ncclGetPeerDevicePointer");
+  const char** keys = nullptr;
+  int nKeys = -1;
+  ASSERT_EQ(ncclParamGetAllParameterKeys(&keys, &nKeys), ncclSuccess);
+  EXPECT_EQ(nKeys, 0);
+  const char* value = nullptr;
+  int length = 0;
+  EXPECT_EQ(ncclParamGetParameter("NCCL_DEBUG", &value, &length), ncclInvalidArgument);
+  EXPECT_NE(lastError(nullptr).find("no NCCL parameter NCCL_DEBUG"), std::string::npos)
+      << lastError(nullptr);
+  int version = 0;
+  ASSERT_EQ(ncclGetVersion(&version), ncclSuccess);
+  EXPECT_GE(version, NCCL_VERSION(2, 30, 0));
+#endif
 }
 
 // Three processes forked after ncclGetUniqueId, as an MPI-free NCCL program would be launched.
