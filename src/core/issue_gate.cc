@@ -26,14 +26,6 @@ void IssueGate::awaitTurn(int member, int rank, Clock::time_point deadline) {
   auto lagging = [&] {
     return std::find_if(issued_.begin(), issued_.end(), [&](uint64_t n) { return n < calls; });
   };
-  if (const auto first = lagging();
-      first != issued_.end() && lastIssuer_[first - issued_.begin()] == std::this_thread::get_id())
-    fail(braidInvalidUsage,
-         "rank {}: its call {} would wait for member {} of the ranks on its GPU in this process to "
-         "queue call {}, and this thread queues that member's calls too: queue one call of each "
-         "such rank before the next call of any (round by round, or in a group: "
-         "braidGroupStart/braidGroupEnd)",
-         rank, calls + 1, first - issued_.begin(), calls);
   if (!changed_.wait_until(lock, deadline, [&] { return lagging() == issued_.end(); }))
     fail(braidTimeout,
          "rank {}: its call {} waited for member {} of the ranks on its GPU in this process to "
@@ -46,7 +38,6 @@ void IssueGate::issued(int member) {
   {
     const std::lock_guard lock(mutex_);
     ++issued_.at(member);
-    lastIssuer_[member] = std::this_thread::get_id();
   }
   changed_.notify_all();
 }

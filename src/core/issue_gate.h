@@ -12,7 +12,6 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "base/wait.h"
@@ -25,12 +24,11 @@ class IssueGate {
   // it) of `members` members, made by the first to join; shared with the others.
   static std::shared_ptr<IssueGate> join(uintptr_t key, int members);
 
-  explicit IssueGate(int members) : issued_(members, 0), lastIssuer_(members) {}
+  explicit IssueGate(int members) : issued_(members, 0) {}
 
   // Waits until every member has queued as many calls as `member` has, so that its next call may
-  // go. Fails (braidTimeout) at `deadline`, naming the member that lags, and at once
-  // (braidInvalidUsage) where the calling thread itself queued that member's last call: it would
-  // wait for itself. `rank` is the caller's, for the sentence.
+  // go. Fails (braidTimeout) at `deadline`, naming the member that lags; `rank` is the caller's,
+  // for the sentence.
   void awaitTurn(int member, int rank, Clock::time_point deadline);
   // `member` queued a call.
   void issued(int member);
@@ -40,7 +38,6 @@ class IssueGate {
   std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<uint64_t> issued_;
-  std::vector<std::thread::id> lastIssuer_;
 };
 
 }  // namespace braid
