@@ -246,13 +246,9 @@ std::unique_ptr<P2pLinks> P2pLinks::connect(int rank, int nranks, const DeviceRa
   std::vector<bool> remote(nranks, false);
   for (int peer = 0; peer < nranks; ++peer) {
     const DeviceCard& card = cards[peer];
-    const bool sameDevice =
-        card.place.processNonce == self.processNonce && card.place.device == self.device;
-    links->ranksShareDevice_ = links->ranksShareDevice_ && sameDevice;
-    if (sameDevice) {
-      if (links->deviceGroup_.empty()) links->deviceGroupKey_ = card.base;
-      links->deviceGroup_.push_back(peer);
-    }
+    links->ranksShareDevice_ = links->ranksShareDevice_ &&
+                               card.place.processNonce == self.processNonce &&
+                               card.place.device == self.device;
     if (card.place.hostHash != self.hostHash) {
       remote[peer] = true;  // reached through the network below; its FIFOs are not opened
       continue;

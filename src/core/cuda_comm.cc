@@ -15,7 +15,6 @@
 
 #include "coll/device_executor.h"
 #include "coll/device_kernels.cuh"
-#include "core/issue_gate.h"
 #include "transport/cuda_check.h"
 #include "transport/p2p.h"
 #endif
@@ -117,9 +116,6 @@ class CudaCommImpl final : public CudaComm {
           {setup.hostHash, processNonce(), static_cast<int32_t>(getpid()), device_}, geometry,
           setup.ringOrders, setup.allGather, setup.deadline);
       ctx_.links = links_.get();
-      const std::vector<int>& group = links_->deviceGroup();
-      gateMember_ = static_cast<int>(std::find(group.begin(), group.end(), rank_) - group.begin());
-      issueGate_ = IssueGate::join(links_->deviceGroupKey(), static_cast<int>(group.size()));
       ctx_.timeoutNs = static_cast<uint64_t>(setup.timeoutMs) * 1'000'000;
       ctx_.failed = failedOnDevice;
       ctx_.threads = kThreadsPerBlock;
@@ -282,8 +278,6 @@ class CudaCommImpl final : public CudaComm {
   std::atomic<bool> aborted_{false};
   std::atomic<bool> networkAborted_{false};
   std::unique_ptr<P2pLinks> links_;
-  std::shared_ptr<IssueGate> issueGate_;  // collectives' issue order on this GPU (issue_gate.h)
-  int gateMember_ = 0;
   DeviceCollContext ctx_;
 };
 
@@ -303,11 +297,6 @@ void launchCollectives(std::span<const CudaCall> calls) {
   std::vector<DeviceScale> scales(calls.size());
   std::vector<DeviceRankCall> ranks;
   std::vector<bool> captured;
-  for (const CudaCall& call : calls) {
-    auto& comm = static_cast<CudaCommImpl&>(*call.comm);
-    comm.issueGate_->awaitTurn(comm.gateMember_, comm.rank_,
-                               Clock::now() + std::chrono::milliseconds(comm.timeoutMs_));
-  }
   for (size_t i = 0; i < calls.size(); ++i) {
     auto& comm = static_cast<CudaCommImpl&>(*calls[i].comm);
     if (comm.device_ != first.device_ || calls[i].algorithm != calls.front().algorithm)
@@ -335,7 +324,6 @@ void launchCollectives(std::span<const CudaCall> calls) {
       checkCuda(cudaStreamWaitEvent(stream, first.join_, 0),
                 fmt::format("rank {}: cudaStreamWaitEvent", comm.rank_));
     comm.recordCall(calls[i].stream, captured[i]);
-    comm.issueGate_->issued(comm.gateMember_);
   }
 }
 
