@@ -9,7 +9,7 @@
 #   3. braid-perf all-reduce 8 B - GPU_CHECK_MAX_BYTES (every element checked), ranks as threads
 #      and driven by one thread (-g, whose launches hold every rank and so may run the direct
 #      engine); and 8 ranks as threads with one hardware queue for every stream
-#      (CUDA_DEVICE_MAX_CONNECTIONS=1), which only the issue gate keeps from stalling;
+#      (CUDA_DEVICE_MAX_CONNECTIONS=1), the shared-queue hazard of docs/cuda.md laid bare;
 #   4. the GPU test programs, to their verdicts: the kernels' grid on device memory and the CUDA
 #      communicator tests (1-8 ranks on one GPU, stream order, graph replay, one launch of every
 #      rank on the direct engine and on the ring) at once, as separate processes sharing the GPU
@@ -106,8 +106,9 @@ for ranks in ${GPU_CHECK_RANKS:-2 8}; do
     done
   done
 done | tee "$out/perf.txt"
-# The issue gate (core/issue_gate.h) where every stream shares one hardware queue: 8 ranks as
-# threads, calls back to back; without the gate a rank a call ahead stalls them all.
+# Every stream in one hardware queue, 8 ranks as threads, calls back to back: stalls if shared
+# hardware queues are what stalled run 3 (docs/cuda.md), until the ranks queue their calls in
+# rounds.
 CUDA_DEVICE_MAX_CONNECTIONS=1 perf perf-allreduce-8ranks-float-threads-1queue -t 8 -b 8 -e 1M \
   -f 4 | tee -a "$out/perf.txt"
 
