@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "braid/braid.h"
 
@@ -79,9 +80,11 @@ braidUniqueId id(const ncclUniqueId& u) {
   return b;
 }
 
-// Whether the caller's ncclConfig_t (of its own nccl.h's size) has `field`.
+// Whether the caller's struct (ncclConfig_t, ncclCommProperties_t: of its own nccl.h's size) has
+// `field`.
 #define HAS_FIELD(config, field) \
-  ((config)->size >= offsetof(ncclConfig_t, field) + sizeof((config)->field))
+  ((config)->size >=             \
+   offsetof(std::remove_cvref_t<decltype(*(config))>, field) + sizeof((config)->field))
 
 // ncclConfig_t to braid's. Layouts of older nccl.h versions are shorter: only the fields inside the
 // caller's `size` are read. Honoured: blocking, commName, minCTAs and maxCTAs (a CTA runs a
@@ -401,9 +404,11 @@ SHIM_API ncclResult_t ncclParamGetAllParameterKeys(const char*** table, int* tab
   static const char* const kNoKeys[] = {nullptr};
   *table = const_cast<const char**>(kNoKeys);
   *tableLen = 0;
-  return ncclSuccess;
+  return result(braidSuccess);
 }
-SHIM_API void ncclParamDumpAll() {}  // no NCCL parameters to dump
+SHIM_API void ncclParamDumpAll() {
+  tShimError.clear();  // no NCCL parameters to dump
+}
 SHIM_API ncclResult_t ncclParamGetStr(ncclParamHandle_t, const char**) {
   return unboundHandle("ncclParamGetStr");
 }
@@ -457,6 +462,7 @@ SHIM_API int ncclLLA2ACalcSlots(int, int) {
 namespace {
 // The world team of a communicator ({0, -1, 0} where it is no communicator).
 ncclTeam_t worldTeam(ncclComm_t c) {
+  tShimError.clear();  // an answer: the latest failure is no longer this thread's latest call's
   ncclTeam_t team{0, -1, 0};
   int count = 0, rank = 0;
   if (braidCommCount(comm(c), &count) == braidSuccess &&
@@ -480,12 +486,34 @@ SHIM_API int ncclTeamRankToWorld(ncclComm_t c, ncclTeam_t team, int rank) {
   return worldTeam(c).rank + (rank - team.rank) * team.stride;
 }
 SHIM_API int ncclTeamRankToLsa(ncclComm_t, ncclTeam_t team, int rank) {
+  tShimError.clear();
   return (rank - team.rank) * team.stride;  // this rank is LSA rank 0 of its team of one
 }
 
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 30, 0)
-SHIM_API ncclResult_t ncclCommQueryProperties(ncclComm_t, ncclCommProperties_t*) {
-  return unsupported("ncclCommQueryProperties", "NCCL's device API (its properties)");
+// What a communicator offers NCCL's device API: nothing of it (the fields inside the caller's
+// size).
+SHIM_API ncclResult_t ncclCommQueryProperties(ncclComm_t c, ncclCommProperties_t* props) {
+  if (props == nullptr || props->magic != NCCL_API_MAGIC ||
+      props->size < offsetof(ncclCommProperties_t, rank))
+    return refuse(ncclInvalidArgument,
+                  "ncclCommQueryProperties: props was not initialized with "
+                  "NCCL_COMM_PROPERTIES_INITIALIZER (NULL, or bad magic or size)");
+  int rank = 0, count = 0, device = -1;
+  for (braidResult_t r : {braidCommUserRank(comm(c), &rank), braidCommCount(comm(c), &count),
+                          braidCommCuDevice(comm(c), &device)})
+    if (r != braidSuccess) return result(r);
+  if (HAS_FIELD(props, rank)) props->rank = rank;
+  if (HAS_FIELD(props, nRanks)) props->nRanks = count;
+  if (HAS_FIELD(props, cudaDev)) props->cudaDev = device;
+  if (HAS_FIELD(props, nvmlDev)) props->nvmlDev = -1;  // braid does not map CUDA to NVML indices
+  if (HAS_FIELD(props, deviceApiSupport)) props->deviceApiSupport = false;
+  if (HAS_FIELD(props, multimemSupport)) props->multimemSupport = false;
+  if (HAS_FIELD(props, ginType)) props->ginType = NCCL_GIN_TYPE_NONE;
+  if (HAS_FIELD(props, nLsaTeams)) props->nLsaTeams = count;  // an LSA team of one per rank
+  if (HAS_FIELD(props, hostRmaSupport)) props->hostRmaSupport = false;
+  if (HAS_FIELD(props, railedGinType)) props->railedGinType = NCCL_GIN_TYPE_NONE;
+  return result(braidSuccess);
 }
 SHIM_API ncclResult_t ncclGetLsaMultimemDevicePointer(ncclWindow_t, size_t, void**) {
   return unsupported("ncclGetLsaMultimemDevicePointer", "NVLink SHARP multimem pointers");

@@ -15,6 +15,10 @@ for include in "$@"; do
   {
     printf '#include <nccl.h>\n' | "$cxx" -E -P -I"$include" -I"$cuda" -x c++ - |
       grep -oE '\bp?nccl[A-Z][A-Za-z0-9]*[[:space:]]*\(' | sed -E 's/[[:space:]]*\($//'
+    # Functions the header declares on some platforms and makes macros on others (nccl.h 2.30's
+    # ncclResetDebugInit): its library exports them still.
+    printf '#include <nccl.h>\n' | "$cxx" -E -dM -I"$include" -I"$cuda" -x c++ - |
+      grep -oE '^#define p?nccl[A-Z][A-Za-z0-9]*\(\)' | sed -E 's/^#define //; s/\(\)$//'
     for header in "$include"/nccl_device/*.h; do
       grep -q 'for Windows builds only' "$header" && continue
       tr '\n' ' ' < "$header" |

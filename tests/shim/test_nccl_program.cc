@@ -369,6 +369,15 @@ TEST_F(Threads, NewerCallsAnswerOrRefuseInNcclsWords) {
   refused(ncclCommGetUniqueId(comms_[0], &id), "ncclCommGetUniqueId");
   refused(ncclSignal(1, 0, 0, 0, comms_[0], nullptr), "ncclSignal");
   refused(ncclGetPeerDevicePointer(nullptr, 0, 1, &user), "ncclGetPeerDevicePointer");
+  ncclCommProperties_t properties = NCCL_COMM_PROPERTIES_INITIALIZER;
+  properties.deviceApiSupport = true;
+  ASSERT_EQ(ncclCommQueryProperties(comms_[3], &properties), ncclSuccess) << lastError(nullptr);
+  EXPECT_EQ(properties.rank, 3);
+  EXPECT_EQ(properties.nRanks, kRanks);
+  EXPECT_EQ(properties.cudaDev, -1);  // a CPU communicator
+  EXPECT_FALSE(properties.deviceApiSupport);
+  EXPECT_EQ(lastError(nullptr).find("ncclGetPeerDevicePointer"), std::string::npos)
+      << "an answer clears the refusal before it: " << lastError(nullptr);
   const char** keys = nullptr;
   int nKeys = -1;
   ASSERT_EQ(ncclParamGetAllParameterKeys(&keys, &nKeys), ncclSuccess);
