@@ -1,9 +1,9 @@
 #!/bin/bash
 # Compiles the device kernels (src/coll/device_kernels.cu: ring Simple and low-latency, direct)
-# with nvcc for sm_90 plus PTX, warnings as errors, and reads what it emitted: 16-byte global
-# loads and stores, acquire loads and release stores at system scope for the FIFO's control
-# words, the low-latency lines as single 8-byte accesses, and no local-memory spills in any
-# kernel. Exit 77 (ctest: skipped) where nvcc is absent.
+# once with nvcc for sm_90 plus PTX, warnings as errors, and reads what it emitted (the PTX kept
+# from that compile): 16-byte global loads and stores, acquire loads and release stores at system
+# scope for the FIFO's control words, the low-latency lines as single 8-byte accesses, and no
+# local-memory spills in any kernel. Exit 77 (ctest: skipped) where nvcc is absent.
 set -euo pipefail
 root=$1
 out=$2
@@ -15,11 +15,13 @@ fi
 mkdir -p "$out"
 flags=(-std=c++20 -O3 -Werror all-warnings -I"$root/include" -I"$root/src" -I"$root"
   -isystem "$(dirname "$nvcc")/../include/cccl")
+# One compile (the kernels take minutes): the object for the SASS check, and its PTX kept.
+rm -rf "$out/keep"
+mkdir -p "$out/keep"
 "$nvcc" "${flags[@]}" -gencode arch=compute_90,code=[sm_90,compute_90] -Xptxas -v \
+  -keep -keep-dir "$out/keep" \
   -c "$root/src/coll/device_kernels.cu" -o "$out/device_kernels.o" 2> "$out/ptxas.txt"
-"$nvcc" "${flags[@]}" -arch=compute_90 -ptx "$root/src/coll/device_kernels.cu" \
-  -o "$out/device_kernels.ptx"
-ptx=$out/device_kernels.ptx
+ptx=$out/keep/device_kernels.ptx
 kernels=$(grep -c '^\.visible \.entry' "$ptx")
 echo "$kernels kernels in $ptx"
 status=0
