@@ -83,7 +83,8 @@ sweep_bytes=${GPU_CHECK_SWEEP_BYTES:-256M}
 if [[ $sweep_bytes != 0 ]]; then
   for engine in direct ring; do
     # One launch holds 32 blocks: 2 ranks x 32 channels would launch apart, as the ring.
-    channels_list="1 2 4 8 16" && [[ $engine == ring ]] && channels_list+=" 32"
+    channels_list="1 2 4 8 16"
+    [[ $engine == direct ]] || channels_list+=" 32"
     for channels in $channels_list; do
       if [[ $engine == direct ]]; then flags=(-t 1 -g 2); else flags=(-t 2); fi
       BRAID_ALGO=$engine BRAID_PROTO=Simple BRAID_MIN_NCHANNELS=$channels \

@@ -25,13 +25,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import braid_torch  # noqa: F401
+from allreduce_vs_gloo import fmt_bytes, samples_for  # the all-reduce benchmark beside this one
 
 SIZES = [8 << (2 * i) for i in range(13)]  # 8 B, 32 B, ... 128 MiB
 ROUNDS = 3  # interleaved: braid, Gloo, braid, Gloo, ...
-
-
-def samples_for(nbytes):
-    return max(5, min(200, (64 << 20) // max(nbytes, 1)))
 
 
 def exchange_s(group, peer, out, into):
@@ -66,13 +63,6 @@ def rank_main(rank, store_path, out_path):
     dist.destroy_process_group()
 
 
-def human(nbytes):
-    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if nbytes >= size:
-            return f"{nbytes // size} {unit}"
-    return f"{nbytes} B"
-
-
 def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else "bench/results/torch"
     os.makedirs(out_dir, exist_ok=True)
@@ -97,7 +87,7 @@ def main():
              "| size each way | braid (us) | Gloo (us) | braid / Gloo |", "|---|---|---|---|"]
     for n in SIZES:
         b, g = median["braid"][str(n)], median["gloo"][str(n)]
-        lines.append(f"| {human(n)} | {b * 1e6:.1f} | {g * 1e6:.1f} | {b / g:.2f} |")
+        lines.append(f"| {fmt_bytes(n)} | {b * 1e6:.1f} | {g * 1e6:.1f} | {b / g:.2f} |")
     with open(os.path.join(out_dir, "p2p_vs_gloo.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -154,8 +154,7 @@ Model::Model(const LinkGraph& graph, const Plan& plan, ModelInput input)
     // ring pays the direct engine's 2 (the sweep of run3 fits this within 4%, and not 4). A hop
     // stays in the GPU's memory: NVLink's latency bounds it.
     if (in_.deviceMemoryGBs > 0) {
-      ringGBs_ = in_.deviceMemoryGBs / (2.0 * nranks_);
-      directGBs_ = in_.deviceMemoryGBs / (2.0 * nranks_);
+      directGBs_ = ringGBs_ = in_.deviceMemoryGBs / (2.0 * nranks_);
     }
     slowestHop_ = deviceHopLatency(HopKind::NvLink);
   } else if (!in_.hostRanks) {
