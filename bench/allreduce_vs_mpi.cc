@@ -1,8 +1,9 @@
 // braid vs OpenMPI all-reduce (float32 sum) in one run, with one method for both: barrier, time
 // one op, take the slowest rank's time, median over iterations. The libraries alternate in
 // rounds at every size so machine drift hits both, and they share the same persistent,
-// pre-touched buffers. Launch: mpirun -np 2 allreduce_vs_mpi [-b 8] [-e 256M] [-f 2] [-n 1]
-// [-r 4] [--json FILE].
+// pre-touched buffers. With --ring, braid's ring (a second communicator allowed the ring alone)
+// takes its turn too, for braid's choice against it. Launch: mpirun -np 2 allreduce_vs_mpi [-b 8]
+// [-e 256M] [-f 2] [-n 1] [-r 4] [--ring] [--json FILE].
 #include <mpi.h>
 #include <sched.h>
 #include <sys/utsname.h>
@@ -29,16 +30,19 @@ struct Options {
   size_t factor = 2;
   double iterScale = 1.0;
   int rounds = 4;
+  bool ring = false;
   std::string jsonPath;
 };
 
 struct Row {
   size_t bytes;
   double braidUs;
+  double ringUs;  // --ring only
   double mpiUs;
   double braidBusbw;
   double mpiBusbw;
   bool braidCorrect;
+  bool ringCorrect;
   bool mpiCorrect;
 };
 
@@ -93,12 +97,14 @@ Options parseOptions(int argc, char** argv) {
       o.iterScale = std::strtod(value(), nullptr);
     } else if (arg == "-r") {
       o.rounds = std::atoi(value());
+    } else if (arg == "--ring") {
+      o.ring = true;
     } else if (arg == "--json") {
       o.jsonPath = value();
     } else {
       die("unknown option " + arg +
           "; usage: allreduce_vs_mpi [-b min] [-e max] [-f factor] [-n iteration scale] "
-          "[-r rounds] [--json file]");
+          "[-r rounds] [--ring] [--json file]");
     }
   }
   if (o.factor < 2) die("-f must be at least 2");
@@ -177,17 +183,18 @@ Buffers allocateBuffers(size_t maxBytes) {
   return b;
 }
 
-enum class Library { kBraid, kMpi };
+enum class Library { kBraid, kBraidRing, kMpi };
 
 class Runner {
  public:
-  Runner(braidComm_t comm, const Buffers& buffers) : comm_(comm), buf_(buffers) {}
+  Runner(braidComm_t comm, braidComm_t ringComm, const Buffers& buffers)
+      : comm_(comm), ringComm_(ringComm), buf_(buffers) {}
 
   void op(Library lib, size_t count) {
-    if (lib == Library::kBraid) {
-      checkBraid(
-          braidAllReduce(buf_.send, buf_.recv, count, braidFloat32, braidSum, comm_, nullptr),
-          "braidAllReduce");
+    if (lib != Library::kMpi) {
+      checkBraid(braidAllReduce(buf_.send, buf_.recv, count, braidFloat32, braidSum,
+                                lib == Library::kBraid ? comm_ : ringComm_, nullptr),
+                 "braidAllReduce");
     } else if (MPI_Allreduce(buf_.send, buf_.recv, static_cast<int>(count), MPI_FLOAT, MPI_SUM,
                              MPI_COMM_WORLD) != MPI_SUCCESS) {
       die("MPI_Allreduce failed");
@@ -217,6 +224,7 @@ class Runner {
 
  private:
   braidComm_t comm_;
+  braidComm_t ringComm_;  // null without --ring
   Buffers buf_;
 };
 
@@ -234,30 +242,34 @@ Row measureSize(Runner& runner, size_t bytes, const Options& o) {
   size_t count = bytes / sizeof(float);
   int iters = iterationsFor(bytes, o);
   int warmup = std::max(2, iters / 10);
-  for (int i = 0; i < warmup; ++i) {
-    runner.op(Library::kBraid, count);
-    runner.op(Library::kMpi, count);
-  }
-  std::vector<double> braidTimes, mpiTimes;
-  bool braidCorrect = true, mpiCorrect = true;
+  std::vector<Library> libraries = {Library::kBraid, Library::kMpi};
+  if (o.ring) libraries.insert(libraries.begin() + 1, Library::kBraidRing);
+  for (int i = 0; i < warmup; ++i)
+    for (Library lib : libraries) runner.op(lib, count);
+  std::vector<double> times[3];
+  bool correct[3] = {true, true, true};
   for (int r = 0; r < o.rounds; ++r) {
     int roundIters = iters / o.rounds + (r < iters % o.rounds ? 1 : 0);
-    // Alternate who goes first so neither always follows the other's cache footprint.
-    for (int k = 0; k < 2; ++k) {
-      bool braidTurn = (k == 0) == (r % 2 == 0);
-      if (braidTurn)
-        braidCorrect =
-            runner.timedRound(Library::kBraid, count, roundIters, braidTimes) && braidCorrect;
-      else
-        mpiCorrect = runner.timedRound(Library::kMpi, count, roundIters, mpiTimes) && mpiCorrect;
+    // Rotate who goes first so none always follows another's cache footprint.
+    for (size_t k = 0; k < libraries.size(); ++k) {
+      const int lib = static_cast<int>(libraries[(k + r) % libraries.size()]);
+      correct[lib] = runner.timedRound(Library(lib), count, roundIters, times[lib]) && correct[lib];
     }
   }
-  double braidS = median(braidTimes), mpiS = median(mpiTimes);
-  return {bytes,        braidS * 1e6, mpiS * 1e6, busbwGBs(bytes, braidS), busbwGBs(bytes, mpiS),
-          braidCorrect, mpiCorrect};
+  const double braidS = median(times[0]), mpiS = median(times[2]);
+  return {bytes,
+          braidS * 1e6,
+          o.ring ? median(times[1]) * 1e6 : 0,
+          mpiS * 1e6,
+          busbwGBs(bytes, braidS),
+          busbwGBs(bytes, mpiS),
+          correct[0],
+          correct[1],
+          correct[2]};
 }
 
 std::string checkText(const Row& row) {
+  if (!row.ringCorrect) return "WRONG(ring)";
   if (row.braidCorrect && row.mpiCorrect) return "ok";
   if (!row.braidCorrect && !row.mpiCorrect) return "WRONG(both)";
   return row.braidCorrect ? "WRONG(mpi)" : "WRONG(braid)";
@@ -273,11 +285,12 @@ void writeJson(const std::string& path, const std::string& machine, const std::s
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     std::fprintf(f,
-                 "    {\"bytes\": %zu, \"braid_us\": %.3f, \"mpi_us\": %.3f, \"ratio\": %.4f, "
-                 "\"braid_busbw_gbs\": %.4f, \"mpi_busbw_gbs\": %.4f, \"bar\": %.2f, "
-                 "\"check\": \"%s\"}%s\n",
-                 r.bytes, r.braidUs, r.mpiUs, r.braidUs / r.mpiUs, r.braidBusbw, r.mpiBusbw,
-                 ratioBar(r.bytes), checkText(r).c_str(), i + 1 < rows.size() ? "," : "");
+                 "    {\"bytes\": %zu, \"braid_us\": %.3f, \"ring_us\": %.3f, \"mpi_us\": %.3f, "
+                 "\"ratio\": %.4f, \"braid_busbw_gbs\": %.4f, \"mpi_busbw_gbs\": %.4f, "
+                 "\"bar\": %.2f, \"check\": \"%s\"}%s\n",
+                 r.bytes, r.braidUs, r.ringUs, r.mpiUs, r.braidUs / r.mpiUs, r.braidBusbw,
+                 r.mpiBusbw, ratioBar(r.bytes), checkText(r).c_str(),
+                 i + 1 < rows.size() ? "," : "");
   }
   std::fprintf(f, "  ]\n}\n");
   std::fclose(f);
@@ -310,9 +323,17 @@ int main(int argc, char** argv) {
   braidComm_t comm = nullptr;
   checkBraid(braidCommInitRankConfig(&comm, worldSize, id, worldRank, &config),
              "braidCommInitRankConfig");
+  braidComm_t ringComm = nullptr;
+  if (o.ring) {
+    if (worldRank == 0) checkBraid(braidGetUniqueId(&id), "braidGetUniqueId");
+    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+    config.algorithms = "ring";
+    checkBraid(braidCommInitRankConfig(&ringComm, worldSize, id, worldRank, &config),
+               "braidCommInitRankConfig (ring)");
+  }
 
   Buffers buffers = allocateBuffers(o.maxBytes);
-  Runner runner(comm, buffers);
+  Runner runner(comm, ringComm, buffers);
 
   const std::string machine = machineDescription();
   const std::string mpiVersion = mpiLibraryVersion();
@@ -337,8 +358,10 @@ int main(int argc, char** argv) {
     std::printf("\n# per op: barrier, time one op, slowest rank; median; %d alternating rounds\n",
                 o.rounds);
     std::printf("# bar: braid/MPI <= 0.67 from 16 MiB, <= 2 below; busbw = 2(n-1)/n*bytes/time\n");
-    std::printf("%12s %7s %12s %12s %8s %6s %10s %10s %12s\n", "size(B)", "iters", "braid(us)",
-                "mpi(us)", "ratio", "bar", "braid GB/s", "mpi GB/s", "check");
+    std::printf("%12s %7s %12s %12s %8s %6s %10s %10s %12s%s", "size(B)", "iters", "braid(us)",
+                "mpi(us)", "ratio", "bar", "braid GB/s", "mpi GB/s", "check",
+                o.ring ? "      ring(us) braid/ring" : "");
+    std::printf("  algorithm(model us)\n");
     std::fflush(stdout);
   }
 
@@ -348,10 +371,14 @@ int main(int argc, char** argv) {
     rows.push_back(row);
     if (worldRank == 0) {
       double ratio = row.braidUs / row.mpiUs;
-      std::printf("%12zu %7d %12.2f %12.2f %8.3f %6s %10.3f %10.3f %12s\n", bytes,
+      std::printf("%12zu %7d %12.2f %12.2f %8.3f %6s %10.3f %10.3f %12s", bytes,
                   iterationsFor(bytes, o), row.braidUs, row.mpiUs, ratio,
                   ratio <= ratioBar(bytes) ? "met" : "MISSED", row.braidBusbw, row.mpiBusbw,
                   checkText(row).c_str());
+      if (o.ring) std::printf(" %13.2f %10.3f", row.ringUs, row.braidUs / row.ringUs);
+      braidPrediction_t chosen{};
+      checkBraid(braidCommPredict(comm, braidCollAllReduce, bytes, &chosen), "braidCommPredict");
+      std::printf("  %s(%.0f)\n", chosen.algorithm, chosen.microseconds);
       std::fflush(stdout);
     }
     if (bytes > o.maxBytes / o.factor) break;  // next step would pass -e (or overflow)
@@ -361,7 +388,7 @@ int main(int argc, char** argv) {
   bool allCorrect = true;  // the same on every rank: the checks are collective
   for (const Row& r : rows) {
     met += r.braidUs / r.mpiUs <= ratioBar(r.bytes);
-    allCorrect = allCorrect && r.braidCorrect && r.mpiCorrect;
+    allCorrect = allCorrect && r.braidCorrect && r.ringCorrect && r.mpiCorrect;
   }
   if (worldRank == 0) {
     std::printf("# bar met at %d of %zu sizes; results %s\n", met, rows.size(),
@@ -370,6 +397,7 @@ int main(int argc, char** argv) {
   }
 
   checkBraid(braidCommDestroy(comm), "braidCommDestroy");
+  if (ringComm != nullptr) checkBraid(braidCommDestroy(ringComm), "braidCommDestroy (ring)");
   std::free(buffers.send);
   std::free(buffers.recv);
   MPI_Finalize();

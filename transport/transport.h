@@ -20,7 +20,7 @@ namespace braid {
 // What the rendezvous tells every rank about every other.
 struct PeerInfo {
   uint64_t hostHash = 0;     // host name, boot id and network namespace
-  uint64_t machineHash = 0;  // host name and boot id: the ranks that share this machine's cores
+  uint64_t machineHash = 0;  // the boot id: the ranks that share this kernel's cores
   uint64_t nonce = 0;        // random per rank and communicator: names shared resources
   int32_t pid = 0;
   int32_t rank = 0;

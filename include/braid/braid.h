@@ -101,6 +101,9 @@ typedef struct braidConfig_v1 {
                            and may not run in one group. Read from the split's config, else the
                            parent's; default 0 */
   int shrinkShare;      /* the same for braidCommShrink without BRAID_SHRINK_ABORT; default 0 */
+  const char* algorithms; /* braid: the algorithms the planner may choose, as BRAID_ALGO ("ring",
+                             "direct", "doubling", "halving", comma-separated); default
+                             BRAID_ALGO. Read only where size covers it. */
 } braidConfig_t;
 
 #define BRAID_CONFIG_MAGIC 0xb4a1dc0fu
@@ -109,7 +112,7 @@ typedef struct braidConfig_v1 {
     sizeof(braidConfig_t), BRAID_CONFIG_MAGIC, BRAID_VERSION_CODE, BRAID_CONFIG_UNDEF_INT, \
         BRAID_CONFIG_UNDEF_PTR, BRAID_CONFIG_UNDEF_INT, BRAID_CONFIG_UNDEF_PTR,            \
         BRAID_CONFIG_UNDEF_INT, BRAID_CONFIG_UNDEF_INT, BRAID_CONFIG_UNDEF_PTR,            \
-        BRAID_CONFIG_UNDEF_INT, BRAID_CONFIG_UNDEF_INT                                     \
+        BRAID_CONFIG_UNDEF_INT, BRAID_CONFIG_UNDEF_INT, BRAID_CONFIG_UNDEF_PTR             \
   }
 
 /* nccl.h's PreMulSum: an operator of one communicator and datatype that multiplies each rank's
@@ -211,7 +214,7 @@ typedef enum {
 typedef struct {
   double microseconds;
   double busBandwidthGBs; /* nccl-tests' busbw, GB = 1e9 bytes */
-  const char* algorithm;  /* "ring" or "direct" */
+  const char* algorithm;  /* "ring", "direct", "doubling" or "halving" */
   const char* protocol;   /* "simple" or "ll" */
 } braidPrediction_t;
 braidResult_t braidCommPredict(braidComm_t comm, braidCollective_t collective, size_t bytes,

@@ -1,12 +1,14 @@
 #include "coll/host_executor.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstring>
 #include <thread>
 
 #include "base/error.h"
 #include "coll/call_tag.h"
+#include "coll/host_recursive.h"
 #include "coll/ring_call.h"
 #include "coll/ring_engine.h"
 #include "kernels/host_reduce.h"
@@ -228,9 +230,22 @@ void runCollective(CollContext& ctx, const CollArgs& a) {
   }
   if (a.count == 0 || agreementOnly) return;
   const size_t bytes = a.count * kernels::typeSize(a.type);
-  if (a.coll == Collective::AllReduce && bytes <= ctx.directMaxBytes)
-    return runDirectAllReduce(ctx, a, tag);
+  if (a.coll == Collective::AllReduce) {
+    switch (ctx.allReduce[sizeClass(bytes)]) {
+      case HostAllReduce::OneShot:
+        if (bytes <= ctx.directMaxBytes) return runDirectAllReduce(ctx, a, tag);
+        break;
+      case HostAllReduce::Doubling: return runDoublingAllReduce(ctx, a, tag);
+      case HostAllReduce::Halving: return runHalvingAllReduce(ctx, a, tag);
+      case HostAllReduce::Ring: break;
+    }
+  }
   runRing(ctx, a, tag);
+}
+
+size_t sizeClass(size_t bytes) {
+  return bytes <= 1 ? 0
+                    : std::min<size_t>(std::bit_width(bytes - 1), HostAllReduceTable{}.size() - 1);
 }
 
 namespace {

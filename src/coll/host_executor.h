@@ -1,8 +1,10 @@
 // Runs collectives on host memory over connectors: the ring schedule for large messages, a
-// one-shot all-pairs exchange for small all-reduces, and concurrent progress for grouped
+// one-shot all-pairs exchange for small all-reduces, recursive doubling and halving for
+// all-reduces across many ranks (coll/host_recursive.h), and concurrent progress for grouped
 // send/recv. Knows nothing of how the connectors move bytes.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <span>
 #include <vector>
@@ -28,6 +30,12 @@ struct CollArgs {
   int namedOp = -1;
 };
 
+// How a host all-reduce runs; the communicator's model chooses per size.
+enum class HostAllReduce : uint8_t { Ring, OneShot, Doubling, Halving };
+// Entry k serves all-reduces of (2^(k-1), 2^k] bytes (entry 0: up to 1 byte).
+using HostAllReduceTable = std::array<HostAllReduce, 64>;
+size_t sizeClass(size_t bytes);
+
 // What the executor needs of a communicator.
 struct CollContext {
   int rank = 0;
@@ -36,8 +44,9 @@ struct CollContext {
   std::span<SendConnector* const> sendTo;    // indexed by peer rank
   std::span<RecvConnector* const> recvFrom;  // indexed by peer rank
   Watchdog* dog = nullptr;
-  size_t directMaxBytes = 0;  // all-reduce up to this size (at most a FIFO) uses all-pairs
-  void* scratch = nullptr;    // at least directMaxBytes
+  HostAllReduceTable allReduce{};  // all Ring unless the communicator's model says otherwise
+  size_t directMaxBytes = 0;       // the one-shot exchange takes at most this much (at most a FIFO)
+  void* scratch = nullptr;         // at least directMaxBytes
   size_t streamingMinBytes = SIZE_MAX;     // outputs this large bypass the cache
   SlotStoreChooser* slotStores = nullptr;  // how ring calls write FIFO slots; null: cached
   uint64_t sequence = 0;  // this collective's number on the communicator (coll/call_tag.h)

@@ -66,7 +66,8 @@ CommOptions optionsFrom(const braidConfig_t* config, int rank, bool* blocking) {
   std::string channelsFrom = "BRAID_MIN_NCHANNELS and BRAID_MAX_NCHANNELS";
   *blocking = true;
   if (config != nullptr) {
-    if (config->magic != BRAID_CONFIG_MAGIC || config->size < sizeof(braidConfig_t))
+    // Configs made before `algorithms` existed end before it.
+    if (config->magic != BRAID_CONFIG_MAGIC || config->size < offsetof(braidConfig_t, algorithms))
       fail(braidInvalidArgument,
            "braidCommInitRankConfig on rank {}: config was not initialized with "
            "BRAID_CONFIG_INITIALIZER",
@@ -78,6 +79,11 @@ CommOptions optionsFrom(const braidConfig_t* config, int rank, bool* blocking) {
     if (config->minChannels != BRAID_CONFIG_UNDEF_INT) options.minChannels = config->minChannels;
     if (config->maxChannels != BRAID_CONFIG_UNDEF_INT) options.maxChannels = config->maxChannels;
     if (config->splitShare != BRAID_CONFIG_UNDEF_INT) options.splitShare = config->splitShare != 0;
+    if (config->size >= sizeof(braidConfig_t) && config->algorithms != nullptr) {
+      options.algorithms = config->algorithms;
+      braid::plan::allowedAlgorithms(options.algorithms,
+                                     fmt::format("rank {}: config algorithms", rank).c_str());
+    }
     if (config->shrinkShare != BRAID_CONFIG_UNDEF_INT)
       options.shrinkShare = config->shrinkShare != 0;
     if (config->minChannels != BRAID_CONFIG_UNDEF_INT ||

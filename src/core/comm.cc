@@ -26,20 +26,27 @@ using braid::fail;
 namespace {
 
 // Host name and kernel boot id: the ranks that share this machine's cores.
-std::string machineId() {
+std::string hostName() {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
-  std::string bootId;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> bootId;
-  return fmt::format("{}|{}", host, bootId);
+  return host;
 }
 
-// Ranks share memory only with ranks of the same host: same machine and same network namespace
-// (namespaces stand in for hosts in multi-host tests); others talk over the network.
+// The kernel this rank runs on, whose cores it shares with every rank there: the boot id, whatever
+// host name a UTS namespace shows (containers; namespace hosts named apart for Open MPI's sake).
+std::string machineId() {
+  std::string bootId;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> bootId;
+  return bootId.empty() ? hostName() : bootId;
+}
+
+// Ranks share memory only with ranks of the same host: same machine, host name and network
+// namespace (namespaces stand in for hosts in multi-host tests); others talk over the network.
 uint64_t hostHash() {
   struct stat netns = {};
   stat("/proc/self/ns/net", &netns);
-  return braid::fnv1a(fmt::format("{}|{}", machineId(), static_cast<unsigned long>(netns.st_ino)));
+  return braid::fnv1a(
+      fmt::format("{}|{}|{}", hostName(), machineId(), static_cast<unsigned long>(netns.st_ino)));
 }
 
 uint64_t randomNonce() {
@@ -69,8 +76,12 @@ bool isPointToPoint(braid::Collective c) {
          c == braid::Collective::Gather || c == braid::Collective::Scatter;
 }
 
-// Busy-poll iterations per wait when this host has more ranks than cores.
-constexpr int64_t kOversubscribedSpins = 64;
+// Busy-poll iterations per wait when this host has more ranks than cores: none, since the
+// thread a wait needs is likely off the core, and each spin over network links drives them (a
+// system call). 8 ranks on 8 namespace hosts of 2 cores, recursive doubling, 8 B - 32 KiB:
+// 0.42-1.0 ms with none against 0.98-1.46 ms with 64; 8 processes on one host 42-149 us
+// against 56-171 (ring 106-128 against 145-187).
+constexpr int64_t kOversubscribedSpins = 0;
 // Yield rounds per wait (each a sched_yield and a drive of the links; 2000 bare rounds of
 // sched_yield and epoll_wait take 1 ms on the 2-core build machine) where ranks drive network
 // links and have a core each. A sleeping wait hands its links to the progress thread, and between
@@ -125,6 +136,25 @@ braid::FifoGeometry fifoGeometry() {
   // as many chunks as before (a payload 64 bytes short made a 512 KiB all-reduce of 2 ranks run
   // 3 loops instead of 2).
   return {static_cast<size_t>(slotBytes) + sizeof(braid::SlotHeader), static_cast<int>(slots)};
+}
+
+// BRAID_MODEL_* and BRAID_ALGO, the config's algorithms taking BRAID_ALGO's place.
+braid::plan::ModelInput modelInputFor(const CommOptions& options) {
+  braid::plan::ModelInput input = braid::plan::modelInputFromParams();
+  if (!options.algorithms.empty())
+    input.allowedAlgorithms =
+        braid::plan::allowedAlgorithms(options.algorithms, "config algorithms");
+  return input;
+}
+
+braid::HostAllReduce hostAllReduce(braid::plan::Algorithm algorithm) {
+  switch (algorithm) {
+    case braid::plan::Algorithm::Ring: return braid::HostAllReduce::Ring;
+    case braid::plan::Algorithm::Direct: return braid::HostAllReduce::OneShot;
+    case braid::plan::Algorithm::Doubling: return braid::HostAllReduce::Doubling;
+    case braid::plan::Algorithm::Halving: return braid::HostAllReduce::Halving;
+  }
+  return braid::HostAllReduce::Ring;
 }
 
 }  // namespace
@@ -279,7 +309,7 @@ void braidComm::connectDevice(const Clock::time_point& deadline) {
   // The device's cost model replaces the host's: it chooses every call's algorithm and protocol
   // (deviceCall) and answers braidCommPredict.
   namespace plan = braid::plan;
-  plan::ModelInput input = plan::modelInputFromParams();
+  plan::ModelInput input = modelInputFor(options_);
   input.hostRanks = false;
   input.ranksShareDevice = cuda_->ranksShareDevice();
   input.deviceMemoryGBs = cuda_->memoryGBs();
@@ -448,7 +478,7 @@ void braidComm::planRings(const braid::FifoGeometry& geometry) {
                "rank {}: {} channels planned; the host executor runs one, channel 0", rank_,
                plan_.channels.size());
 
-  plan::ModelInput input = plan::modelInputFromParams();
+  plan::ModelInput input = modelInputFor(options_);
   input.hostRanks = true;
   // Per host of the plan: the cores and the ranks of its machine (namespaces standing in for
   // hosts share one machine's cores).
@@ -468,12 +498,15 @@ void braidComm::planRings(const braid::FifoGeometry& geometry) {
       planGraph_.hosts, geometry.slotBytes - sizeof(braid::SlotHeader), geometry.nSlots);
   model_ = std::make_unique<plan::Model>(planGraph_, plan_, input);
 
-  // The one-shot exchange wins below a crossover size: find the largest power-of-two multiple of
-  // 64 bytes the model still gives to it.
+  // Each size class of all-reduce gets the algorithm the model gives its largest size; the
+  // one-shot exchange's scratch holds the largest it takes.
   directMaxBytes_ = 0;
-  for (size_t bytes = 64; bytes <= input.directMaxBytes; bytes *= 2)
-    if (model_->best(plan::Operation::AllReduce, bytes).algorithm == plan::Algorithm::Direct)
+  for (size_t k = 0; k < allReduce_.size(); ++k) {
+    const size_t bytes = size_t{1} << std::min<size_t>(k, 47);
+    allReduce_[k] = hostAllReduce(model_->best(plan::Operation::AllReduce, bytes).algorithm);
+    if (allReduce_[k] == braid::HostAllReduce::OneShot && bytes <= input.directMaxBytes)
       directMaxBytes_ = bytes;
+  }
 
   if (rank_ == 0 && !braid::param::PlanDumpFile().empty()) {
     const std::string path = braid::log::expandPath(braid::param::PlanDumpFile());
@@ -588,6 +621,7 @@ braid::CollContext braidComm::context() {
   ctx.sendTo = sendTo_;
   ctx.recvFrom = recvFrom_;
   ctx.dog = this;
+  ctx.allReduce = allReduce_;
   ctx.directMaxBytes = directMaxBytes_;
   ctx.streamingMinBytes =
       static_cast<size_t>(std::max<int64_t>(0, braid::param::StreamingMinBytes()));

@@ -31,6 +31,7 @@ struct CommOptions {
   int maxChannels = 1;
   bool splitShare = false;   // children of braidCommSplit share this communicator's links
   bool shrinkShare = false;  // children of braidCommShrink (without BRAID_SHRINK_ABORT) too
+  std::string algorithms;    // the config's choice of algorithms (as BRAID_ALGO); empty: BRAID_ALGO
   bool cuda = false;         // a CUDA communicator, on cudaDevice
   int cudaDevice = -1;
 };
@@ -173,7 +174,8 @@ struct braidComm : public braid::Watchdog {
   // A PreMulSum's scaled input. A member, not a local: a network link may send from it (the
   // one-shot all-reduce's postFrom), and after a failure, until the links are gone.
   std::vector<uint8_t> preMulSumInput_;
-  size_t directMaxBytes_ = 0;  // all-reduces up to this size use the one-shot exchange
+  size_t directMaxBytes_ = 0;              // all-reduces up to this size use the one-shot exchange
+  braid::HostAllReduceTable allReduce_{};  // the host all-reduce of each size class
   braid::SlotStoreChooser slotStores_{braid::param::SlotStores()};
 
   // Init state (non-blocking init runs initialize() on another thread).

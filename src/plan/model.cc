@@ -94,7 +94,13 @@ const char* operationName(Operation op) {
 }
 
 const char* algorithmName(Algorithm algorithm) {
-  return algorithm == Algorithm::Ring ? "ring" : "direct";
+  switch (algorithm) {
+    case Algorithm::Ring: return "ring";
+    case Algorithm::Direct: return "direct";
+    case Algorithm::Doubling: return "doubling";
+    case Algorithm::Halving: return "halving";
+  }
+  return "?";
 }
 const char* protocolName(Protocol protocol) {
   return protocol == Protocol::Simple ? "simple" : "ll";
@@ -114,6 +120,12 @@ size_t hostDirectMaxBytes(int hosts, size_t slotPayloadBytes, int slots) {
   return hosts > 1 ? slotPayloadBytes * static_cast<size_t>(slots) : slotPayloadBytes;
 }
 
+std::vector<bool> allowedAlgorithms(const std::string& list, const char* source) {
+  std::vector<const char*> names;
+  for (Algorithm algorithm : kAlgorithms) names.push_back(algorithmName(algorithm));
+  return parseChoice(list, source, names);
+}
+
 ModelInput modelInputFromParams() {
   ModelInput input;
   input.core = {.reduceGBs = param::ModelReduceGBs(),
@@ -124,7 +136,7 @@ ModelInput modelInputFromParams() {
                    .hopUs = param::ModelHopUs(),
                    .netHopUs = param::ModelNetHopUs(),
                    .switchUs = param::ModelSwitchUs()};
-  input.allowedAlgorithms = parseChoice(param::Algo(), "BRAID_ALGO", {"ring", "direct"});
+  input.allowedAlgorithms = allowedAlgorithms(param::Algo(), "BRAID_ALGO");
   input.allowedProtocols = parseChoice(param::Proto(), "BRAID_PROTO", {"simple", "ll"});
   return input;
 }
@@ -145,8 +157,12 @@ Model::Model(const LinkGraph& graph, const Plan& plan, ModelInput input)
   directGBs_ = ringGBs_;
   std::vector<int> ranksOfHost(hosts_, 0);
   for (int r = 0; r < nranks_; ++r) ++ranksOfHost[std::clamp(graph.hostOfRank(r), 0, hosts_ - 1)];
-  for (int ranks : ranksOfHost)
+  for (int ranks : ranksOfHost) {
     busiestNicMessages_ = std::max(busiestNicMessages_, ranks * (nranks_ - ranks));
+    busiestHostRanks_ = std::max(busiestHostRanks_, ranks);
+  }
+  if (in_.hostRanks && !plan.channels.empty())
+    findRecursiveCrossings(graph, plan.channels.front().order);
   if (!in_.hostRanks && in_.ranksShareDevice) {
     // Ranks on one GPU share its memory: n ranks move their bytes at once. Each reads its input
     // and writes its output (2 accesses per byte); a ring hop's FIFO slot, written and read back
@@ -182,6 +198,68 @@ double Model::oversubscription() const {
   return worst;
 }
 
+double Model::crowding() const {
+  const double share = oversubscription();
+  return share > 1 ? std::ceil(share) * in_.core.sharedCoreCost : 1;
+}
+
+// Partners as coll/host_recursive.cc pairs them: by ring position, the largest power of two of
+// ranks taking part, the first 2 x surplus positions folding pairwise.
+void Model::findRecursiveCrossings(const LinkGraph& graph, const std::vector<int>& order) {
+  const int n = static_cast<int>(order.size());
+  int participants = 1;
+  while (participants * 2 <= n) participants *= 2;
+  const int surplus = n - participants;
+  auto host = [&](int position) { return graph.hostOfRank(order[position]); };
+  auto positionOf = [&](int index) { return index < surplus ? 2 * index : index + surplus; };
+  folds_ = surplus > 0;
+  for (int i = 0; i < surplus; ++i) foldCrossesHosts_ |= host(2 * i) != host(2 * i + 1);
+  for (int mask = 1; mask < participants; mask *= 2) {
+    bool crosses = false;
+    for (int index = 0; index < participants; ++index)
+      crosses |= host(positionOf(index)) != host(positionOf(index ^ mask));
+    exchangeCrossesHosts_.push_back(crosses);
+  }
+}
+
+// Each exchange costs a handoff (a network one where it crosses hosts) and the longer of the
+// core's work and the link's, whose NIC the busiest host's ranks share at once. The core rates are
+// the ring's, whose steps do the same memory traffic: a piece copied into a slot, the partner's
+// reduced with this rank's values (or copied out).
+double Model::recursiveTimeUs(Operation op, Protocol protocol, size_t bytes, bool halving) const {
+  // Two ranks make one exchange: the one-shot all-reduce's, which posts its pieces ahead.
+  if (!in_.hostRanks || op != Operation::AllReduce || protocol != Protocol::Simple || nranks_ < 3 ||
+      exchangeCrossesHosts_.empty())
+    return kInfinity;
+  const bool oversubscribed = oversubscription() > 1;
+  auto exchangeUs = [&](bool crosses, double stepBytes, bool reduces) {
+    const double latency = oversubscribed ? in_.latency.switchUs
+                           : crosses      ? in_.latency.netHopUs
+                                          : in_.latency.hopUs;
+    double coreUs = microseconds(stepBytes, reduces ? in_.core.reduceGBs : in_.core.copyGBs) *
+                    crowding() / cacheSpeedup(bytes);
+    if (oversubscribed)
+      coreUs += stepBytes / static_cast<double>(in_.fifoBytes) * in_.latency.switchUs;
+    const double linkUs = crosses ? microseconds(stepBytes * busiestHostRanks_, ringGBs_) : 0;
+    return latency + std::max(coreUs, linkUs);
+  };
+  const double whole = static_cast<double>(bytes);
+  double us = in_.latency.callUs;
+  if (folds_)
+    us += exchangeUs(foldCrossesHosts_, whole, true) + exchangeUs(foldCrossesHosts_, whole, false);
+  double piece = whole;
+  for (bool crosses : exchangeCrossesHosts_) {
+    if (halving) piece /= 2;
+    us += exchangeUs(crosses, piece, true);
+  }
+  if (halving)
+    for (auto it = exchangeCrossesHosts_.rbegin(); it != exchangeCrossesHosts_.rend(); ++it) {
+      us += exchangeUs(*it, piece, false);
+      piece *= 2;
+    }
+  return us;
+}
+
 double Model::stepLatencyUs(Protocol protocol) const {
   if (!in_.hostRanks) return protocol == Protocol::LL ? slowestHop_.llUs : slowestHop_.simpleUs;
   // With more busy threads than cores, the rank a step hands off to is usually not running: the
@@ -211,10 +289,9 @@ double Model::ringTimeUs(Operation op, Protocol protocol, size_t bytes) const {
   // The ring runs at the pace of its most crowded core: ceil(threads/cores) ranks take turns on
   // it, handing slots to each other through that core's own cache (sharedCoreCost < 1).
   const double share = oversubscription();
-  const double crowding = share > 1 ? std::ceil(share) * in_.core.sharedCoreCost : 1;
   double coreUs =
       (microseconds(reduceBytes, in_.core.reduceGBs) + microseconds(copyBytes, in_.core.copyGBs)) *
-      crowding / cacheSpeedup(bytes);
+      crowding() / cacheSpeedup(bytes);
   // With more busy threads than cores, a rank runs until its FIFO window is full or empty and
   // then yields its core: one switch per window.
   if (share > 1)
@@ -248,7 +325,11 @@ double Model::directTimeUs(Operation op, Protocol protocol, size_t bytes) const 
     // Across hosts each of the n - 1 messages is a send of its own on the network, and the
     // busiest NIC carries one from each of its host's ranks to each rank elsewhere. The input
     // goes in slot-sized pieces, reduced as they arrive: the cores work while the link does.
-    const double messagesUs = (n - 1) * in_.latency.netHopUs / 4;
+    // With more busy threads than cores, each of those senders must first get a core: the
+    // exchange waits for n - 1 switches (8 namespace hosts of one 2-core machine: 1.1-1.4 ms,
+    // where recursive doubling's 3 exchanges took 0.4-0.6).
+    const double messagesUs = oversubscription() > 1 ? (n - 1) * in_.latency.switchUs
+                                                     : (n - 1) * in_.latency.netHopUs / 4;
     const double linkUs = microseconds(busiestNicMessages_ * static_cast<double>(bytes), ringGBs_);
     return in_.latency.callUs + stepLatencyUs(protocol) + messagesUs + std::max(coreUs, linkUs);
   }
@@ -278,14 +359,19 @@ double Model::deviceDirectGBs() const {
 double Model::timeUs(Operation op, Algorithm algorithm, Protocol protocol, size_t bytes) const {
   if (in_.hostRanks && protocol != Protocol::Simple) return kInfinity;  // host FIFOs: Simple only
   if (nranks_ == 1) return in_.hostRanks ? in_.latency.callUs : kDeviceKernelUs;
-  return algorithm == Algorithm::Ring ? ringTimeUs(op, protocol, bytes)
-                                      : directTimeUs(op, protocol, bytes);
+  switch (algorithm) {
+    case Algorithm::Ring: return ringTimeUs(op, protocol, bytes);
+    case Algorithm::Direct: return directTimeUs(op, protocol, bytes);
+    case Algorithm::Doubling: return recursiveTimeUs(op, protocol, bytes, false);
+    case Algorithm::Halving: return recursiveTimeUs(op, protocol, bytes, true);
+  }
+  return kInfinity;
 }
 
 Prediction Model::best(Operation op, size_t bytes, bool directPossible) const {
   Prediction best;
   best.us = kInfinity;
-  for (Algorithm algorithm : {Algorithm::Ring, Algorithm::Direct}) {
+  for (Algorithm algorithm : kAlgorithms) {
     if (!in_.allowedAlgorithms[static_cast<int>(algorithm)]) continue;
     if (algorithm == Algorithm::Direct && !directPossible) continue;
     for (Protocol protocol : {Protocol::Simple, Protocol::LL}) {

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -15,7 +16,11 @@ namespace braid::plan {
 
 // In braidCollective_t's order (include/braid/braid.h).
 enum class Operation : uint8_t { AllReduce, ReduceScatter, AllGather, Broadcast, Reduce, SendRecv };
-enum class Algorithm : uint8_t { Ring, Direct };
+// Doubling and Halving are host ranks' all-reduces in log2(n) exchanges (coll/host_recursive.h):
+// recursive doubling, and recursive halving then doubling (Rabenseifner).
+enum class Algorithm : uint8_t { Ring, Direct, Doubling, Halving };
+inline constexpr Algorithm kAlgorithms[] = {Algorithm::Ring, Algorithm::Direct, Algorithm::Doubling,
+                                            Algorithm::Halving};
 enum class Protocol : uint8_t { Simple, LL };
 
 const char* operationName(Operation op);
@@ -61,8 +66,9 @@ struct ModelInput {
   // Device ranks only: channels per rank, a thread block each; 0: unknown (links and memory alone
   // then bound the rate). A block moves a few GB/s however fast the links are.
   int deviceChannels = 0;
-  std::vector<bool> allowedAlgorithms = {true, true};  // indexed by Algorithm (BRAID_ALGO)
-  std::vector<bool> allowedProtocols = {true, true};   // indexed by Protocol (BRAID_PROTO)
+  // Indexed by Algorithm (BRAID_ALGO).
+  std::vector<bool> allowedAlgorithms = std::vector<bool>(std::size(kAlgorithms), true);
+  std::vector<bool> allowedProtocols = {true, true};  // indexed by Protocol (BRAID_PROTO)
 };
 
 struct Prediction {
@@ -95,8 +101,11 @@ class Model {
  private:
   double ringTimeUs(Operation op, Protocol protocol, size_t bytes) const;
   double directTimeUs(Operation op, Protocol protocol, size_t bytes) const;
+  double recursiveTimeUs(Operation op, Protocol protocol, size_t bytes, bool halving) const;
   double stepLatencyUs(Protocol protocol) const;
   double oversubscription() const;  // busy threads per core on the most loaded machine, >= 1
+  double crowding() const;          // how much slower a rank's core work runs for sharing it
+  void findRecursiveCrossings(const LinkGraph& graph, const std::vector<int>& order);
   double cacheSpeedup(size_t bytes) const;
 
   int nranks_ = 1;
@@ -111,13 +120,24 @@ class Model {
   DeviceLatency slowestHop_;  // device rings: the slowest hop of channel 0
   bool allPairsDirect_ = false;
   int busiestNicMessages_ = 0;  // host ranks: one-shot messages through the busiest host's NIC
+  int busiestHostRanks_ = 0;    // ranks of the host with the most
+  // Host ranks, recursive exchanges: whether the exchange with the partner at distance 2^k (in
+  // ring positions, among the power of two that take part) crosses hosts for some pair, and
+  // whether folding the surplus ranks in does.
+  std::vector<bool> exchangeCrossesHosts_;
+  bool foldCrossesHosts_ = false;
+  bool folds_ = false;
   ModelInput in_;
 };
 
 // The host figures and latencies of BRAID_MODEL_*, and the algorithms and protocols BRAID_ALGO and
-// BRAID_PROTO allow ("ring", "direct", "ring,direct"; "simple", "ll"; empty = all). Fails naming
-// the variable and the accepted values. The caller fills in the machine: cores, threads, FIFOs.
+// BRAID_PROTO allow ("ring", "direct", "doubling", "halving", "ring,direct"; "simple", "ll"; empty
+// = all). Fails naming the variable and the accepted values. The caller fills in the machine:
+// cores, threads, FIFOs.
 ModelInput modelInputFromParams();
+// The algorithms a list names ("ring,doubling"; empty: all), indexed by Algorithm; fails naming
+// `source` and the accepted names.
+std::vector<bool> allowedAlgorithms(const std::string& list, const char* source);
 
 // The largest all-reduce the host one-shot exchange can take (ModelInput::directMaxBytes): one
 // FIFO slot on one host, where a larger one goes round the ring, whose copies are fewer; across

@@ -72,6 +72,11 @@ braid_multihost_test(multihost_grid_3hosts HOSTS 3
 # with 4 ranks, a rank's own input kept aside in place, shared memory inside host 0.
 braid_multihost_test(multihost_grid_3hosts_direct HOSTS 3
   COMMAND env BRAID_ALGO=direct ${grid} --gtest_filter=${case}4ranks_allreduce)
+# Recursive doubling and halving across hosts, forced: partners on one host and on others.
+foreach(algo doubling halving)
+  braid_multihost_test(multihost_grid_3hosts_${algo} HOSTS 3
+    COMMAND env BRAID_ALGO=${algo} ${grid} --gtest_filter=${case}4ranks_allreduce)
+endforeach()
 # IPv6 only (no IPv4 address on the links); 2 and 1 ranks per host.
 braid_multihost_test(multihost_grid_ipv6 HOSTS 2 IPV6
   COMMAND ${grid} --gtest_filter=${case}3ranks_allreduce:${case}3ranks_sendrecv)

@@ -1,10 +1,11 @@
 // Communicator configuration beyond blocking and commName: the planner's channel bounds
-// (minChannels/maxChannels, nccl.h's minCTAs/maxCTAs), netName, and their inheritance by split
-// and shrunk communicators; and the logging environment read again by braidResetDebugInit. Ranks
-// as threads; the plan is read back with braidCommDescribePlan.
+// (minChannels/maxChannels, nccl.h's minCTAs/maxCTAs), netName, algorithms, and their inheritance
+// by split and shrunk communicators; and the logging environment read again by braidResetDebugInit.
+// Ranks as threads; the plan is read back with braidCommDescribePlan.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -93,10 +94,15 @@ TEST(Config, BadBoundsAndUnknownNetworksAreRefusedByName) {
   };
   braidConfig_t ib = BRAID_CONFIG_INITIALIZER;
   ib.netName = "IB";
+  braidConfig_t tree = BRAID_CONFIG_INITIALIZER;
+  tree.algorithms = "ring,tree";
   std::vector<Bad> cases = {
       {channels(3, 2), "config minChannels and maxChannels are 3 and 2: expected 1 <= min <= max"},
       {channels(0, BRAID_CONFIG_UNDEF_INT), "config minChannels and maxChannels are 0 and"},
       {ib, "config netName 'IB' is not a network braid has"},
+      {tree,
+       "rank 0: config algorithms=ring,tree: unknown value 'tree' (expected a comma-separated list "
+       "of ring, direct, doubling, halving)"},
   };
   braidUniqueId id;
   ASSERT_EQ(braidGetUniqueId(&id), braidSuccess);
@@ -107,6 +113,29 @@ TEST(Config, BadBoundsAndUnknownNetworksAreRefusedByName) {
         << braidGetLastError(nullptr);
     EXPECT_EQ(comm, nullptr);
   }
+}
+
+// The algorithms a config allows are the ones its communicator chooses from, whatever BRAID_ALGO
+// says; a config made before the field existed (a smaller size) is read without it.
+TEST(Config, AlgorithmsNarrowTheChoice) {
+  for (const char* algorithms : {"doubling", "halving", "ring"}) {
+    braidConfig_t config = BRAID_CONFIG_INITIALIZER;
+    config.device = "cpu";
+    config.algorithms = algorithms;
+    braidComm_t comms[kRanks] = {};
+    for (braidResult_t r : initAll(comms, config)) ASSERT_EQ(r, braidSuccess);
+    braidPrediction_t chosen{};
+    ASSERT_EQ(braidCommPredict(comms[0], braidCollAllReduce, 4096, &chosen), braidSuccess);
+    EXPECT_STREQ(chosen.algorithm, algorithms);
+    for (braidComm_t c : comms) EXPECT_EQ(braidCommDestroy(c), braidSuccess);
+  }
+  braidConfig_t older = BRAID_CONFIG_INITIALIZER;
+  older.device = "cpu";
+  older.algorithms = "not read";
+  older.size = offsetof(braidConfig_t, algorithms);
+  braidComm_t comms[kRanks] = {};
+  for (braidResult_t r : initAll(comms, older)) EXPECT_EQ(r, braidSuccess);
+  for (braidComm_t c : comms) EXPECT_EQ(braidCommDestroy(c), braidSuccess);
 }
 
 TEST(Config, SocketIsTheNetworkBraidHas) {

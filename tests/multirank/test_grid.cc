@@ -734,6 +734,7 @@ std::vector<GridParam> gridParams() {
   for (Mode mode : {Mode::Threads, Mode::Processes, Mode::OneThread, Mode::SplitThreads,
                     Mode::SplitProcesses}) {
     std::vector<int> rankCounts = {1, 2, 3, 4, 8};
+    if (mode == Mode::Threads) rankCounts = {1, 2, 3, 4, 7, 8};
     if (mode == Mode::OneThread) rankCounts = {2, 3, 8};
     if (mode == Mode::SplitThreads || mode == Mode::SplitProcesses) rankCounts = {3};
     for (int nranks : rankCounts) {

@@ -99,7 +99,7 @@ TEST(PlanModel, OneShotForSmallAllReducesRingsForLarge) {
 TEST(PlanModel, OverridesRestrictTheChoice) {
   const Planned p = cpuRanks(2);
   ModelInput ringOnly = hostInput(2, 2);
-  ringOnly.allowedAlgorithms = {true, false};
+  ringOnly.allowedAlgorithms = {true, false, false, false};
   EXPECT_EQ(Model(p.graph, p.plan, ringOnly).best(Operation::AllReduce, 8).algorithm,
             Algorithm::Ring);
   // Host FIFOs run the Simple protocol only: asking for LL alone falls back to what runs.
@@ -121,6 +121,74 @@ TEST(PlanModel, HostsMeetAtTheSlowestNic) {
   in.ranksPerHost = {1, 1};  // and a network proxy each: 2 threads on 2 cores
   const Prediction p = Model(graph, plan, in).best(Operation::AllReduce, size_t{1} << 30);
   EXPECT_NEAR(p.busBwGBs, 1.0, 0.01);
+}
+
+// `hosts` hosts of `perHost` ranks each, NICs of 1 GB/s, each host a machine of `cores` cores.
+struct ManyHosts {
+  LinkGraph graph;
+  Plan plan;
+  ModelInput in;
+  ManyHosts(int hosts, int perHost, int cores) {
+    std::vector<HostRankInfo> ranks;
+    for (uint64_t h = 1; h <= static_cast<uint64_t>(hosts); ++h)
+      for (int r = 0; r < perHost; ++r)
+        ranks.push_back({.host = h, .machine = h, .numa = 0, .nicGBs = 1.0});
+    graph = hostGraph(ranks);
+    plan = search(graph);
+    in = hostInput(perHost, cores);
+    in.coresPerHost.assign(hosts, cores);
+    in.ranksPerHost.assign(hosts, perHost);
+  }
+};
+
+TEST(PlanModel, LogStepsAcrossHostsPayNetworkHopsOnlyWhereTheyCross) {
+  // 4 hosts x 2 ranks with cores to spare: recursive doubling's first exchange stays inside a
+  // host (a hop), the other two cross (network hops); each moves 8 bytes through the cores.
+  const ManyHosts m(4, 2, 16);
+  const Model model(m.graph, m.plan, m.in);
+  const double core = 8 / kReduce / 1e3, link = 2 * 8 / 1.0 / 1e3;  // 2 ranks share a NIC
+  const double doubling = 0.5 + (1.0 + core) + 2 * (20.0 + std::max(core, link));
+  EXPECT_NEAR(model.timeUs(Operation::AllReduce, Algorithm::Doubling, Protocol::Simple, 8),
+              doubling, 1e-6);
+  // Halving: the same hops twice over, with halves, quarters and eighths of the bytes.
+  const double bytes = 8 << 20;
+  auto exchange = [&](bool crosses, double piece, double gbs) {
+    return (crosses ? 20.0 : 1.0) + std::max(piece / gbs / 1e3, crosses ? 2 * piece / 1e3 : 0);
+  };
+  double halving = 0.5;
+  for (int k = 1; k <= 3; ++k) halving += exchange(k > 1, bytes / (1 << k), kReduce);
+  for (int k = 3; k >= 1; --k) halving += exchange(k > 1, bytes / (1 << k), kCopy);
+  EXPECT_NEAR(model.timeUs(Operation::AllReduce, Algorithm::Halving, Protocol::Simple, 8 << 20),
+              halving, 1e-6);
+  // Only all-reduce has them.
+  EXPECT_TRUE(
+      std::isinf(model.timeUs(Operation::AllGather, Algorithm::Doubling, Protocol::Simple, 8)));
+}
+
+TEST(PlanModel, ManyOversubscribedHostsChooseLogStepsOverRingAndOneShot) {
+  // 8 namespace hosts of one 2-core machine (bench/results/trees_vs_ring_vs_mpi.txt): every
+  // handoff waits for a core, so 3 exchanges beat the ring's 14 steps and the one-shot
+  // exchange's 7 senders; the halving form takes over where whole-vector exchanges cost more.
+  const ManyHosts m(8, 1, 2);
+  ModelInput in = m.in;
+  in.ranksPerHost.assign(8, 8);  // the machine's ranks, on every host
+  const Model model(m.graph, m.plan, in);
+  EXPECT_EQ(model.best(Operation::AllReduce, 8).algorithm, Algorithm::Doubling);
+  EXPECT_EQ(model.best(Operation::AllReduce, 32 << 10).algorithm, Algorithm::Doubling);
+  EXPECT_EQ(model.best(Operation::AllReduce, 512 << 10).algorithm, Algorithm::Halving);
+  EXPECT_LT(model.timeUs(Operation::AllReduce, Algorithm::Doubling, Protocol::Simple, 8) * 3,
+            model.timeUs(Operation::AllReduce, Algorithm::Ring, Protocol::Simple, 8));
+}
+
+TEST(PlanModel, SurplusRanksFoldInAndOut) {
+  // 6 ranks, 3 hosts x 2: ranks 1 and 3 fold into 0 and 2 (inside their hosts), then 4 ranks on 3
+  // hosts exchange twice, both times across hosts: 2 hops and 2 network hops.
+  const ManyHosts m(3, 2, 16);
+  const Model model(m.graph, m.plan, m.in);
+  const double core = 8 / kReduce / 1e3, copy = 8 / kCopy / 1e3, link = 2 * 8 / 1.0 / 1e3;
+  const double expected = 0.5 + (1.0 + core) + (1.0 + copy) + 2 * (20.0 + std::max(core, link));
+  EXPECT_NEAR(model.timeUs(Operation::AllReduce, Algorithm::Doubling, Protocol::Simple, 8),
+              expected, 1e-6);
 }
 
 TEST(PlanModel, DeviceRingsPickLlForSmallAndSimpleForLarge) {

@@ -1,0 +1,192 @@
+#include "coll/host_recursive.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "coll/ring_engine.h"
+#include "kernels/host_reduce.h"
+
+namespace braid {
+namespace {
+
+// The ranks of a call by ring position: the largest power of two of them take part in the
+// exchanges (`participants`); the first 2 x surplus positions pair up, each odd one folding its
+// input into the even one before them and getting the result back at the end.
+struct Team {
+  const CollContext& ctx;
+  int position;
+  int participants;
+  int surplus;
+
+  explicit Team(const CollContext& c)
+      : ctx(c), position(ringPosition(c.ringOrder.data(), c.nranks, c.rank)), participants(1) {
+    while (participants * 2 <= c.nranks) participants *= 2;
+    surplus = c.nranks - participants;
+  }
+  bool folded() const { return position < 2 * surplus && position % 2 == 1; }
+  bool keepsFolded() const { return position < 2 * surplus && position % 2 == 0; }
+  int index() const { return position < 2 * surplus ? position / 2 : position - surplus; }
+  int rankOfIndex(int index) const {
+    return ctx.ringOrder[index < surplus ? 2 * index : index + surplus];
+  }
+  int foldPartner() const { return ctx.ringOrder[folded() ? position - 1 : position + 1]; }
+};
+
+// Sends `sendBytes` from `send` to `peer` while receiving `recvBytes` from it, a FIFO slot at a
+// time, handing each received piece to take(slot, offset, bytes) before freeing its slot. Both
+// partners post piece k before they wait for the other's piece k, so messages larger than a FIFO
+// never stall; a piece is copied into its slot before `take` may overwrite where it came from.
+template <class Take>
+void exchange(CollContext& ctx, const CallTag& tag, int peer, const uint8_t* send, size_t sendBytes,
+              size_t recvBytes, size_t elemBytes, Take&& take) {
+  SendConnector& to = *ctx.sendTo[peer];
+  RecvConnector& from = *ctx.recvFrom[peer];
+  const size_t sendPiece = to.slotBytes() / elemBytes * elemBytes;
+  const size_t recvPiece = from.slotBytes() / elemBytes * elemBytes;
+  for (size_t sent = 0, got = 0; sent < sendBytes || got < recvBytes;) {
+    if (sent < sendBytes) {
+      const size_t piece = std::min(sendPiece, sendBytes - sent);
+      std::memcpy(to.acquire(*ctx.dog), send + sent, piece);
+      to.post(piece, tag);
+      sent += piece;
+    }
+    if (got < recvBytes) {
+      const size_t piece = std::min(recvPiece, recvBytes - got);
+      take(static_cast<const uint8_t*>(receive(from, tag, piece, *ctx.dog)), got, piece);
+      from.release();
+      got += piece;
+    }
+  }
+}
+
+// One call's buffers and reduction, for the steps below.
+struct Reduction {
+  const CollArgs& args;
+  size_t elemBytes;
+  kernels::ReduceFn reduce;
+  int divisor;  // braidAvg's, applied by the step that completes an element
+  const uint8_t* input;
+  uint8_t* output;
+
+  Reduction(const CollArgs& a, int nranks)
+      : args(a),
+        elemBytes(kernels::typeSize(a.type)),
+        reduce(kernels::reduceFn(a.type, a.op)),
+        divisor(a.op == braidAvg ? nranks : 1),
+        input(static_cast<const uint8_t*>(a.sendbuff)),
+        output(static_cast<uint8_t*>(a.recvbuff)) {}
+  size_t bytes() const { return args.count * elemBytes; }
+
+  // output[at..] = lower OP upper over `bytes`, where this rank's values come from `mine` and
+  // the partner's from `theirs`; the partner with the lower position goes first on both sides.
+  void combine(size_t at, const uint8_t* mine, const uint8_t* theirs, size_t bytes, bool mineLower,
+               bool last) const {
+    reduce(output + at, nullptr, mineLower ? mine : theirs, mineLower ? theirs : mine,
+           bytes / elemBytes, last ? divisor : 1);
+  }
+};
+
+// A folded rank's whole part: its input to its keeper, the result back. True if this rank is one.
+bool runFolded(CollContext& ctx, const CallTag& tag, const Team& team, const Reduction& r) {
+  if (!team.folded()) return false;
+  auto none = [](const uint8_t*, size_t, size_t) {};
+  exchange(ctx, tag, team.foldPartner(), r.input, r.bytes(), 0, r.elemBytes, none);
+  exchange(ctx, tag, team.foldPartner(), nullptr, 0, r.bytes(), r.elemBytes,
+           [&](const uint8_t* slot, size_t at, size_t bytes) {
+             std::memcpy(r.output + at, slot, bytes);
+           });
+  return true;
+}
+
+// A keeper's first step: output = its input OP its folded neighbour's. Returns where this rank's
+// values now are.
+const uint8_t* foldIn(CollContext& ctx, const CallTag& tag, const Team& team, const Reduction& r) {
+  if (!team.keepsFolded()) return r.input;
+  exchange(ctx, tag, team.foldPartner(), nullptr, 0, r.bytes(), r.elemBytes,
+           [&](const uint8_t* slot, size_t at, size_t bytes) {
+             r.combine(at, r.input + at, slot, bytes, true, false);
+           });
+  return r.output;
+}
+
+void handBackFolded(CollContext& ctx, const CallTag& tag, const Team& team, const Reduction& r) {
+  if (!team.keepsFolded()) return;
+  exchange(ctx, tag, team.foldPartner(), r.output, r.bytes(), 0, r.elemBytes,
+           [](const uint8_t*, size_t, size_t) {});
+}
+
+// Blocks [lo, hi) of the participants' partition of the elements.
+struct Blocks {
+  int lo, hi;
+  int mid() const { return lo + (hi - lo) / 2; }
+};
+
+}  // namespace
+
+void runDoublingAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag) {
+  const Team team(ctx);
+  const Reduction r(a, ctx.nranks);
+  if (runFolded(ctx, tag, team, r)) return;
+  const uint8_t* mine = foldIn(ctx, tag, team, r);
+  const int index = team.index();
+  for (int mask = 1; mask < team.participants; mask *= 2) {
+    const bool lower = (index & mask) == 0;
+    const bool last = mask * 2 == team.participants;
+    exchange(ctx, tag, team.rankOfIndex(index ^ mask), mine, r.bytes(), r.bytes(), r.elemBytes,
+             [&](const uint8_t* slot, size_t at, size_t bytes) {
+               r.combine(at, mine + at, slot, bytes, lower, last);
+             });
+    mine = r.output;
+  }
+  handBackFolded(ctx, tag, team, r);
+}
+
+void runHalvingAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag) {
+  const Team team(ctx);
+  if (a.count < static_cast<size_t>(team.participants)) return runDoublingAllReduce(ctx, a, tag);
+  const Reduction r(a, ctx.nranks);
+  if (runFolded(ctx, tag, team, r)) return;
+  const uint8_t* mine = foldIn(ctx, tag, team, r);
+  const int index = team.index();
+  const size_t parts = static_cast<size_t>(team.participants);
+  auto offset = [&](int block) {
+    return a.count * static_cast<size_t>(block) / parts * r.elemBytes;
+  };
+  auto length = [&](Blocks b) { return offset(b.hi) - offset(b.lo); };
+
+  // Reduce-scatter: each step keeps half of the blocks this rank holds, reducing the partner's
+  // values for them into the output, and sends the partner the other half.
+  std::vector<Blocks> before;
+  Blocks held{0, team.participants};
+  for (int mask = 1; mask < team.participants; mask *= 2) {
+    const bool lower = (index & mask) == 0;
+    const Blocks keep = lower ? Blocks{held.lo, held.mid()} : Blocks{held.mid(), held.hi};
+    const Blocks give = lower ? Blocks{held.mid(), held.hi} : Blocks{held.lo, held.mid()};
+    const bool last = mask * 2 == team.participants;
+    exchange(ctx, tag, team.rankOfIndex(index ^ mask), mine + offset(give.lo), length(give),
+             length(keep), r.elemBytes, [&](const uint8_t* slot, size_t at, size_t bytes) {
+               const size_t to = offset(keep.lo) + at;
+               r.combine(to, mine + to, slot, bytes, lower, last);
+             });
+    before.push_back(held);
+    held = keep;
+    mine = r.output;
+  }
+  // All-gather: the same partners in reverse order, each sending what this rank holds complete
+  // and receiving the other half of what it held before that step.
+  for (int step = static_cast<int>(before.size()) - 1; step >= 0; --step) {
+    const Blocks whole = before[step];
+    const bool lowerHalf = held.lo == whole.lo;
+    const Blocks theirs = lowerHalf ? Blocks{whole.mid(), whole.hi} : Blocks{whole.lo, whole.mid()};
+    exchange(ctx, tag, team.rankOfIndex(index ^ (1 << step)), r.output + offset(held.lo),
+             length(held), length(theirs), r.elemBytes,
+             [&](const uint8_t* slot, size_t at, size_t bytes) {
+               std::memcpy(r.output + offset(theirs.lo) + at, slot, bytes);
+             });
+    held = whole;
+  }
+  handBackFolded(ctx, tag, team, r);
+}
+
+}  // namespace braid

@@ -1,0 +1,25 @@
+// All-reduce in log2(n) exchanges between partners, for host ranks: where a ring's 2(n-1) steps
+// cost more than its bandwidth saves (many hosts, small and mid-size messages). See
+// docs/algorithms.md.
+//  - Doubling (recursive doubling): each exchange sends the whole vector to the partner and
+//    reduces what comes back; log2(n) steps, n-1 vectors' worth of work per rank.
+//  - Halving (Rabenseifner): recursive halving reduce-scatter, then recursive doubling
+//    all-gather; 2 log2(n) steps moving 2(n-1)/n of the vector, as much as a ring.
+// Partners are chosen by ring position, nearest first: where a host's ranks sit together in the
+// ring (the planner's order) and number a power of two, the largest exchanges stay inside a host
+// and the network carries each host's share once. A rank count that is not a power of two first
+// folds its surplus ranks into their neighbours and hands them the result at the end. Every
+// element is reduced in the same order on every rank (lower positions first), so every rank
+// holds the same bits.
+#pragma once
+
+#include "coll/call_tag.h"
+#include "coll/host_executor.h"
+
+namespace braid {
+
+void runDoublingAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag);
+// Needs at least one element per participating rank: smaller calls run runDoublingAllReduce.
+void runHalvingAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag);
+
+}  // namespace braid
