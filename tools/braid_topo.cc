@@ -71,6 +71,8 @@ void showPlan(const Topology& topology, const PlanRequest& request) {
   const plan::Model model(graph, found, input);
 
   fmt::print("{} rank(s) on {} host(s) of {}\n", graph.nranks(), graph.hosts, topology.origin);
+  // What the source could not tell (GPUs without NVLink detail among it) shapes the plan too.
+  for (const std::string& note : topology.notes) fmt::print("note: {}\n", note);
   fmt::print("{}", plan::describe(graph, found));
   fmt::print("{}\n\n", model.describe());
   fmt::print("# predicted all-reduce, reduce-scatter and all-gather (nccl-tests sizes)\n");

@@ -87,6 +87,7 @@ class Converter {
     addNvLinks();
     assignBridgeRoles(topology_);
     assignGpuIndexes(topology_);
+    inferGpuFabric(topology_);
   }
 
  private:

@@ -491,6 +491,7 @@ Topology readNcclXml(std::string_view text, const std::string& origin) {
   topology.hostBridgesKnown = false;
   NcclReader(xml, topology).read();
   assignGpuIndexes(topology);
+  inferGpuFabric(topology);
   return topology;
 }
 

@@ -1,5 +1,7 @@
 #include "topology/topology.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -139,6 +141,57 @@ void assignBridgeRoles(Topology& topology) {
     node.link.internal =
         node.role == BridgeRole::RootPort || node.role == BridgeRole::SwitchDownstream;
   }
+}
+
+namespace {
+
+// NVIDIA parts sold only on NVSwitch boards (HGX): PCI device id, name, sm, NVLinks per GPU.
+struct SwitchedPart {
+  const char* device;
+  const char* name;
+  int sm;
+  int nvlinks;
+};
+constexpr SwitchedPart kSwitchedParts[] = {
+    {"0x20b0", "A100-SXM4-40GB", 80, 12}, {"0x20b2", "A100-SXM4-80GB", 80, 12},
+    {"0x20f3", "A800-SXM4-80GB", 80, 8},  {"0x2330", "H100-SXM5-80GB", 90, 18},
+    {"0x2324", "H800-SXM5-80GB", 90, 8},  {"0x2335", "H200-SXM5-141GB", 90, 18},
+    {"0x2901", "B200", 100, 18}};
+
+const SwitchedPart* switchedPart(const Node& node) {
+  if (node.vendor != "0x10de") return nullptr;
+  for (const SwitchedPart& part : kSwitchedParts)
+    if (node.device == part.device) return &part;
+  return nullptr;
+}
+
+}  // namespace
+
+void inferGpuFabric(Topology& topology) {
+  int bare = 0, inferred = 0;
+  std::set<std::string> parts;
+  for (Node& node : topology.nodes) {
+    if (node.kind != NodeKind::Gpu || node.gpu.described || !node.gpu.links.empty()) continue;
+    ++bare;
+    const SwitchedPart* part = switchedPart(node);
+    if (part == nullptr) continue;
+    node.gpu.links.push_back({"", part->nvlinks, PeerKind::NvSwitch, "0x068000"});
+    if (node.gpu.sm == 0) node.gpu.sm = part->sm;
+    if (node.gpu.model.empty()) node.gpu.model = part->name;
+    parts.insert(fmt::format("{} ({}, {} NVLinks)", part->name, part->device, part->nvlinks));
+    ++inferred;
+  }
+  if (inferred > 0)
+    topology.notes.push_back(fmt::format(
+        "{} GPU(s) had no NVLink detail (NCCL reads it from NVML at run time); their PCI device "
+        "id names {}, a part every board of which joins its GPUs to NVSwitches: inferred.",
+        inferred, fmt::join(parts, ", ")));
+  if (bare > inferred)
+    topology.notes.push_back(fmt::format(
+        "{} GPU(s) have no NVLink detail and no PCI device id that names them (NCCL reads both "
+        "from NVML at run time): planned over PCIe alone. On the machine itself, live discovery "
+        "reads NVLink from NVML.",
+        bare - inferred));
 }
 
 void assignGpuIndexes(Topology& topology) {

@@ -132,6 +132,33 @@ std::set<std::string> nicsNearGpus(const topo::Topology& t) {
   return names;
 }
 
+// Files that name GPUs by PCI class alone (NCCL reads NVLink from NVML at run time) are never
+// planned as PCIe in silence: a PCI device id of an NVSwitch-only part (p4d's A100-SXM4-40GB)
+// brings that part's NVLinks, anything else (NDv5's file has no ids) is said to lack them.
+TEST(PlanMachines, FilesWithoutNvlinkDetailSaySoAndInferFromDeviceIds) {
+  SKIP_WITHOUT_SHARED();
+  auto noted = [](const topo::Topology& t, const std::string& words) {
+    return std::any_of(t.notes.begin(), t.notes.end(), [&](const std::string& note) {
+      return note.find(words) != std::string::npos;
+    });
+  };
+  const topo::Topology p4d = topo::loadTopology(kXml / "aws_p4d_24xl_nccl_topo.xml");
+  EXPECT_TRUE(noted(p4d, "8 GPU(s) had no NVLink detail"));
+  EXPECT_TRUE(noted(p4d, "A100-SXM4-40GB (0x20b0, 12 NVLinks)"));
+  for (int gpu : topo::gpuNodes(p4d)) {
+    ASSERT_EQ(p4d.nodes[gpu].gpu.links.size(), 1u);
+    EXPECT_EQ(p4d.nodes[gpu].gpu.links[0].peer, topo::PeerKind::NvSwitch);
+    EXPECT_EQ(p4d.nodes[gpu].gpu.links[0].count, 12);
+  }
+  // 12 NVLink3 links of 25 GB/s each way: one NVSwitch ring of 300 GB/s.
+  const LinkGraph graph = fromTopology(p4d, 0, 1);
+  EXPECT_NEAR(search(graph).totalBandwidthGBs(), 300.0, 1e-9);
+
+  const topo::Topology ndv5 = topo::loadTopology(kXml / "azure_ndv5_h100_nccl_topo.xml");
+  EXPECT_TRUE(noted(ndv5, "8 GPU(s) have no NVLink detail and no PCI device id that names them"));
+  for (int gpu : topo::gpuNodes(ndv5)) EXPECT_TRUE(ndv5.nodes[gpu].gpu.links.empty());
+}
+
 TEST(PlanMachines, SeveralHostsUseEveryNicNearTheGpus) {
   SKIP_WITHOUT_SHARED();
   int checked = 0;
