@@ -145,7 +145,8 @@ void assignBridgeRoles(Topology& topology) {
 
 namespace {
 
-// NVIDIA parts sold only on NVSwitch boards (HGX): PCI device id, name, sm, NVLinks per GPU.
+// NVIDIA SXM parts: PCI device id, name, sm, NVLinks per GPU. Eight of them on one board (HGX
+// 8-GPU) are always joined by NVSwitches; four (HGX 4-GPU, DGX Station) are wired GPU to GPU.
 struct SwitchedPart {
   const char* device;
   const char* name;
@@ -159,22 +160,30 @@ constexpr SwitchedPart kSwitchedParts[] = {
     {"0x2901", "B200", 100, 18}};
 
 const SwitchedPart* switchedPart(const Node& node) {
-  if (node.vendor != "0x10de") return nullptr;
+  auto lower = [](std::string text) {
+    for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return text;
+  };
+  if (lower(node.vendor) != "0x10de") return nullptr;
   for (const SwitchedPart& part : kSwitchedParts)
-    if (node.device == part.device) return &part;
+    if (lower(node.device) == part.device) return &part;
   return nullptr;
 }
+
+constexpr int kSwitchedBoardGpus = 8;
 
 }  // namespace
 
 void inferGpuFabric(Topology& topology) {
-  int bare = 0, inferred = 0;
+  int bare = 0, inferred = 0, sxm = 0;
+  for (const Node& node : topology.nodes)
+    sxm += node.kind == NodeKind::Gpu && switchedPart(node) != nullptr;
   std::set<std::string> parts;
   for (Node& node : topology.nodes) {
     if (node.kind != NodeKind::Gpu || node.gpu.described || !node.gpu.links.empty()) continue;
     ++bare;
     const SwitchedPart* part = switchedPart(node);
-    if (part == nullptr) continue;
+    if (part == nullptr || sxm != kSwitchedBoardGpus) continue;
     node.gpu.links.push_back({"", part->nvlinks, PeerKind::NvSwitch, "0x068000"});
     if (node.gpu.sm == 0) node.gpu.sm = part->sm;
     if (node.gpu.model.empty()) node.gpu.model = part->name;
@@ -184,13 +193,13 @@ void inferGpuFabric(Topology& topology) {
   if (inferred > 0)
     topology.notes.push_back(fmt::format(
         "{} GPU(s) had no NVLink detail (NCCL reads it from NVML at run time); their PCI device "
-        "id names {}, a part every board of which joins its GPUs to NVSwitches: inferred.",
+        "id names {}, eight of which on a board are joined by NVSwitches: inferred.",
         inferred, fmt::join(parts, ", ")));
   if (bare > inferred)
     topology.notes.push_back(fmt::format(
-        "{} GPU(s) have no NVLink detail and no PCI device id that names them (NCCL reads both "
-        "from NVML at run time): planned over PCIe alone. On the machine itself, live discovery "
-        "reads NVLink from NVML.",
+        "{} GPU(s) have no NVLink detail and no PCI device id of an 8-GPU NVSwitch board (NCCL "
+        "reads NVLink from NVML at run time): planned over PCIe alone. On the machine itself, live "
+        "discovery reads NVLink from NVML.",
         bare - inferred));
 }
 

@@ -136,10 +136,10 @@ void assignBridgeRoles(Topology& topology);
 // Gives GPUs without a valid unique index the lowest free numbers, in bus id order.
 void assignGpuIndexes(Topology& topology);
 // Files (an NCCL topology file, hwloc XML) often name GPUs by PCI class alone: NCCL reads their
-// NVLinks from NVML at run time. Where a GPU with no NVLink detail has a PCI device id of a part
-// whose boards always join every GPU to NVSwitches (A100/A800 SXM4, H100/H800/H200 SXM5, B200),
-// it gets that part's NVLinks to the NVSwitches; either way the topology's notes say what the
-// file lacked and what was inferred, never a silent PCIe plan.
+// NVLinks from NVML at run time. Where the file holds eight GPUs with the PCI device id of an SXM
+// part (A100/A800 SXM4, H100/H800/H200 SXM5, B200), as on an HGX 8-GPU board, which joins them all
+// to NVSwitches, those without NVLink detail get the part's NVLinks to the NVSwitches; either way
+// the topology's notes say what the file lacked and what was inferred, never a silent PCIe plan.
 void inferGpuFabric(Topology& topology);
 
 // "0000:0f:00.0" from forms like "00000000:0F:00.0" or "0:f:0.0"; empty when `text` is not one.

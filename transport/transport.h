@@ -30,6 +30,9 @@ struct PeerInfo {
   double nicGBs = 0;       // that interface's GB/s per direction (plan/host_graph.h)
   int32_t virtualNic = 0;  // 1: a veth, bridge or loopback (plan/host_graph.h)
   double llcBytes = 0;     // last-level cache of the rank's CPU; 0: unknown
+  // The settings from which every rank chooses each call's algorithm on its own (algorithms,
+  // protocols, model constants, FIFO sizes): they must agree, so each rank publishes their hash.
+  uint64_t choiceHash = 0;
 };
 
 // State a rank exports to the peers on its host, so that a waiting peer can tell "slow" from

@@ -57,6 +57,16 @@ struct PendingShrink {
 
 // ---- communicator creation ---------------------------------------------------------------------
 
+// A config kept for later, read no further than its size (one made before `algorithms` existed
+// ends before it); the fields it lacks stay unset.
+std::optional<braidConfig_t> copyOfConfig(const braidConfig_t* config) {
+  if (config == nullptr) return std::nullopt;
+  braidConfig_t copy = BRAID_CONFIG_INITIALIZER;
+  std::memcpy(&copy, config, std::min(config->size, sizeof copy));
+  copy.size = sizeof copy;
+  return copy;
+}
+
 CommOptions optionsFrom(const braidConfig_t* config, int rank, bool* blocking) {
   CommOptions options;
   options.timeoutMs = static_cast<int>(braid::param::TimeoutMs());
@@ -425,8 +435,7 @@ braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* 
            comm->rank(), color);
     bool blocking = true;
     if (config != nullptr) optionsFrom(config, comm->rank(), &blocking);  // refuse a bad one now
-    PendingSplit split{comm, color, key,
-                       config ? std::optional<braidConfig_t>(*config) : std::nullopt};
+    PendingSplit split{comm, color, key, copyOfConfig(config)};
     addChild({comm, newcomm, [split] { return splitComm(split); }});
   });
 }
@@ -451,8 +460,7 @@ braidResult_t braidCommShrink(braidComm_t comm, int* excludeRanksList, int exclu
            rank, shrinkFlags);
     bool blocking = true;
     if (config != nullptr) optionsFrom(config, rank, &blocking);  // refuse a bad one before copying
-    PendingShrink shrink{
-        comm, {}, config ? std::optional<braidConfig_t>(*config) : std::nullopt, shrinkFlags};
+    PendingShrink shrink{comm, {}, copyOfConfig(config), shrinkFlags};
     for (int i = 0; i < excludeRanksCount; ++i) {
       const int excluded = excludeRanksList[i];
       if (excluded < 0 || excluded >= n)

@@ -138,6 +138,17 @@ braid::FifoGeometry fifoGeometry() {
   return {static_cast<size_t>(slotBytes) + sizeof(braid::SlotHeader), static_cast<int>(slots)};
 }
 
+// What every rank's choice of algorithm per call depends on besides the gathered facts.
+std::string choiceSettings(const CommOptions& options) {
+  namespace param = braid::param;
+  return fmt::format(
+      "algorithms '{}', protocols '{}', model {} {} {} {} {} {} {} {} {}, FIFO {} x {}",
+      options.algorithms.empty() ? param::Algo() : options.algorithms, param::Proto(),
+      param::ModelReduceGBs(), param::ModelCopyGBs(), param::ModelCachedSpeedup(),
+      param::ModelSharedCoreCost(), param::ModelTcpGBs(), param::ModelCallUs(), param::ModelHopUs(),
+      param::ModelNetHopUs(), param::ModelSwitchUs(), param::BuffSize(), param::FifoSlots());
+}
+
 // BRAID_MODEL_* and BRAID_ALGO, the config's algorithms taking BRAID_ALGO's place.
 braid::plan::ModelInput modelInputFor(const CommOptions& options) {
   braid::plan::ModelInput input = braid::plan::modelInputFromParams();
@@ -194,7 +205,8 @@ void braidComm::initialize(const braid::BootstrapId& id, const braidComm* shareF
                          .nicNuma = where.nicNuma,
                          .nicGBs = where.nicGBs,
                          .virtualNic = where.virtualNic ? 1 : 0,
-                         .llcBytes = where.llcBytes};
+                         .llcBytes = where.llcBytes,
+                         .choiceHash = braid::fnv1a(choiceSettings(options_))};
     ownCpus(self.cpus);
     std::string blob(reinterpret_cast<const char*>(&self), sizeof self);
     bootstrap_ = braid::Bootstrap::join(id, rank_, nranks_, blob, deadline);
@@ -208,6 +220,13 @@ void braidComm::initialize(const braid::BootstrapId& id, const braidComm* shareF
              r, info.size(), sizeof(braid::PeerInfo));
       std::memcpy(&peers_[r], info.data(), sizeof(braid::PeerInfo));
     }
+    for (const braid::PeerInfo& peer : peers_)
+      if (peer.choiceHash != self.choiceHash)
+        fail(braidInvalidUsage,
+             "rank {}: rank {} chooses algorithms from other settings than this rank's ({}): "
+             "every rank must set BRAID_ALGO (or config algorithms), BRAID_PROTO, BRAID_MODEL_*, "
+             "BRAID_BUFFSIZE and BRAID_FIFO_SLOTS alike, or ranks would run one call two ways",
+             rank_, peer.rank, choiceSettings(options_));
     const braid::FifoGeometry geometry = fifoGeometry();
     braid::Rendezvous rendezvous;
     rendezvous.barrier = [&] { bootstrap_->barrier(deadline); };

@@ -138,6 +138,33 @@ TEST(Config, AlgorithmsNarrowTheChoice) {
   for (braidComm_t c : comms) EXPECT_EQ(braidCommDestroy(c), braidSuccess);
 }
 
+// Every rank chooses each call's algorithm on its own, from the same facts: ranks whose settings
+// differ would run one call two ways, so their communicator is refused on every rank, by name.
+TEST(Config, RanksThatWouldChooseApartAreRefused) {
+  braidUniqueId id;
+  ASSERT_EQ(braidGetUniqueId(&id), braidSuccess);
+  std::vector<braidResult_t> results(kRanks);
+  std::vector<std::string> errors(kRanks);
+  braidComm_t comms[kRanks] = {};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r)
+    threads.emplace_back([&, r] {
+      braidConfig_t config = BRAID_CONFIG_INITIALIZER;
+      config.device = "cpu";
+      config.algorithms = r == 1 ? "ring" : "doubling";
+      results[r] = braidCommInitRankConfig(&comms[r], kRanks, id, r, &config);
+      errors[r] = braidGetLastError(nullptr);
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(results[r], braidInvalidUsage) << "rank " << r;
+    EXPECT_NE(errors[r].find(r == 1 ? "rank 1: rank 0 chooses algorithms from other settings"
+                                    : "rank 1 chooses algorithms from other settings"),
+              std::string::npos)
+        << errors[r];
+  }
+}
+
 TEST(Config, SocketIsTheNetworkBraidHas) {
   braidConfig_t config = BRAID_CONFIG_INITIALIZER;
   config.device = "cpu";

@@ -155,7 +155,7 @@ TEST(PlanMachines, FilesWithoutNvlinkDetailSaySoAndInferFromDeviceIds) {
   EXPECT_NEAR(search(graph).totalBandwidthGBs(), 300.0, 1e-9);
 
   const topo::Topology ndv5 = topo::loadTopology(kXml / "azure_ndv5_h100_nccl_topo.xml");
-  EXPECT_TRUE(noted(ndv5, "8 GPU(s) have no NVLink detail and no PCI device id that names them"));
+  EXPECT_TRUE(noted(ndv5, "8 GPU(s) have no NVLink detail and no PCI device id of an 8-GPU"));
   for (int gpu : topo::gpuNodes(ndv5)) EXPECT_TRUE(ndv5.nodes[gpu].gpu.links.empty());
 }
 
