@@ -4,33 +4,27 @@
 #include <cstring>
 #include <vector>
 
+#include "base/recursive_pairing.h"
 #include "coll/ring_engine.h"
 #include "kernels/host_reduce.h"
 
 namespace braid {
 namespace {
 
-// The ranks of a call by ring position: the largest power of two of them take part in the
-// exchanges (`participants`); the first 2 x surplus positions pair up, each odd one folding its
-// input into the even one before them and getting the result back at the end.
+// This rank's place in the pairing (base/recursive_pairing.h), and the ranks it names.
 struct Team {
   const CollContext& ctx;
   int position;
-  int participants;
-  int surplus;
+  RecursivePairing pairing;
 
   explicit Team(const CollContext& c)
-      : ctx(c), position(ringPosition(c.ringOrder.data(), c.nranks, c.rank)), participants(1) {
-    while (participants * 2 <= c.nranks) participants *= 2;
-    surplus = c.nranks - participants;
-  }
-  bool folded() const { return position < 2 * surplus && position % 2 == 1; }
-  bool keepsFolded() const { return position < 2 * surplus && position % 2 == 0; }
-  int index() const { return position < 2 * surplus ? position / 2 : position - surplus; }
-  int rankOfIndex(int index) const {
-    return ctx.ringOrder[index < surplus ? 2 * index : index + surplus];
-  }
-  int foldPartner() const { return ctx.ringOrder[folded() ? position - 1 : position + 1]; }
+      : ctx(c), position(ringPosition(c.ringOrder.data(), c.nranks, c.rank)), pairing(c.nranks) {}
+  int participants() const { return pairing.participants; }
+  bool folded() const { return pairing.folded(position); }
+  bool keepsFolded() const { return pairing.keepsFolded(position); }
+  int index() const { return pairing.indexOf(position); }
+  int rankOfIndex(int index) const { return ctx.ringOrder[pairing.positionOf(index)]; }
+  int foldPartner() const { return ctx.ringOrder[pairing.foldPartner(position)]; }
 };
 
 // Sends `sendBytes` from `send` to `peer` while receiving `recvBytes` from it, a FIFO slot at a
@@ -59,6 +53,9 @@ void exchange(CollContext& ctx, const CallTag& tag, int peer, const uint8_t* sen
     }
   }
 }
+
+// For sends alone.
+constexpr auto kTakeNothing = [](const uint8_t*, size_t, size_t) {};
 
 // One call's buffers and reduction, for the steps below.
 struct Reduction {
@@ -90,8 +87,7 @@ struct Reduction {
 // A folded rank's whole part: its input to its keeper, the result back. True if this rank is one.
 bool runFolded(CollContext& ctx, const CallTag& tag, const Team& team, const Reduction& r) {
   if (!team.folded()) return false;
-  auto none = [](const uint8_t*, size_t, size_t) {};
-  exchange(ctx, tag, team.foldPartner(), r.input, r.bytes(), 0, r.elemBytes, none);
+  exchange(ctx, tag, team.foldPartner(), r.input, r.bytes(), 0, r.elemBytes, kTakeNothing);
   exchange(ctx, tag, team.foldPartner(), nullptr, 0, r.bytes(), r.elemBytes,
            [&](const uint8_t* slot, size_t at, size_t bytes) {
              std::memcpy(r.output + at, slot, bytes);
@@ -112,8 +108,7 @@ const uint8_t* foldIn(CollContext& ctx, const CallTag& tag, const Team& team, co
 
 void handBackFolded(CollContext& ctx, const CallTag& tag, const Team& team, const Reduction& r) {
   if (!team.keepsFolded()) return;
-  exchange(ctx, tag, team.foldPartner(), r.output, r.bytes(), 0, r.elemBytes,
-           [](const uint8_t*, size_t, size_t) {});
+  exchange(ctx, tag, team.foldPartner(), r.output, r.bytes(), 0, r.elemBytes, kTakeNothing);
 }
 
 // Blocks [lo, hi) of the participants' partition of the elements.
@@ -130,9 +125,9 @@ void runDoublingAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& ta
   if (runFolded(ctx, tag, team, r)) return;
   const uint8_t* mine = foldIn(ctx, tag, team, r);
   const int index = team.index();
-  for (int mask = 1; mask < team.participants; mask *= 2) {
+  for (int mask = 1; mask < team.participants(); mask *= 2) {
     const bool lower = (index & mask) == 0;
-    const bool last = mask * 2 == team.participants;
+    const bool last = mask * 2 == team.participants();
     exchange(ctx, tag, team.rankOfIndex(index ^ mask), mine, r.bytes(), r.bytes(), r.elemBytes,
              [&](const uint8_t* slot, size_t at, size_t bytes) {
                r.combine(at, mine + at, slot, bytes, lower, last);
@@ -144,12 +139,12 @@ void runDoublingAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& ta
 
 void runHalvingAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag) {
   const Team team(ctx);
-  if (a.count < static_cast<size_t>(team.participants)) return runDoublingAllReduce(ctx, a, tag);
+  if (a.count < static_cast<size_t>(team.participants())) return runDoublingAllReduce(ctx, a, tag);
   const Reduction r(a, ctx.nranks);
   if (runFolded(ctx, tag, team, r)) return;
   const uint8_t* mine = foldIn(ctx, tag, team, r);
   const int index = team.index();
-  const size_t parts = static_cast<size_t>(team.participants);
+  const size_t parts = static_cast<size_t>(team.participants());
   auto offset = [&](int block) {
     return a.count * static_cast<size_t>(block) / parts * r.elemBytes;
   };
@@ -158,12 +153,12 @@ void runHalvingAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag
   // Reduce-scatter: each step keeps half of the blocks this rank holds, reducing the partner's
   // values for them into the output, and sends the partner the other half.
   std::vector<Blocks> before;
-  Blocks held{0, team.participants};
-  for (int mask = 1; mask < team.participants; mask *= 2) {
+  Blocks held{0, team.participants()};
+  for (int mask = 1; mask < team.participants(); mask *= 2) {
     const bool lower = (index & mask) == 0;
     const Blocks keep = lower ? Blocks{held.lo, held.mid()} : Blocks{held.mid(), held.hi};
     const Blocks give = lower ? Blocks{held.mid(), held.hi} : Blocks{held.lo, held.mid()};
-    const bool last = mask * 2 == team.participants;
+    const bool last = mask * 2 == team.participants();
     exchange(ctx, tag, team.rankOfIndex(index ^ mask), mine + offset(give.lo), length(give),
              length(keep), r.elemBytes, [&](const uint8_t* slot, size_t at, size_t bytes) {
                const size_t to = offset(keep.lo) + at;

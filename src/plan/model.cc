@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "base/params.h"
+#include "base/recursive_pairing.h"
 
 namespace braid::plan {
 namespace {
@@ -203,21 +204,17 @@ double Model::crowding() const {
   return share > 1 ? std::ceil(share) * in_.core.sharedCoreCost : 1;
 }
 
-// Partners as coll/host_recursive.cc pairs them: by ring position, the largest power of two of
-// ranks taking part, the first 2 x surplus positions folding pairwise.
+// Partners as coll/host_recursive.cc pairs them (base/recursive_pairing.h), by ring position.
 void Model::findRecursiveCrossings(const LinkGraph& graph, const std::vector<int>& order) {
-  const int n = static_cast<int>(order.size());
-  int participants = 1;
-  while (participants * 2 <= n) participants *= 2;
-  const int surplus = n - participants;
+  const RecursivePairing pairing(static_cast<int>(order.size()));
   auto host = [&](int position) { return graph.hostOfRank(order[position]); };
-  auto positionOf = [&](int index) { return index < surplus ? 2 * index : index + surplus; };
-  folds_ = surplus > 0;
-  for (int i = 0; i < surplus; ++i) foldCrossesHosts_ |= host(2 * i) != host(2 * i + 1);
-  for (int mask = 1; mask < participants; mask *= 2) {
+  folds_ = pairing.surplus > 0;
+  for (int position = 0; position < 2 * pairing.surplus; position += 2)
+    foldCrossesHosts_ |= host(position) != host(pairing.foldPartner(position));
+  for (int mask = 1; mask < pairing.participants; mask *= 2) {
     bool crosses = false;
-    for (int index = 0; index < participants; ++index)
-      crosses |= host(positionOf(index)) != host(positionOf(index ^ mask));
+    for (int index = 0; index < pairing.participants; ++index)
+      crosses |= host(pairing.positionOf(index)) != host(pairing.positionOf(index ^ mask));
     exchangeCrossesHosts_.push_back(crosses);
   }
 }
