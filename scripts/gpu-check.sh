@@ -6,9 +6,10 @@
 #   2. a kernel sweep: braid-perf all-reduce of 2 ranks at one size (GPU_CHECK_SWEEP_BYTES) per
 #      engine (direct: one thread drives both ranks; ring: ranks as threads), protocol and channel
 #      (block) count, so GB/s per block can be read off;
-#   3. braid-perf all-reduce 8 B - GPU_CHECK_MAX_BYTES (every element checked), ranks as threads
-#      and driven by one thread (-g, whose launches hold every rank and so may run the direct
-#      engine); and 8 ranks as threads with one hardware queue for every stream
+#   3. braid-perf all-reduce 8 B - GPU_CHECK_MAX_BYTES (every element checked), ranks as threads,
+#      driven by one thread (-g, whose launches hold every rank and so may run the direct
+#      engine), and as threads on registered windows (-R 2: the direct engine launched per rank);
+#      and 8 ranks as threads with one hardware queue for every stream
 #      (CUDA_DEVICE_MAX_CONNECTIONS=1), the shared-queue hazard of docs/cuda.md laid bare;
 #   4. the GPU test programs, to their verdicts: the kernels' grid on device memory and the CUDA
 #      communicator tests (1-8 ranks on one GPU, stream order, graph replay, one launch of every
@@ -92,6 +93,13 @@ if [[ $sweep_bytes != 0 ]]; then
         -b "$sweep_bytes" -e "$sweep_bytes" -n 10 -w 3
     done
   done
+  # Ranks as threads on registered windows: the direct engine launched per rank, which no launch
+  # limit holds to 32 blocks.
+  for channels in 16 32; do
+    BRAID_ALGO=direct BRAID_MIN_NCHANNELS=$channels BRAID_MAX_NCHANNELS=$channels \
+      perf "sweep-direct-windows-${channels}ch" -t 2 -R 2 -b "$sweep_bytes" -e "$sweep_bytes" \
+      -n 10 -w 3
+  done
   for channels in 1 4 16; do
     BRAID_ALGO=ring BRAID_PROTO=LL BRAID_MIN_NCHANNELS=$channels BRAID_MAX_NCHANNELS=$channels \
       perf "sweep-ring-ll-${channels}ch" -t 2 -b 1M -e 1M -n 10 -w 3
@@ -100,8 +108,12 @@ fi | tee "$out/sweep.txt"
 
 for ranks in ${GPU_CHECK_RANKS:-2 8}; do
   for type in ${GPU_CHECK_TYPES:-float}; do
-    for drive in group threads; do
-      if [[ $drive == threads ]]; then flags=(-t "$ranks"); else flags=(-t 1 -g "$ranks"); fi
+    for drive in group threads windows; do
+      case $drive in
+        group) flags=(-t 1 -g "$ranks") ;;
+        threads) flags=(-t "$ranks") ;;
+        windows) flags=(-t "$ranks" -R 2) ;;  # buffers in registered windows: direct per rank
+      esac
       perf "perf-allreduce-${ranks}ranks-${type}-${drive}" "${flags[@]}" -b 8 \
         -e "${GPU_CHECK_MAX_BYTES:-1G}" -f "${GPU_CHECK_FACTOR:-2}" -d "$type"
     done

@@ -173,16 +173,27 @@ braidResult_t braidCommInitRankScalable(braidComm_t* newcomm, int nranks, int my
  * braidCommDestroy. */
 braidResult_t braidCommRevoke(braidComm_t comm, int revokeFlags);
 
-/* Memory for communication buffers (ncclMemAlloc). On the CPU: page-aligned memory whose pages
- * are mapped at once, so no collective pays their first-touch faults. Free with braidMemFree;
- * any other pointer is refused. */
+/* Memory for communication buffers (ncclMemAlloc), of the kind a communicator made now takes by
+ * default: device memory of the calling thread's current CUDA device where one can be used and
+ * BRAID_DEVICE is not "cpu" (as NCCL's); else page-aligned host memory whose pages are mapped at
+ * once, so no collective pays their first-touch faults. Free with braidMemFree; any other pointer
+ * is refused. With ranks as threads of one GPU, allocate and free device memory while no call is
+ * in flight: cudaMalloc and cudaFree may wait for kernels that wait for a peer (docs/cuda.md). */
 braidResult_t braidMemAlloc(void** ptr, size_t size);
 braidResult_t braidMemFree(void* ptr);
 
 /* Buffer registration (ncclCommRegister, ncclCommWindowRegister): the buffer is checked and
  * recorded with the communicator, and the handle is valid until deregistered or the communicator
- * is destroyed. CPU transports copy through their FIFOs whether a buffer is registered or not, so
- * registration changes no data path yet. */
+ * is destroyed. A window of a CUDA communicator is registered by every rank together (collective,
+ * as in NCCL), each rank its own part; where the ranks share one GPU in one process, all-reduce,
+ * reduce-scatter and all-gather whose buffers lie in windows, at the same offsets on every rank
+ * (NCCL's symmetric windows), may run the direct engine with each rank launched on its own thread:
+ * every rank reads and writes the others' windows in place. Windows are one size on every rank.
+ * A rank whose call differs (another offset, count or datatype) makes every rank's call fail
+ * with braidInvalidUsage before anything is read or written; a rank whose buffers lie outside its
+ * windows runs the ring, and the others' calls end at the timeout (braidTimeout). Deregistration
+ * is local. CPU communicators and braidCommRegister record the buffer only: their transports copy
+ * through FIFOs either way. */
 typedef struct braidWindow* braidWindow_t;
 braidResult_t braidCommRegister(const braidComm_t comm, void* buff, size_t size, void** handle);
 braidResult_t braidCommDeregister(const braidComm_t comm, void* handle);

@@ -71,29 +71,42 @@ void launchRing(std::span<const DeviceRankCall> ranks, DeviceProtocol protocol, 
          ranks.front().ctx->links->rank());
 }
 
-// Every rank of the communicator in one launch, each reaching the others' buffers (one GPU, one
-// process): each rank's blocks read and write every rank's buffers directly, meeting at the
-// barrier words of rank 0's allocation.
+// Ranks that share the device, each reaching the others' buffers: every rank of the
+// communicator in one launch (their buffers from their calls), or one rank launched on its own
+// with every rank's buffers (registered windows). Each rank's blocks read and write every rank's
+// buffers directly, meeting at the barrier words of rank 0's allocation.
 template <class T>
 void launchDirect(std::span<const DeviceRankCall> ranks, const void* kernel, void* stream) {
   static_assert(sizeof(DirectArrival) == kDirectLineBytes);
   const P2pLinks& anyLinks = *ranks.front().ctx->links;
   const int n = anyLinks.nranks(), channels = anyLinks.geometry().channels;
-  if (static_cast<int>(ranks.size()) != n || !anyLinks.ranksShareDevice())
+  const bool alone = ranks.size() == 1 && ranks.front().inputs != nullptr;
+  if ((!alone && static_cast<int>(ranks.size()) != n) || !anyLinks.ranksShareDevice() ||
+      n > kMaxLaunchBlocks)
     fail(braidInternalError,
-         "rank {}: the direct engine needs all {} ranks on one device in one launch ({} here)",
+         "rank {}: the direct engine needs all {} ranks on one device, in one launch or with "
+         "every rank's buffers ({} in this launch)",
          anyLinks.rank(), n, ranks.size());
   DirectLaunch<T> params{};
   params.timeoutNs = ranks.front().ctx->timeoutNs;
   params.abort = anyLinks.directAbort();
+  if (alone)
+    for (int p = 0; p < n; ++p) {
+      params.inputs[p] = static_cast<const T*>(ranks.front().inputs[p]);
+      params.outputs[p] = static_cast<T*>(ranks.front().outputs[p]);
+    }
   int blocks = 0;
   for (const DeviceRankCall& r : ranks) {
     const int rank = r.ctx->links->rank();
-    if (r.scale != nullptr && r.scale->onDevice != nullptr)
-      fail(braidInternalError, "rank {}: the direct engine takes PreMulSum's scalar by value",
+    if (r.scale != nullptr && (alone || r.scale->onDevice != nullptr))
+      fail(braidInternalError,
+           "rank {}: the direct engine takes PreMulSum's scalar by value, "
+           "in a launch of every rank",
            rank);
-    params.inputs[rank] = static_cast<const T*>(r.args.sendbuff);
-    params.outputs[rank] = static_cast<T*>(r.args.recvbuff);
+    if (!alone) {
+      params.inputs[rank] = static_cast<const T*>(r.args.sendbuff);
+      params.outputs[rank] = static_cast<T*>(r.args.recvbuff);
+    }
     if (r.scale != nullptr) std::memcpy(&params.scales[rank], &r.scale->bits, sizeof(T));
     for (int ch = 0; ch < channels; ++ch)
       params.blocks[blocks++] = {r.args.coll,
@@ -104,6 +117,7 @@ void launchDirect(std::span<const DeviceRankCall> ranks, const void* kernel, voi
                                  r.args.count,
                                  r.args.op == braidAvg ? n : 1,
                                  static_cast<DirectArrival*>(anyLinks.directArrivals(ch)),
+                                 r.signature,
                                  r.ctx->failed + ch};
   }
   launch(kernel, blocks, ranks.front().ctx->threads, &params, stream, "direct collective",

@@ -42,18 +42,24 @@ void loadDeviceKernels(int device);
 int deviceLaunchBlocks();
 
 // One rank's part of a collective launch: args.op is a braidRedOp_t below braidNumOps, or
-// braidSum with `scale` set (PreMulSum).
+// braidSum with `scale` set (PreMulSum). For the direct engine, `signature` describes the call
+// alike on every rank (its barrier compares them), and a rank launched on its own reaches every
+// rank's buffers through `inputs` and `outputs` (by rank: registered windows).
 struct DeviceRankCall {
   const DeviceCollContext* ctx = nullptr;
   CollArgs args;
   const DeviceScale* scale = nullptr;
+  uint64_t signature = 0;
+  const void* const* inputs = nullptr;
+  void* const* outputs = nullptr;
 };
 
 // One collective of one rank, or of several ranks of a communicator in one launch (their blocks
 // then run together: one host thread driving ranks that wait for each other). Every rank's call
 // must be the same collective, datatype, operator and count, and their channels together at most
-// deviceLaunchBlocks(). Direct: all-reduce, reduce-scatter or all-gather, every rank of the
-// communicator in the launch (ranksShareDevice()), PreMulSum's scalars given by value.
+// deviceLaunchBlocks(). Direct: all-reduce, reduce-scatter or all-gather of ranks that share
+// the device (ranksShareDevice()), either every rank of the communicator in the launch, PreMulSum's
+// scalars given by value, or one rank with every rank's buffers (and no PreMulSum).
 void launchCollective(std::span<const DeviceRankCall> ranks, DeviceAlgorithm algorithm,
                       void* stream);
 // Sends and receives of one group, at most deviceLaunchBlocks(), at most one per peer and

@@ -25,6 +25,10 @@ constexpr int kMaxLaunchBlocks = 32;
 // them to it, and to no local memory.
 constexpr int kMaxThreadsPerBlock = 512;
 
+// What a block stores in its rank's `failed` word when it stops short.
+constexpr int kGaveUp = 1;         // a wait gave up: the deadline, or the host's abort
+constexpr int kCallsDiffered = 2;  // a direct call's peers arrived for another call
+
 #if defined(__CUDACC__)
 // A thread block as the engines' thread group. Waits pause briefly and give up at the deadline
 // (%globaltimer, nanoseconds, counted from the block's start) or when the host aborts the FIFOs:
@@ -75,7 +79,8 @@ struct DirectBlock {
   size_t count;
   int divisor;
   DirectArrival* arrivals;  // the channel's, one per rank
-  int* failed;              // set when a wait of this block gave up
+  uint64_t signature;       // the call as every rank's host describes it (DirectBarrier)
+  int* failed;              // set when a wait of this block gave up: kGaveUp or kCallsDiffered
 };
 
 template <class T>
@@ -100,7 +105,7 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock, 1)
   if (!runChannelOnViews<R, kPrescaled>(group, block.call, block.channel, block.nChannels,
                                         block.ports, scale) &&
       threadIdx.x == 0)
-    *block.failed = 1;
+    *block.failed = kGaveUp;
 }
 
 // The direct all-pairs all-reduce, reduce-scatter and all-gather.
@@ -112,10 +117,10 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock, 1)
   BlockGroup group(launch.timeoutNs);
   const DirectCall<T> call{block.collective, block.nranks,  block.rank,  launch.inputs,
                            launch.outputs,   launch.scales, block.count, block.divisor};
-  DirectBarrier barrier{block.arrivals, launch.abort};
+  DirectBarrier barrier{block.arrivals, launch.abort, block.signature};
   if (!runDirect<R, kPrescaled>(group, call, block.channel, block.nChannels, barrier) &&
       threadIdx.x == 0)
-    *block.failed = 1;
+    *block.failed = barrier.differs ? kCallsDiffered : kGaveUp;
 }
 #endif
 

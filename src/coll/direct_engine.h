@@ -14,9 +14,14 @@
 
 namespace braid {
 
-// One rank's arrivals at a channel's barrier, on a line of its own (one writer, n readers).
+// One rank's arrivals at a channel's barrier, on a line of its own (one writer, n readers), the
+// signature of the call it arrived for (stored before the count it publishes), and whether one of
+// its calls stopped short: its count then no longer matches its peers', and its later calls
+// (queued before the host saw the failure) must keep out.
 struct alignas(64) DirectArrival {
   uint32_t count = 0;
+  uint32_t broken = 0;
+  uint64_t call = 0;
 };
 
 // A channel's barrier as one rank sees it. Every thread of the group keeps its own copy and
@@ -24,27 +29,46 @@ struct alignas(64) DirectArrival {
 struct DirectBarrier {
   DirectArrival* arrivals = nullptr;  // one per rank, shared by the ranks of the channel
   const uint32_t* abort = nullptr;    // the host sets it to stop every wait (may be null)
-  uint32_t arrived = 0;               // this rank's arrivals so far (resume() reads them)
+  // What this rank's call is, as every rank's host computes it alike (collective, datatype,
+  // operator, count and, for ranks launched apart, where in their windows the buffers lie): the
+  // call's first arrival compares it with every peer's before anything is read or written, since
+  // a peer making another call would have its buffers read at the wrong place.
+  uint64_t signature = 0;
+  uint32_t arrived = 0;  // this rank's arrivals so far (resume() reads them)
+  bool differs = false;  // a peer's signature was other than this rank's
 
-  // The barrier words outlive the calls: the rank takes up its count where the previous call
-  // left it (its own last store); every thread reads before the leader stores again.
+  // The barrier words outlive the calls: the rank takes up its count where the previous call left
+  // it (its own last stores, earlier on its stream); every thread reads before the leader stores
+  // again. false: an earlier call of this rank stopped short, so this one must not arrive.
   template <class G>
-  BRAID_HD void resume(G& group, int rank) {
+  BRAID_HD bool resume(G& group, int rank) {
     arrived = loadRelaxed(arrivals[rank].count);
+    const bool broken = loadRelaxed(arrivals[rank].broken) != 0;
     group.sync();
+    return !broken;
+  }
+
+  // This rank's call stopped short: its later calls keep out (resume).
+  template <class G>
+  BRAID_HD void breakOff(G& group, int rank) {
+    if (group.index() == 0) storeRelaxed(arrivals[rank].broken, 1u);
   }
 
   // Every thread's stores are ordered before the leader's release (the group's barrier), and
-  // every peer's stores before this group's loads (the leader's acquire, then the barrier).
-  // false: the wait gave up (abort or the group's deadline), for every thread of the group.
+  // every peer's stores before this group's loads (the leader's acquire, then the barrier). With
+  // `compare` (the call's first arrival) the leader also compares signatures: a peer cannot store
+  // its next call's before this rank arrives again, so the one it reads is this call's.
+  // false: the wait gave up (abort or the group's deadline) or a signature differed, for every
+  // thread of the group.
   template <class G>
-  BRAID_HD bool arriveAndWait(G& group, int rank, int nranks) {
+  BRAID_HD bool arriveAndWait(G& group, int rank, int nranks, bool compare) {
     ++arrived;
     group.sync();
     bool ok = true;
     if (group.index() == 0) {
+      if (compare) storeRelaxed(arrivals[rank].call, signature);
       storeRelease(arrivals[rank].count, arrived);
-      for (int peer = 0; peer < nranks && ok; ++peer)
+      for (int peer = 0; peer < nranks && ok; ++peer) {
         ok = waitFor(group,
                      [&] {
                        return static_cast<int32_t>(loadAcquire(arrivals[peer].count) - arrived) >=
@@ -52,8 +76,15 @@ struct DirectBarrier {
                               (abort != nullptr && loadAcquire(*const_cast<uint32_t*>(abort)) != 0);
                      }) &&
              (abort == nullptr || loadAcquire(*const_cast<uint32_t*>(abort)) == 0);
+        if (ok && compare && loadRelaxed(arrivals[peer].call) != signature) {
+          differs = true;
+          ok = false;
+        }
+      }
     }
-    return !group.any(!ok);
+    const bool failed = group.any(!ok);
+    if (failed && compare) differs = group.any(differs);  // every thread of the group knows
+    return !failed;
   }
 };
 
@@ -162,25 +193,11 @@ BRAID_HD void directReduce(G& group, const DirectCall<T>& call, size_t inAt, siz
   }
 }
 
-// Channel `channel` of `nChannels` runs its share of the call (a contiguous part of each block,
-// cut on 16-byte boundaries), between the two barriers. false: a barrier gave up.
-template <class R, bool kPrescaled = false, class G, class T>
-BRAID_HD bool runDirect(G& group, const DirectCall<T>& call, int channel, int nChannels,
-                        DirectBarrier& barrier) {
-  barrier.resume(group, call.rank);
+// This rank's share of the call, elements [begin, begin + count) of its block (all-reduce) or of
+// every rank's (reduce-scatter, all-gather), read from the inputs and written to the outputs.
+template <class R, bool kPrescaled, class G, class T>
+BRAID_HD void directMove(G& group, const DirectCall<T>& call, size_t begin, size_t count) {
   const int n = call.nranks;
-  constexpr size_t kPerPack = sizeof(Pack16) / sizeof(T);
-  auto cut = [](size_t total, size_t part, size_t parts) {
-    return part == parts ? total : total * part / parts / kPerPack * kPerPack;
-  };
-  const size_t total = call.collective == Collective::AllReduce
-                           ? cut(call.count, call.rank + 1, n) - cut(call.count, call.rank, n)
-                           : call.count;
-  const size_t base =
-      call.collective == Collective::AllReduce ? cut(call.count, call.rank, n) : size_t{0};
-  const size_t begin = base + cut(total, channel, nChannels);
-  const size_t count = base + cut(total, channel + 1, nChannels) - begin;
-  if (!barrier.arriveAndWait(group, call.rank, n)) return false;
   switch (call.collective) {
     case Collective::AllReduce:  // this rank's block, reduced once, into every rank's output
       directReduce<R, kPrescaled>(group, call, begin, begin, count, 0, n);
@@ -198,7 +215,39 @@ BRAID_HD bool runDirect(G& group, const DirectCall<T>& call, int channel, int nC
         directReduce<R, false>(group, one, begin, p * call.count + begin, count, 0, 1);
       }
   }
-  return barrier.arriveAndWait(group, call.rank, n);
+}
+
+// Channel `channel` of `nChannels` runs its share of the call (a contiguous part of each block,
+// cut on 16-byte boundaries), between the two barriers. false: a barrier gave up, an earlier call
+// of this rank stopped short, or (then barrier.differs, and nothing was read or written) a peer
+// arrived for another call; the rank's later calls then keep out.
+template <class R, bool kPrescaled = false, class G, class T>
+BRAID_HD bool runDirect(G& group, const DirectCall<T>& call, int channel, int nChannels,
+                        DirectBarrier& barrier) {
+  if (!barrier.resume(group, call.rank)) return false;
+  const int n = call.nranks;
+  constexpr size_t kPerPack = sizeof(Pack16) / sizeof(T);
+  auto cut = [](size_t total, size_t part, size_t parts) {
+    return part == parts ? total : total * part / parts / kPerPack * kPerPack;
+  };
+  const size_t total = call.collective == Collective::AllReduce
+                           ? cut(call.count, call.rank + 1, n) - cut(call.count, call.rank, n)
+                           : call.count;
+  const size_t base =
+      call.collective == Collective::AllReduce ? cut(call.count, call.rank, n) : size_t{0};
+  const size_t begin = base + cut(total, channel, nChannels);
+  const size_t count = base + cut(total, channel + 1, nChannels) - begin;
+  const bool agreed = barrier.arriveAndWait(group, call.rank, n, /*compare=*/true);
+  if (!agreed && !barrier.differs) {
+    barrier.breakOff(group, call.rank);
+    return false;
+  }
+  if (agreed) directMove<R, kPrescaled>(group, call, begin, count);
+  // Ranks whose calls differ meet at the second barrier too, moving nothing: none may store its
+  // next call's signature before every rank has compared this one's.
+  const bool done = barrier.arriveAndWait(group, call.rank, n, /*compare=*/false) && agreed;
+  if (!done) barrier.breakOff(group, call.rank);
+  return done;
 }
 
 }  // namespace braid

@@ -510,11 +510,16 @@ std::mutex gAllocationsMutex;
 std::map<void*, size_t> gAllocations;  // what braidMemAlloc mapped, by address
 }  // namespace
 
+// Memory of the kind a communicator made now takes by default (as initRank chooses its device).
 braidResult_t braidMemAlloc(void** ptr, size_t size) {
   return guarded(nullptr, [&] {
     if (ptr == nullptr) fail(braidInvalidArgument, "braidMemAlloc: ptr is NULL");
     *ptr = nullptr;
     if (size == 0) fail(braidInvalidArgument, "braidMemAlloc: size is 0 (expected > 0)");
+    if (braid::param::Device() != "cpu" && braid::cudaUnavailableReason().empty()) {
+      *ptr = braid::allocateDeviceMemory(size);
+      return;
+    }
     void* memory = mmap(nullptr, size, PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (memory == MAP_FAILED)
@@ -528,6 +533,7 @@ braidResult_t braidMemAlloc(void** ptr, size_t size) {
 
 braidResult_t braidMemFree(void* ptr) {
   return guarded(nullptr, [&] {
+    if (braid::releaseDeviceMemory(ptr)) return;
     std::lock_guard<std::mutex> lock(gAllocationsMutex);
     auto it = gAllocations.find(ptr);
     if (it == gAllocations.end())

@@ -15,6 +15,7 @@
 #include "base/params.h"
 #include "base/random.h"
 #include "base/socket.h"
+#include "core/window_table.h"
 #include "kernels/host_reduce.h"
 #include "plan/host_graph.h"
 #include "plan/plan_file.h"
@@ -324,6 +325,7 @@ void braidComm::connectDevice(const Clock::time_point& deadline) {
   setup.allGather = [&](void* data, size_t bytes) { bootstrap_->allGather(data, bytes, deadline); };
   setup.deadline = deadline;
   cuda_ = braid::CudaComm::connect(setup);
+  if (cuda_->ranksShareDevice()) windows_ = std::make_unique<braid::WindowTable>(rank_, nranks_);
 
   // The device's cost model replaces the host's: it chooses every call's algorithm and protocol
   // (deviceCall) and answers braidCommPredict.
@@ -385,9 +387,15 @@ void braidComm::launch(std::span<const braid::CollArgs> ops, braidStream_t strea
       i = end;
       continue;
     }
+    // The other ranks launch apart: the direct engine reaches their buffers through windows only
+    // (PreMulSum's scalars, one per rank, would not reach the peers).
     braid::CudaScalar scalar;
     braid::CudaCall call = deviceCall(a, stream, scalar);
-    call.algorithm = deviceAlgorithm(a, /*directPossible=*/false);  // the other ranks launch apart
+    const std::optional<braid::WindowCall> window =
+        windows_ != nullptr && a.op < braidNumOps ? windows_->locate(a) : std::nullopt;
+    call.algorithm = deviceAlgorithm(
+        a, window ? braid::plan::DeviceLaunch::Windowed : braid::plan::DeviceLaunch::Apart);
+    if (call.algorithm == braid::DeviceAlgorithm::Direct) call.window = &*window;
     braid::launchCollectives(std::span(&call, 1));
     ++i;
   }
@@ -412,9 +420,10 @@ braid::CudaCall braidComm::deviceCall(const braid::CollArgs& a, braidStream_t st
   return call;
 }
 
-braid::DeviceAlgorithm braidComm::deviceAlgorithm(const braid::CollArgs& a, bool directPossible) {
+braid::DeviceAlgorithm braidComm::deviceAlgorithm(const braid::CollArgs& a,
+                                                  braid::plan::DeviceLaunch launch) {
   const braid::ModelCall m = braid::modelCallOf(a, nranks_);
-  const braid::plan::Prediction choice = model_->best(m.operation, m.bytes, directPossible);
+  const braid::plan::Prediction choice = model_->best(m.operation, m.bytes, launch);
   return choice.algorithm == braid::plan::Algorithm::Direct ? braid::DeviceAlgorithm::Direct
          : choice.protocol == braid::plan::Protocol::LL     ? braid::DeviceAlgorithm::LowLatency
                                                             : braid::DeviceAlgorithm::Simple;
@@ -453,7 +462,8 @@ void braidComm::launchTogether(std::span<braidComm* const> comms,
              (launch.back().scalar == nullptr || launch.back().scalar->onDevice == nullptr);
   }
   for (size_t i = 0; i < comms.size(); ++i)
-    launch[i].algorithm = comms[i]->deviceAlgorithm(calls[i], direct);
+    launch[i].algorithm = comms[i]->deviceAlgorithm(
+        calls[i], direct ? braid::plan::DeviceLaunch::Together : braid::plan::DeviceLaunch::Apart);
   braid::launchCollectives(launch);
 }
 
@@ -559,8 +569,11 @@ ModelCall modelCallOf(const CollArgs& a, int nranks) {
 braid::plan::Prediction braidComm::predict(braid::plan::Operation op, size_t bytes) {
   waitReady();
   // A CUDA communicator runs the direct engine only in a launch of every rank, which ranks on one
-  // GPU can make (one thread driving them).
-  return model_->best(op, bytes, cuda_ == nullptr || cuda_->ranksShareDevice());
+  // GPU can make (one thread driving them), or on windows (which this question does not name).
+  namespace plan = braid::plan;
+  return model_->best(op, bytes,
+                      cuda_ == nullptr || cuda_->ranksShareDevice() ? plan::DeviceLaunch::Together
+                                                                    : plan::DeviceLaunch::Apart);
 }
 
 const std::string& braidComm::describePlan() {
@@ -797,9 +810,53 @@ braid::BootstrapId braidComm::shrunkId(const std::vector<int>& survivors) {
 }
 
 void* braidComm::registerBuffer(void* buff, size_t size, bool window) {
+  const uint64_t windowId = window && onDevice() ? registerWindow(buff, size) : 0;
   std::lock_guard<std::mutex> lock(registrationsMutex_);
-  registrations_.push_back(std::make_unique<Registration>(Registration{buff, size, window}));
+  registrations_.push_back(
+      std::make_unique<Registration>(Registration{buff, size, window, windowId}));
   return registrations_.back().get();
+}
+
+// Collective, as ncclCommWindowRegister: the k-th window of every rank is one window, of one size.
+// Every rank gathers the others' parts, also where no rank can reach them (then calls keep the
+// ring), and whether each rank's buffer was memory its device can use: if one was not, or the
+// sizes differ, every rank fails (and counts the window, so that the next ids still agree).
+uint64_t braidComm::registerWindow(void* buff, size_t size) {
+  waitReady();
+  std::optional<braid::Error> refused;
+  try {
+    checkBuffer("braidCommWindowRegister", "buff", buff);
+  } catch (const braid::Error& e) {
+    refused = e;
+  }
+  struct Part {
+    uint64_t base, size, usable;
+  };
+  std::vector<Part> parts(nranks_);
+  parts[rank_] = {reinterpret_cast<uintptr_t>(buff), size, !refused};
+  uint64_t id = 0;
+  {
+    std::lock_guard<std::mutex> lock(share_->opMutex);  // the bootstrap ring, and the ids' order
+    id = ++windowsRegistered_;
+    bootstrap_->allGather(parts.data(), sizeof(Part), deadlineFromNow());
+  }
+  if (refused) throw *refused;
+  std::vector<uintptr_t> bases;
+  for (int r = 0; r < nranks_; ++r) {
+    if (parts[r].usable == 0)
+      fail(braidInvalidArgument,
+           "braidCommWindowRegister on rank {}: rank {} registered a buffer its device cannot use "
+           "(its own call says why), so no rank made this window",
+           rank_, r);
+    if (parts[r].size != size)
+      fail(braidInvalidArgument,
+           "braidCommWindowRegister on rank {}: size {} here, {} on rank {} (expected one size on "
+           "every rank: a window's parts are symmetric)",
+           rank_, size, parts[r].size, r);
+    bases.push_back(parts[r].base);
+  }
+  if (windows_ != nullptr) windows_->add(id, size, std::move(bases));
+  return id;
 }
 
 std::vector<std::unique_ptr<braidComm::Registration>>::iterator braidComm::findRegistration(
@@ -814,9 +871,13 @@ std::vector<std::unique_ptr<braidComm::Registration>>::iterator braidComm::findR
   return it;
 }
 
+// Local: a peer's later call in the window no longer meets this rank's, and its barrier says so
+// (or its deadline) before it reads or writes anything here.
 void braidComm::deregisterBuffer(void* handle, bool window, const char* fn) {
   std::lock_guard<std::mutex> lock(registrationsMutex_);
-  registrations_.erase(findRegistration(handle, window, fn));
+  const auto it = findRegistration(handle, window, fn);
+  if (windows_ != nullptr && (*it)->windowId != 0) windows_->remove((*it)->windowId);
+  registrations_.erase(it);
 }
 
 void* braidComm::registeredBuffer(void* handle, bool window, const char* fn) {

@@ -113,7 +113,9 @@ struct braidComm : public braid::Watchdog {
   bool hasOp(braidRedOp_t op, braidDataType_t type) const;
 
   // Registered buffers (braidCommRegister, braidCommWindowRegister): a handle per registration,
-  // valid until deregistered or the communicator is destroyed.
+  // valid until deregistered or the communicator is destroyed. A window of a CUDA communicator is
+  // registered by every rank together: where the ranks share a GPU in this process, calls whose
+  // buffers lie in windows may then run the direct engine with each rank launched on its own.
   void* registerBuffer(void* buff, size_t size, bool window);
   void deregisterBuffer(void* handle, bool window, const char* fn);
   // The buffer `handle` was registered with (fails naming `fn` where it is no registration).
@@ -211,7 +213,13 @@ struct braidComm : public braid::Watchdog {
     void* buff;
     size_t size;
     bool window;
+    uint64_t windowId;  // a CUDA communicator's window (windows_), the same on every rank
   };
+  // Every rank's part of a window registered now, gathered; its id.
+  uint64_t registerWindow(void* buff, size_t size);
+  uint64_t windowsRegistered_ = 0;  // under share_->opMutex
+  // Windows every rank reaches (a CUDA communicator whose ranks share a GPU in this process).
+  std::unique_ptr<braid::WindowTable> windows_;
   std::mutex registrationsMutex_;
   std::vector<std::unique_ptr<Registration>> registrations_;
   // Where `handle` is in registrations_ (the caller holds registrationsMutex_).
@@ -224,11 +232,11 @@ struct braidComm : public braid::Watchdog {
   void connectDevice(const braid::Clock::time_point& deadline);
   int deviceChannelsFor(const braid::Clock::time_point& deadline);
   // The call as a launch takes it (PreMulSum's scalar in `scalar`); its algorithm is the model's
-  // (deviceAlgorithm), directPossible where the launch holds every rank and can run the direct
-  // engine.
+  // for the way its ranks are launched (deviceAlgorithm).
   braid::CudaCall deviceCall(const braid::CollArgs& args, braidStream_t stream,
                              braid::CudaScalar& scalar);
-  braid::DeviceAlgorithm deviceAlgorithm(const braid::CollArgs& args, bool directPossible);
+  braid::DeviceAlgorithm deviceAlgorithm(const braid::CollArgs& args,
+                                         braid::plan::DeviceLaunch launch);
   void failIfDeviceFailed(const char* opName);
 
   std::atomic<braidResult_t> asyncError_{braidSuccess};

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <mutex>
+#include <set>
 #include <string_view>
 
 #include "base/random.h"
@@ -203,7 +205,16 @@ class CudaCommImpl final : public CudaComm {
       return Error(braidRemoteError, fmt::format("rank {}: {}", rank_, *lost));
     }
     for (int b = 0; b < kMaxLaunchBlocks; ++b)
-      if (__atomic_load_n(&failed_[b], __ATOMIC_ACQUIRE) != 0) {
+      if (const int why = __atomic_load_n(&failed_[b], __ATOMIC_ACQUIRE); why != 0) {
+        if (why == kCallsDiffered)
+          return Error(braidInvalidUsage,
+                       fmt::format("rank {}: the ranks of a direct collective on registered "
+                                   "windows made different calls, and none read or wrote a "
+                                   "buffer (expected the same collective, datatype, operator and "
+                                   "count on every rank, its buffers at the same offsets of "
+                                   "windows registered together, in place on every rank or on "
+                                   "none)",
+                                   rank_));
         if (aborted_)
           return Error(braidRemoteError,
                        fmt::format("rank {}: a kernel stopped waiting because the communicator "
@@ -211,8 +222,9 @@ class CudaCommImpl final : public CudaComm {
                                    rank_));
         return Error(braidTimeout,
                      fmt::format("rank {}: block {} of a kernel gave up after {} ms waiting for "
-                                 "a peer (its ring neighbours, or the peers of its sends and "
-                                 "receives)",
+                                 "a peer (its ring neighbours, the peers of its sends and "
+                                 "receives, or of a direct call on registered windows, which "
+                                 "every rank must make alike)",
                                  rank_, b, timeoutMs_));
       }
     return std::nullopt;
@@ -304,7 +316,11 @@ void launchCollectives(std::span<const CudaCall> calls) {
            "rank {}: ranks of one launch are on different devices or chose different algorithms",
            comm.rank_);
     if (calls[i].scalar != nullptr) scales[i] = {calls[i].scalar->onDevice, calls[i].scalar->bits};
-    ranks.push_back({&comm.ctx_, calls[i].args, calls[i].scalar != nullptr ? &scales[i] : nullptr});
+    const WindowCall* window = calls[i].window;
+    ranks.push_back({&comm.ctx_, calls[i].args, calls[i].scalar != nullptr ? &scales[i] : nullptr,
+                     window != nullptr ? window->signature : directSignature(calls[i].args),
+                     window != nullptr ? window->inputs.data() : nullptr,
+                     window != nullptr ? window->outputs.data() : nullptr});
     captured.push_back(comm.afterLastCall(calls[i].stream));
     const auto stream = static_cast<cudaStream_t>(calls[i].stream);
     if (stream == firstStream) continue;
@@ -325,6 +341,32 @@ void launchCollectives(std::span<const CudaCall> calls) {
                 fmt::format("rank {}: cudaStreamWaitEvent", comm.rank_));
     comm.recordCall(calls[i].stream, captured[i]);
   }
+}
+
+namespace {
+std::mutex deviceAllocationsMutex;
+std::set<void*> deviceAllocations;  // what allocateDeviceMemory gave
+}  // namespace
+
+void* allocateDeviceMemory(size_t bytes) {
+  if (const std::string why = cudaUnavailableReason(); !why.empty())
+    fail(braidInvalidUsage, "braidMemAlloc: {}", why);
+  const int device = currentCudaDevice();
+  void* p = nullptr;
+  checkCuda(cudaMalloc(&p, bytes),
+            fmt::format("braidMemAlloc: cudaMalloc of {} bytes on CUDA device {}", bytes, device));
+  const std::lock_guard<std::mutex> lock(deviceAllocationsMutex);
+  deviceAllocations.insert(p);
+  return p;
+}
+
+bool releaseDeviceMemory(void* p) {
+  {
+    const std::lock_guard<std::mutex> lock(deviceAllocationsMutex);
+    if (deviceAllocations.erase(p) == 0) return false;
+  }
+  checkCuda(cudaFree(p), "braidMemFree: cudaFree");
+  return true;
 }
 
 int currentCudaDevice() {
@@ -365,6 +407,14 @@ std::unique_ptr<CudaComm> CudaComm::connect(const CudaCommSetup& setup) {
 void launchCollectives(std::span<const CudaCall>) {}
 
 void checkHostBuffer(const char*, int, const char*, const void*) {}
+
+void* allocateDeviceMemory(size_t) {
+  fail(braidInvalidUsage, "braidMemAlloc: {}", cudaUnavailableReason());
+}
+
+bool releaseDeviceMemory(void*) {
+  return false;
+}
 
 int currentCudaDevice() {
   return -1;

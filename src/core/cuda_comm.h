@@ -17,6 +17,7 @@
 #include "base/wait.h"
 #include "coll/device_launch.h"
 #include "coll/host_executor.h"
+#include "core/window_table.h"
 
 namespace braid {
 
@@ -70,19 +71,22 @@ class CudaComm {
 };
 
 // One rank's collective: args.op a built-in operator, or braidSum with `scalar` for PreMulSum;
-// the algorithm and protocol the cost model chose (every rank of a launch the same).
+// the algorithm and protocol the cost model chose (every rank of a launch the same); for the
+// direct engine launched for this rank alone, every rank's buffers in its windows.
 struct CudaCall {
   CudaComm* comm = nullptr;
   CollArgs args;
   const CudaScalar* scalar = nullptr;
   void* stream = nullptr;  // cudaStream_t
   DeviceAlgorithm algorithm = DeviceAlgorithm::Simple;
+  const WindowCall* window = nullptr;
 };
 
 // Queues the same collective of one rank, or of several ranks of one communicator in this process
 // on one GPU, in one launch (their blocks wait for each other, and CUDA does not promise that
 // kernels launched apart run together); each stays ordered on its own stream. The direct engine
-// needs every rank of the communicator in the launch. Returns without waiting for the device.
+// needs every rank of the communicator in the launch, or one rank's call with its `window`.
+// Returns without waiting for the device.
 void launchCollectives(std::span<const CudaCall> calls);
 
 // The calling thread's current CUDA device (where a communicator made now goes, as in NCCL).
@@ -90,6 +94,12 @@ int currentCudaDevice();
 
 // Names a CUDA device on its host, whatever index a process sees it under: its PCI bus id, hashed.
 uint64_t cudaDeviceKey(int device);
+
+// Device memory of the calling thread's current CUDA device (braidMemAlloc), and its release:
+// false where `p` did not come from it. Without a usable device, allocating fails
+// (braidInvalidUsage) with the runtime's reason.
+void* allocateDeviceMemory(size_t bytes);
+bool releaseDeviceMemory(void* p);
 
 // On a CPU communicator: fails (braidInvalidArgument) if `p` is CUDA device memory, asked where
 // this process has CUDA communicators (and so CUDA contexts) of its own.

@@ -365,7 +365,8 @@ double Model::timeUs(Operation op, Algorithm algorithm, Protocol protocol, size_
   return kInfinity;
 }
 
-Prediction Model::best(Operation op, size_t bytes, bool directPossible) const {
+Prediction Model::best(Operation op, size_t bytes, DeviceLaunch launch) const {
+  const bool directPossible = launch != DeviceLaunch::Apart;
   Prediction best;
   best.us = kInfinity;
   for (Algorithm algorithm : kAlgorithms) {
@@ -383,10 +384,11 @@ Prediction Model::best(Operation op, size_t bytes, bool directPossible) const {
     best = {Algorithm::Ring, Protocol::Simple, timeUs(op, Algorithm::Ring, Protocol::Simple, bytes),
             0};
   // Back to back, a device call takes at least what the host takes to issue it; one launch of
-  // every rank (directPossible) is issued by one thread, rank after rank.
+  // every rank is issued by one thread, rank after rank.
   if (!in_.hostRanks)
-    best.us =
-        std::max(best.us, kDeviceIssueUs + (directPossible ? nranks_ * kDeviceIssuePerRankUs : 0));
+    best.us = std::max(
+        best.us,
+        kDeviceIssueUs + (launch == DeviceLaunch::Together ? nranks_ * kDeviceIssuePerRankUs : 0));
   best.busBwGBs = best.us > 0
                       ? busBandwidthFactor(op, nranks_) * static_cast<double>(bytes) / best.us / 1e3
                       : 0;

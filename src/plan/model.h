@@ -83,6 +83,13 @@ struct DeviceLatency {
   double simpleUs = 0, llUs = 0;
 };
 
+// How a CUDA communicator's ranks launch a call, as far as the direct engine goes.
+enum class DeviceLaunch : uint8_t {
+  Apart,     // each rank on its own thread, its buffers unknown to the peers: the ring only
+  Windowed,  // each on its own, its buffers in registered windows the peers reach: direct too
+  Together,  // every rank in one launch (one thread drives them, rank after rank): direct too
+};
+
 class Model {
  public:
   Model(const LinkGraph& graph, const Plan& plan, ModelInput input);
@@ -92,9 +99,8 @@ class Model {
   double timeUs(Operation op, Algorithm algorithm, Protocol protocol, size_t bytes) const;
   // The fastest allowed algorithm and protocol, its time at least what the host takes to issue a
   // device call (timeUs is the device's part alone). Deterministic: every rank chooses the same.
-  // directPossible false: this call cannot run the direct engine (a CUDA communicator's ranks
-  // launched apart cannot reach each other's buffers), so the ring it is.
-  Prediction best(Operation op, size_t bytes, bool directPossible = true) const;
+  // `launch`: how a device call's ranks are launched (host ranks: Together, which changes nothing).
+  Prediction best(Operation op, size_t bytes, DeviceLaunch launch = DeviceLaunch::Together) const;
   // One line per term, for braid-topo --plan and docs.
   std::string describe() const;
 

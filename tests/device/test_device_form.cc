@@ -27,6 +27,7 @@
 
 #include "coll/direct_engine.h"
 #include "coll/ring_engine.h"
+#include "device/cpu_group.h"
 #include "device/device_cases.h"
 #include "kernels/element_reduce.h"
 #include "multirank/grid_common.h"
@@ -41,45 +42,6 @@ namespace braid_test {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// A thread block's stand-in: its threads meet at one barrier; waits yield (two cores run every
-// thread of the grid) and give up at the deadline.
-// A block's vote for CpuGroup::any: two flags used in turn, so one can be cleared while the
-// other is in use.
-struct Vote {
-  std::atomic<bool> flag[2] = {false, false};
-};
-
-class CpuGroup {
- public:
-  CpuGroup(int index, int size, std::barrier<>* barrier, Vote* vote, Clock::time_point deadline)
-      : index_(index), size_(size), barrier_(barrier), vote_(vote), deadline_(deadline) {}
-  int index() const { return index_; }
-  int size() const { return size_; }
-  void sync() { barrier_->arrive_and_wait(); }
-  // Every thread has left the previous vote once all reach this barrier, so the leader may clear
-  // that vote's flag for the next one.
-  bool any(bool mine) {
-    std::atomic<bool>& flag = vote_->flag[phase_ % 2];
-    if (mine) flag.store(true);
-    barrier_->arrive_and_wait();
-    const bool result = flag.load();
-    if (index_ == 0) vote_->flag[(phase_ + 1) % 2].store(false);
-    ++phase_;
-    return result;
-  }
-  bool keepWaiting() {
-    std::this_thread::yield();
-    return Clock::now() < deadline_;
-  }
-
- private:
-  int index_, size_;
-  std::barrier<>* barrier_;
-  Vote* vote_;
-  Clock::time_point deadline_;
-  unsigned phase_ = 0;
-};
 
 constexpr auto kDeadline = std::chrono::seconds(60);
 
@@ -405,6 +367,63 @@ TEST(DeviceWaits, AnAbsentRankEndsTheWaitAtTheDeadline) {
   for (Algorithm a : {Algorithm::Simple, Algorithm::LowLatency, Algorithm::Direct}) {
     SCOPED_TRACE(shapeName({3, 1, 4, 2, a}));
     runWithAbsentRank(a, Ending::Deadline);
+  }
+}
+
+// A direct call's ranks arrive with signatures (the call as each rank's host describes it: for
+// ranks launched apart, where their buffers lie in their windows). One that arrived for another
+// call stops every rank before a byte is read or written, and each rank says so; nobody waits for
+// the deadline. A call they all agree on runs first, and the barrier words go on from it; after
+// the one that differed, a rank's later calls (queued before its host saw the failure) keep out.
+TEST(DeviceWaits, ADirectCallWhoseRanksDifferStopsBeforeAnythingMoves) {
+  using T = float;
+  using R = braid::kernels::ElementReduce<braidFloat32, braidSum>;
+  constexpr int kRanks = 3, kThreads = 4;
+  constexpr size_t kCount = 1031;
+  const T poison = -1.0f;
+  std::vector<braid::DirectArrival> arrivals(kRanks);
+  std::vector<std::vector<T>> inputs, outputs(kRanks);
+  std::vector<const T*> inputPtrs;
+  std::vector<T*> outputPtrs;
+  for (int r = 0; r < kRanks; ++r) inputs.emplace_back(kCount, static_cast<T>(r + 1));
+  for (int r = 0; r < kRanks; ++r) {
+    inputPtrs.push_back(inputs[r].data());
+    outputPtrs.push_back(outputs[r].data());
+  }
+  const auto deadline = Clock::now() + std::chrono::seconds(600);
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round == 0   ? "every rank the same call"
+                 : round == 1 ? "rank 1 another call"
+                              : "the same call again, after");
+    for (auto& o : outputs) o.assign(kCount, poison);
+    for (int r = 0; r < kRanks; ++r) outputPtrs[r] = outputs[r].data();
+    std::vector<std::unique_ptr<std::barrier<>>> barriers;
+    std::vector<std::unique_ptr<Vote>> votes;
+    for (int r = 0; r < kRanks; ++r) {
+      barriers.push_back(std::make_unique<std::barrier<>>(kThreads));
+      votes.push_back(std::make_unique<Vote>());
+    }
+    std::atomic<int> succeeded{0}, toldDiffer{0};
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < kRanks; ++rank)
+      for (int t = 0; t < kThreads; ++t)
+        threads.emplace_back([&, rank, t] {
+          CpuGroup group(t, kThreads, barriers[rank].get(), votes[rank].get(), deadline);
+          const uint64_t signature = round == 1 && rank == 1 ? 0x2222 : 0x1111;
+          const braid::DirectCall<T> call{Collective::AllReduce, kRanks,  rank,   inputPtrs.data(),
+                                          outputPtrs.data(),     nullptr, kCount, 1};
+          braid::DirectBarrier barrier{arrivals.data(), nullptr, signature};
+          if (braid::runDirect<R>(group, call, 0, 1, barrier)) ++succeeded;
+          if (barrier.differs) ++toldDiffer;
+        });
+    for (auto& t : threads) t.join();
+    const T want = round == 0 ? static_cast<T>(1 + 2 + 3) : poison;
+    for (int r = 0; r < kRanks; ++r)
+      EXPECT_EQ(static_cast<size_t>(std::count(outputs[r].begin(), outputs[r].end(), want)), kCount)
+          << "rank " << r;
+    EXPECT_EQ(succeeded.load(), round == 0 ? kRanks * kThreads : 0);
+    EXPECT_EQ(toldDiffer.load(), round == 1 ? kRanks * kThreads : 0);
+    EXPECT_LT(Clock::now(), deadline);
   }
 }
 

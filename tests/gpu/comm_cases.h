@@ -20,11 +20,13 @@ namespace braid_test {
 
 inline constexpr int kTimeoutMs = 30000;
 
+// `algorithms`: the config's choice (as BRAID_ALGO), or null for the cost model's.
 inline braidResult_t initCudaRank(braidComm_t* comm, int nranks, const braidUniqueId& id, int rank,
-                                  int timeoutMs = kTimeoutMs) {
+                                  int timeoutMs = kTimeoutMs, const char* algorithms = nullptr) {
   braidConfig_t config = BRAID_CONFIG_INITIALIZER;
   config.device = "cuda";
   config.timeoutMs = timeoutMs;
+  config.algorithms = algorithms;
   return braidCommInitRankConfig(comm, nranks, id, rank, &config);
 }
 
@@ -38,11 +40,11 @@ struct CudaRank {
   braidComm_t comm = nullptr;
 };
 inline std::string openCudaRank(int nranks, const braidUniqueId& id, int rank, CudaRank& out,
-                                int timeoutMs = kTimeoutMs) {
+                                int timeoutMs = kTimeoutMs, const char* algorithms = nullptr) {
   if (cudaSetDevice(0) != cudaSuccess ||
       cudaStreamCreateWithFlags(&out.stream, cudaStreamNonBlocking) != cudaSuccess)
     return "cudaSetDevice or cudaStreamCreate failed";
-  const braidResult_t r = initCudaRank(&out.comm, nranks, id, rank, timeoutMs);
+  const braidResult_t r = initCudaRank(&out.comm, nranks, id, rank, timeoutMs, algorithms);
   return r == braidSuccess ? "" : "init: " + describe(r, nullptr);
 }
 // Finalizes and destroys what openCudaRank made.
@@ -54,15 +56,10 @@ inline void closeCudaRank(CudaRank& rank) {
   if (rank.stream != nullptr) cudaStreamDestroy(rank.stream);
 }
 
-// One case on this rank: buffers to the device, the call on the stream, the stream waited for,
-// the buffers back and checked. Every rank of the communicator calls it with the same case.
-inline void runCase(const Case& c, int rank, int n, braidComm_t comm, cudaStream_t stream,
-                    std::vector<std::string>& failures) {
-  RankBuffers host;
-  layoutRank(c, rank, n, host);
-  DeviceArena arena;
-  DeviceRank dev;
-  if (!toDevice(host, arena, dev)) return failures.push_back("cudaMalloc or cudaMemcpy failed");
+// One case's call on this rank's device buffers, on the stream, the stream waited for: "" or
+// what failed. Every rank of the communicator calls it with the same case.
+inline std::string callCase(const Case& c, int rank, int n, braidComm_t comm, cudaStream_t stream,
+                            const DeviceRank& dev) {
   braidRedOp_t op = c.op;
   bool premul = c.op == kPreMulSum;
   if (premul) {
@@ -97,13 +94,27 @@ inline void runCase(const Case& c, int rank, int n, braidComm_t comm, cudaStream
       r = braidGroupEnd();
   }
   const std::string what = describe(c, Shape{n, 0, 0, 0, Algorithm::Simple});
-  if (r != braidSuccess) return failures.push_back(what + ": " + describe(r, comm));
-  if (cudaStreamSynchronize(stream) != cudaSuccess)
-    return failures.push_back(what + ": cudaStreamSynchronize failed");
+  if (r != braidSuccess) return what + ": " + describe(r, comm);
+  if (cudaStreamSynchronize(stream) != cudaSuccess) return what + ": cudaStreamSynchronize failed";
   braidResult_t async = braidSuccess;
   braidCommGetAsyncError(comm, &async);
-  if (async != braidSuccess) return failures.push_back(what + ": " + describe(async, comm));
+  if (async != braidSuccess) return what + ": " + describe(async, comm);
   if (premul) braidRedOpDestroy(op, comm);
+  return "";
+}
+
+// One case on this rank: buffers to the device, the call (callCase), the buffers back and
+// checked. Every rank of the communicator calls it with the same case.
+inline void runCase(const Case& c, int rank, int n, braidComm_t comm, cudaStream_t stream,
+                    std::vector<std::string>& failures) {
+  RankBuffers host;
+  layoutRank(c, rank, n, host);
+  DeviceArena arena;
+  DeviceRank dev;
+  if (!toDevice(host, arena, dev)) return failures.push_back("cudaMalloc or cudaMemcpy failed");
+  if (const std::string failed = callCase(c, rank, n, comm, stream, dev); !failed.empty())
+    return failures.push_back(failed);
+  const std::string what = describe(c, Shape{n, 0, 0, 0, Algorithm::Simple});
   if (!toHost(dev, host)) return failures.push_back(what + ": cudaMemcpy failed");
   const std::string wrong = checkRank(c, rank, n, host);
   if (!wrong.empty()) failures.push_back(what + ": " + wrong);

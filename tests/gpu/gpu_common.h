@@ -174,4 +174,46 @@ inline bool toHost(const DeviceRank& d, RankBuffers& h) {
                     cudaMemcpyDeviceToHost) == cudaSuccess;
 }
 
+// The offset of a layout's 64-byte boundary in its storage (device_cases.h's alignedIn): a
+// rank's buffers start there plus the case's shift, whatever address the storage got.
+inline size_t alignedStart(const std::vector<unsigned char>& storage) {
+  const auto at = reinterpret_cast<uintptr_t>(storage.data());
+  return storage.empty() ? 0 : (at + 63) / 64 * 64 - at;
+}
+
+// A rank's buffers in its part of a registered window, as every rank places them: the input's
+// storage at the window's start and the output's at `half` (a layout in place has one of them),
+// each from its 64-byte boundary, so every rank's buffers lie at the same offsets of its part.
+inline bool toWindow(const RankBuffers& h, unsigned char* window, size_t half, DeviceRank& d) {
+  d.inputStorage = window;
+  d.outputStorage = window + half;
+  auto at = [&](const unsigned char* p) {
+    unsigned char* in = mirror(h.inputStorage, p, d.inputStorage);
+    if (in != nullptr) return in - alignedStart(h.inputStorage);
+    return mirror(h.outputStorage, p, d.outputStorage) - alignedStart(h.outputStorage);
+  };
+  d.input = at(h.input);
+  d.output = at(h.output);
+  for (auto [storage, device] :
+       {std::pair{&h.inputStorage, d.inputStorage}, std::pair{&h.outputStorage, d.outputStorage}}) {
+    const size_t start = alignedStart(*storage);
+    if (!storage->empty() && cudaMemcpy(device, storage->data() + start, storage->size() - start,
+                                        cudaMemcpyHostToDevice) != cudaSuccess)
+      return false;
+  }
+  return uploadsLanded();
+}
+
+// Copies toWindow's buffers back over h, for checkRank.
+inline bool fromWindow(const DeviceRank& d, RankBuffers& h) {
+  for (auto [storage, device] :
+       {std::pair{&h.inputStorage, d.inputStorage}, std::pair{&h.outputStorage, d.outputStorage}}) {
+    const size_t start = alignedStart(*storage);
+    if (!storage->empty() && cudaMemcpy(storage->data() + start, device, storage->size() - start,
+                                        cudaMemcpyDeviceToHost) != cudaSuccess)
+      return false;
+  }
+  return true;
+}
+
 }  // namespace braid_test

@@ -6,6 +6,7 @@
 // peer turned into braidTimeout; one thread driving every rank in one launch. Two processes
 // through CUDA IPC: test_gpu_ipc.cc. Where no CUDA device is present every test is skipped,
 // saying so.
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <cstring>
@@ -29,7 +30,8 @@ namespace {
 using RankBody =
     std::function<void(int rank, braidComm_t comm, cudaStream_t stream,
                        const std::function<void()>& ready, std::vector<std::string>& failures)>;
-std::vector<std::string> runRanks(int n, const RankBody& body, int timeoutMs = kTimeoutMs) {
+std::vector<std::string> runRanks(int n, const RankBody& body, int timeoutMs = kTimeoutMs,
+                                  const char* algorithms = nullptr) {
   braidUniqueId id;
   if (braidGetUniqueId(&id) != braidSuccess) return {"braidGetUniqueId failed"};
   std::mutex mutex;
@@ -44,7 +46,8 @@ std::vector<std::string> runRanks(int n, const RankBody& body, int timeoutMs = k
         if (!std::exchange(arrived, true)) allocated.arrive_and_wait();
       };
       CudaRank me;
-      if (const std::string failed = openCudaRank(n, id, rank, me, timeoutMs); !failed.empty())
+      if (const std::string failed = openCudaRank(n, id, rank, me, timeoutMs, algorithms);
+          !failed.empty())
         failures.push_back(failed);
       else
         body(rank, me.comm, me.stream, ready, failures);
@@ -167,6 +170,97 @@ TEST_F(CudaComm, OneThreadDrivesEveryRankInOneLaunch) {
         cudaStreamDestroy(streams[r]);
       }
     }
+}
+
+// The device form's cases the direct engine runs (all-reduce, reduce-scatter, all-gather; not
+// PreMulSum, whose scalars do not reach the peers), and the bytes a rank's layout of the largest
+// takes.
+std::vector<Case> windowCases(int n, size_t& largestBytes) {
+  std::vector<Case> cases;
+  largestBytes = 0;
+  for (const Case& c : commCases(n)) {
+    if (!reduces(c.collective) && c.collective != Collective::AllGather) continue;
+    if (c.collective == Collective::Reduce || c.op == kPreMulSum) continue;
+    cases.push_back(c);
+    largestBytes = std::max(largestBytes, (c.count * n + 64) * dtypeSize(c.type) + 128);
+  }
+  return cases;
+}
+
+// Ranks as threads launched apart, each rank's buffers in its part of a window registered by
+// every rank (braidCommWindowRegister), at the same offsets: with the direct engine named
+// (config algorithms "direct"), every call reaches the other ranks' windows itself, in place and
+// not, and the results match the reference. Then a rank whose output lies elsewhere in its
+// window: every rank's call fails with braidInvalidUsage, and no output was written.
+TEST_F(CudaComm, RanksLaunchedApartReachEachOthersWindows) {
+  for (int n : {2, 4, 8}) {
+    SCOPED_TRACE(std::to_string(n) + " ranks");
+    size_t half = 0;
+    const std::vector<Case> cases = windowCases(n, half);
+    StepWatchdog watchdog(kStepLimit);
+    std::barrier<> between(n);
+    std::atomic<bool> stop{false};
+    const auto failures = runRanks(
+        n,
+        [&](int rank, braidComm_t comm, cudaStream_t stream, const std::function<void()>& ready,
+            std::vector<std::string>& failures) {
+          unsigned char* window = nullptr;
+          const bool allocated = cudaMalloc(&window, 2 * half) == cudaSuccess;
+          ready();
+          braidWindow_t handle = nullptr;
+          const braidResult_t registered =
+              allocated ? braidCommWindowRegister(comm, window, 2 * half, &handle, 1)
+                        : braidInternalError;
+          if (registered != braidSuccess) {
+            between.arrive_and_drop();  // holds nobody up
+            return failures.push_back("window: " + describe(registered, comm));
+          }
+          for (const Case& c : cases) {
+            if (rank == 0) watchdog.step(describe(c, Shape{n, 0, 0, 0, Algorithm::Direct}));
+            RankBuffers host;
+            DeviceRank dev;
+            layoutRank(c, rank, n, host);
+            const std::string what = describe(c, Shape{n, 0, 0, 0, Algorithm::Direct});
+            if (!toWindow(host, window, half, dev)) {
+              failures.push_back(what + ": cudaMemcpy failed");
+            } else if (std::string failed = callCase(c, rank, n, comm, stream, dev);
+                       !failed.empty()) {
+              failures.push_back(failed);
+            } else if (!fromWindow(dev, host)) {
+              failures.push_back(what + ": cudaMemcpy failed");
+            } else if (std::string wrong = checkRank(c, rank, n, host); !wrong.empty()) {
+              failures.push_back(what + ": " + wrong);
+            }
+            if (!failures.empty()) stop = true;
+            between.arrive_and_wait();  // every rank checked before the next case's buffers
+            if (stop) break;            // read after the barrier by every rank: all stop together
+          }
+          if (!stop && n == 2) {
+            // Rank 1's output 256 bytes further into its window than rank 0's.
+            const size_t count = 1 << 20;
+            float* in = reinterpret_cast<float*>(window);
+            float* out = reinterpret_cast<float*>(window + half + (rank == 1 ? 256 : 0));
+            cudaMemset(out, 0xa5, count * sizeof(float));
+            uploadsLanded();
+            braidAllReduce(in, out, count, braidFloat32, braidSum, comm, stream);
+            cudaStreamSynchronize(stream);
+            braidResult_t async = braidSuccess;
+            braidCommGetAsyncError(comm, &async);
+            std::vector<uint32_t> back(count);
+            cudaMemcpy(back.data(), out, count * sizeof(float), cudaMemcpyDeviceToHost);
+            if (async != braidInvalidUsage)
+              failures.push_back("outputs at different offsets: expected braidInvalidUsage, got " +
+                                 describe(async, comm));
+            if (std::count(back.begin(), back.end(), 0xa5a5a5a5u) != static_cast<long>(count))
+              failures.push_back("outputs at different offsets: the output was written");
+          }
+          between.arrive_and_wait();  // no rank reads another's window any more
+          braidCommWindowDeregister(comm, handle);
+          cudaFree(window);
+        },
+        kTimeoutMs, "direct");
+    for (const std::string& f : failures) ADD_FAILURE() << f;
+  }
 }
 
 // Work queued before a call is seen by it, and work queued after it sees its result: rounds of

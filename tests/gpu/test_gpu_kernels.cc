@@ -71,6 +71,7 @@ void runCase(const Shape& shape, const Case& c, DeviceArena& arena, cudaStream_t
                                               c.count,
                                               divisor,
                                               arrivals + ch * n,
+                                              /*signature=*/0,
                                               failed + r * channels + ch};
       }
       void* args[] = {&launch};

@@ -567,12 +567,26 @@ TEST(BraidPerf, SeveralRanksPerThreadRunInGroups) {
 }
 
 TEST(BraidPerf, BadFlagsExitTwoWithOneLine) {
-  for (const char* args :
-       {"", "gather", "allreduce -d foo", "allreduce -o xor", "allreduce -b 1K -e 8",
-        "allreduce -b 2 -e 8", "allreduce -d double -b 4 -e 8", "allreduce -b 1X", "allreduce -t 0",
-        "allreduce --np 0", "allreduce -g 0", "allreduce -n 0", "allreduce -c 2",
-        "allreduce --bogus", "broadcast -r 2 --np 2", "allreduce --device gpu",
-        "allreduce -f 1 -i 0"}) {
+  for (const char* args : {"",
+                           "gather",
+                           "allreduce -d foo",
+                           "allreduce -o xor",
+                           "allreduce -b 1K -e 8",
+                           "allreduce -b 2 -e 8",
+                           "allreduce -d double -b 4 -e 8",
+                           "allreduce -b 1X",
+                           "allreduce -t 0",
+                           "allreduce --np 0",
+                           "allreduce -g 0",
+                           "allreduce -n 0",
+                           "allreduce -c 2",
+                           "allreduce --bogus",
+                           "broadcast -r 2 --np 2",
+                           "allreduce --device gpu",
+                           "allreduce -f 1 -i 0",
+                           "allreduce -R 3",
+                           "allreduce -R 2",
+                           "allreduce --device cuda -R 2 -g 2"}) {
     const PerfRun run = runPerf(args);
     EXPECT_EQ(run.exitCode, 2) << args << "\n" << run.err;
     EXPECT_EQ(run.out, "") << args;

@@ -234,7 +234,7 @@ TEST(PlanModel, RanksSharingOneGpuRunDirectWhenOneLaunchHoldsThemAll) {
         EXPECT_EQ(small.protocol, Protocol::LL);
       }
       for (size_t bytes : {size_t{8}, size_t{64} << 10, size_t{256} << 20}) {
-        const Prediction apart = model.best(op, bytes, /*directPossible=*/false);
+        const Prediction apart = model.best(op, bytes, DeviceLaunch::Apart);
         EXPECT_EQ(apart.algorithm, Algorithm::Ring);
         EXPECT_EQ(apart.protocol, bytes <= (64u << 10) ? Protocol::LL : Protocol::Simple) << bytes;
       }
@@ -318,13 +318,21 @@ TEST(PlanModel, DeviceRatesCombineTheBlocksAndTheMemory) {
               2.0 + steps * 3.4 + busBytes / combined(channels * 12.3, memory) / 1e3, 1e-6);
   EXPECT_NEAR(model.timeUs(Operation::AllReduce, Algorithm::Ring, Protocol::LL, bytes),
               2.0 + steps * 0.6 + busBytes / combined(channels * 1.7, memory / 2) / 1e3, 1e-6);
-  EXPECT_EQ(model.best(Operation::AllReduce, 8, false).protocol, Protocol::LL);
-  EXPECT_EQ(model.best(Operation::AllReduce, size_t{1} << 20, false).protocol, Protocol::Simple);
+  EXPECT_EQ(model.best(Operation::AllReduce, 8, DeviceLaunch::Apart).protocol, Protocol::LL);
+  EXPECT_EQ(model.best(Operation::AllReduce, size_t{1} << 20, DeviceLaunch::Apart).protocol,
+            Protocol::Simple);
   EXPECT_EQ(model.best(Operation::AllReduce, bytes).algorithm, Algorithm::Direct);
   // A call takes at least what the host takes to issue it: 11 us, and 1.2 us per rank when one
   // thread launches every rank.
-  EXPECT_NEAR(model.best(Operation::AllReduce, 8, false).us, 11.0, 1e-9);
-  EXPECT_NEAR(model.best(Operation::AllReduce, 8, true).us, 11.0 + n * 1.2, 1e-9);
+  EXPECT_NEAR(model.best(Operation::AllReduce, 8, DeviceLaunch::Apart).us, 11.0, 1e-9);
+  EXPECT_NEAR(model.best(Operation::AllReduce, 8, DeviceLaunch::Together).us, 11.0 + n * 1.2, 1e-9);
+  // Ranks launched apart whose buffers lie in registered windows run the direct engine too, each
+  // rank's thread issuing its own call.
+  EXPECT_EQ(model.best(Operation::AllReduce, bytes, DeviceLaunch::Windowed).algorithm,
+            Algorithm::Direct);
+  EXPECT_NEAR(model.best(Operation::AllReduce, bytes, DeviceLaunch::Windowed).us,
+              model.timeUs(Operation::AllReduce, Algorithm::Direct, Protocol::Simple, bytes), 1e-9);
+  EXPECT_NEAR(model.best(Operation::AllReduce, 8, DeviceLaunch::Windowed).us, 11.0, 1e-9);
 }
 
 // The fit holds for what it was fitted to: braid-perf all-reduce on one H200
@@ -353,7 +361,10 @@ TEST(PlanModel, DeviceFiguresReproduceTheH200Run) {
     in.deviceMemoryGBs = 4814;
     in.deviceChannels = 32 / row.ranks;
     const Model model(p.graph, p.plan, in);
-    const double us = model.best(Operation::AllReduce, row.bytes, row.oneLaunch).us;
+    const double us = model
+                          .best(Operation::AllReduce, row.bytes,
+                                row.oneLaunch ? DeviceLaunch::Together : DeviceLaunch::Apart)
+                          .us;
     EXPECT_NEAR(us / row.us, 1.0, 0.25) << "predicted " << us << " us";
   }
 }

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -131,12 +132,33 @@ class BraidBenchComm : public BenchComm {
   }
 
   bool buffersOnDevice() const override { return onDevice_; }
+  // Every rank allocates its buffers in the same order, so its k-th window is every rank's.
   void* allocateBuffer(int local, size_t bytes) override {
-    cuda::selectDevice(locals_[local].rank);
-    return cuda::allocate(bytes);
+    Local& l = locals_[local];
+    cuda::selectDevice(l.rank);
+    void* buffer = cuda::allocate(bytes);
+    void* handle = nullptr;
+    if (o_.registration == 1)
+      call("braidCommRegister", braidCommRegister(l.comm, buffer, bytes, &handle));
+    if (o_.registration == 2) {
+      braidWindow_t window = nullptr;
+      call("braidCommWindowRegister",
+           braidCommWindowRegister(l.comm, buffer, bytes, &window, /*NCCL_WIN_COLL_SYMMETRIC*/ 1));
+      handle = window;
+    }
+    if (handle != nullptr) l.registrations[buffer] = handle;
+    return buffer;
   }
   void freeBuffer(int local, void* buffer) override {
-    cuda::selectDevice(locals_[local].rank);
+    Local& l = locals_[local];
+    cuda::selectDevice(l.rank);
+    if (const auto it = l.registrations.find(buffer); it != l.registrations.end()) {
+      if (o_.registration == 2)
+        braidCommWindowDeregister(l.comm, static_cast<braidWindow_t>(it->second));
+      else
+        braidCommDeregister(l.comm, it->second);
+      l.registrations.erase(it);
+    }
     cuda::release(buffer);
   }
   void upload(int local, void* buffer, const void* host, size_t bytes) override {
@@ -195,8 +217,9 @@ class BraidBenchComm : public BenchComm {
     braidComm_t comm = nullptr;
     int rank = 0;
     braidStream_t stream = nullptr;
-    std::vector<char> scratch;      // the tool's exchanges, in host memory
-    void* deviceScratch = nullptr;  // ... and on a CUDA communicator, in device memory
+    std::vector<char> scratch;             // the tool's exchanges, in host memory
+    void* deviceScratch = nullptr;         // ... and on a CUDA communicator, in device memory
+    std::map<void*, void*> registrations;  // -R: each buffer's handle or window
   };
 
   // The stream of the tool's own exchanges: a CPU communicator's NULL (the call completes before

@@ -84,6 +84,16 @@ void validate(const Options& o) {
   if (o.root < 0) throw UsageError(fmt::format("-r {}: the root must be a rank (>= 0)", o.root));
   if (o.device != "cpu" && o.device != "cuda")
     throw UsageError(fmt::format("--device {}: unknown device; expected cpu or cuda", o.device));
+  if (o.registration != 0 && o.device != "cuda")
+    throw UsageError(
+        fmt::format("-R {}: registers device buffers (expected --device cuda)", o.registration));
+  // A window is registered by every rank together; a thread driving several ranks would wait in
+  // its first rank's registration for the next one's.
+  if (o.registration == 2 && o.ranksPerThread > 1)
+    throw UsageError(
+        fmt::format("-R 2 with -g {}: windows are registered by every rank at once, "
+                    "a thread for each (expected -g 1)",
+                    o.ranksPerThread));
   if (o.timeoutSeconds < 1)
     throw UsageError(
         fmt::format("-T {}: the timeout must be at least one second", o.timeoutSeconds));
@@ -196,6 +206,10 @@ std::optional<Options> parseOptions(int argc, char** argv) {
                  "1: NULL stream, each call completes before it returns; 0: a host stream, "
                  "synchronized after the timed loop (default 0)")
       ->check(CLI::IsMember({0, 1}));
+  app.add_option("-R,--local_register", o.registration,
+                 "register the device buffers: 1 as buffers, 2 as windows (symmetric; every "
+                 "rank's buffers at the same offsets), 0 not (default 0)")
+      ->check(CLI::IsMember({0, 1, 2}));
   app.add_option("-t,--nthreads", o.threadsPerProcess, "ranks as threads per process (default 1)");
   app.add_option("-g,--ngpus", o.ranksPerThread,
                  "ranks each thread drives, their calls in one group (nccl-tests' GPUs per thread; "

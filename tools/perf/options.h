@@ -25,6 +25,10 @@ struct Options {
   std::vector<braidRedOp_t> ops{braidSum};
   int root = 0;
   bool blocking = false;  // -z 1: NULL stream, each call completes before it returns
+  // -R, as nccl-tests: 1 registers every rank's device buffers (braidCommRegister), 2 registers
+  // them as windows (braidCommWindowRegister: ranks of a GPU launched apart may then run the
+  // direct engine); 0 neither.
+  int registration = 0;
   int threadsPerProcess = 1;
   int ranksPerThread = 1;  // -g: a thread drives this many ranks, its calls in one group
   int processes = 0;       // --np; 0 when not given

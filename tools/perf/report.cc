@@ -78,11 +78,11 @@ void Reporter::printHeader() {
   fmt::print(out_,
              "# nThread {} nGpus {} nProcs {} nRanks {} minBytes {} maxBytes {} step: {}({}) "
              "warmup iters: "
-             "{} iters: {} validation: {} blocking: {} device: {} launch: {}\n",
+             "{} iters: {} validation: {} blocking: {} device: {} launch: {} registration: {}\n",
              o.threadsPerProcess, o.ranksPerThread, run_.processes, run_.nranks, o.minBytes,
              o.maxBytes, o.stepFactor > 1 ? o.stepFactor : o.stepBytes,
              o.stepFactor > 1 ? "factor" : "bytes", o.warmupIters, o.iters, o.check ? 1 : 0,
-             o.blocking ? 1 : 0, o.device, run_.launch);
+             o.blocking ? 1 : 0, o.device, run_.launch, o.registration);
   if (o.blocking)
     fmt::print(out_, "# Blocking Enabled: NULL stream, every call completes before it returns\n");
   if (!run_.binding.empty()) fmt::print(out_, "# Binding: {}\n", run_.binding);
@@ -221,6 +221,7 @@ void Reporter::writeJson() const {
         {"warmup_iters", o.warmupIters},
         {"check", o.check},
         {"blocking", o.blocking},
+        {"registration", o.registration},
         {"root", o.root},
         {"datatypes", datatypes},
         {"ops", ops}}},
