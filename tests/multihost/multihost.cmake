@@ -12,7 +12,7 @@
 set(BRAID_MULTIHOST_DIR ${CMAKE_CURRENT_LIST_DIR})
 set(BRAID_MULTIRANK_DIR ${CMAKE_CURRENT_LIST_DIR}/../multirank)
 
-braid_test(test_net INTERNAL SOURCES ${BRAID_MULTIHOST_DIR}/test_net.cc LABELS unit)
+braid_test(test_net INTERNAL SOURCES ${BRAID_MULTIHOST_DIR}/test_net.cc LABELS net)
 if(BRAID_HAVE_UCX)
   target_compile_definitions(test_net PRIVATE BRAID_HAVE_UCX=1)
 endif()
@@ -23,7 +23,7 @@ endif()
 add_library(fake_nccl_net MODULE ${BRAID_MULTIHOST_DIR}/fake_nccl_net.cc)
 target_include_directories(fake_nccl_net PRIVATE ${PROJECT_SOURCE_DIR})
 braid_test(test_nccl_plugin INTERNAL SOURCES ${BRAID_MULTIHOST_DIR}/test_nccl_plugin.cc
-  LABELS unit)
+  LABELS net)
 target_compile_definitions(test_nccl_plugin PRIVATE
   BRAID_PLUGIN_PATH="$<TARGET_FILE:nccl_net_braid>"
   FAKE_PLUGIN_PATH="$<TARGET_FILE:fake_nccl_net>"

@@ -108,13 +108,9 @@ def dies_or_waits(rank, size):
 
 
 def test_a_dead_rank_is_an_error_not_a_hang(run_ranks):
-    import torch.multiprocessing as mp
-
-    # The spawner sees rank 1's exit too; only rank 0's assertion matters.
-    try:
-        run_ranks(2, dies_or_waits, timeout_s=10)
-    except mp.ProcessExitedException as e:
-        assert e.error_index == 1 or e.exit_code == 0, str(e)
+    # Rank 1 leaves with status 0, which the spawner accepts; any other ending of either rank
+    # (rank 0's assertion, a crash, a nonzero status) fails the test.
+    run_ranks(2, dies_or_waits, timeout_s=10)
 
 
 SCRIPT = """
