@@ -80,10 +80,14 @@ void showPlan(const Topology& topology, const PlanRequest& request) {
              "busbw", "reducescat", "busbw", "allgather", "busbw", "allreduce uses");
   fmt::print("# {:>12}  {:>10} {:>8}  {:>10} {:>8}  {:>10} {:>8}\n", "", "(us)", "(GB/s)", "(us)",
              "(GB/s)", "(us)", "(GB/s)");
+  // A file's GPUs are ranks of their own, each launching apart: the direct engine reaches only
+  // ranks that share one GPU (one launch of them all, or windows).
+  const plan::DeviceLaunch launch =
+      input.hostRanks ? plan::DeviceLaunch::Together : plan::DeviceLaunch::Apart;
   for (size_t bytes = 8; bytes <= (size_t{1} << 32); bytes *= 8) {
-    const plan::Prediction ar = model.best(plan::Operation::AllReduce, bytes);
-    const plan::Prediction rs = model.best(plan::Operation::ReduceScatter, bytes);
-    const plan::Prediction ag = model.best(plan::Operation::AllGather, bytes);
+    const plan::Prediction ar = model.best(plan::Operation::AllReduce, bytes, launch);
+    const plan::Prediction rs = model.best(plan::Operation::ReduceScatter, bytes, launch);
+    const plan::Prediction ag = model.best(plan::Operation::AllGather, bytes, launch);
     fmt::print("  {:>12}  {:>10.1f} {:>8.2f}  {:>10.1f} {:>8.2f}  {:>10.1f} {:>8.2f}  {}/{}\n",
                bytes, ar.us, ar.busBwGBs, rs.us, rs.busBwGBs, ag.us, ag.busBwGBs,
                plan::algorithmName(ar.algorithm), plan::protocolName(ar.protocol));

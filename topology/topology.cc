@@ -172,21 +172,64 @@ const SwitchedPart* switchedPart(const Node& node) {
 
 constexpr int kSwitchedBoardGpus = 8;
 
+// The part a layout of the HGX H100/H200 board is planned as: the slower of the two.
+constexpr const SwitchedPart& kGen5BoardPart = kSwitchedParts[3];  // H100-SXM5-80GB
+static_assert(kSwitchedParts[3].nvlinks == 18 && kSwitchedParts[3].sm == 90);
+
+// Where a file names no part at all (Azure's NDv5 files carry neither ids nor NVLink), the HGX
+// H100/H200 board's layout: eight GPUs, no vendor or device id, each on PCIe Gen5 x16 and paired
+// under its bridge with exactly one NIC, as the board's PCIe switches pair them. PCIe H100 servers
+// wired the same way would be taken for it, which the note says.
+bool gen5BoardLayout(const Topology& topology, const std::vector<int>& gpus) {
+  if (gpus.size() != kSwitchedBoardGpus) return false;
+  for (int g : gpus) {
+    const Node& gpu = topology.nodes[g];
+    if (!gpu.vendor.empty() || !gpu.device.empty() || gpu.parent < 0 || gpu.link.laneGTs < 32 ||
+        gpu.link.width < 16)
+      return false;
+    int nics = 0;
+    for (int sibling : topology.nodes[gpu.parent].children)
+      nics += topology.nodes[sibling].kind == NodeKind::Nic;
+    if (nics != 1) return false;
+  }
+  return true;
+}
+
+void addSwitchLinks(Node& gpu, const SwitchedPart& part) {
+  gpu.gpu.links.push_back({"", part.nvlinks, PeerKind::NvSwitch, "0x068000"});
+  if (gpu.gpu.sm == 0) gpu.gpu.sm = part.sm;
+  if (gpu.gpu.model.empty()) gpu.gpu.model = part.name;
+}
+
 }  // namespace
 
 void inferGpuFabric(Topology& topology) {
-  int bare = 0, inferred = 0, sxm = 0;
-  for (const Node& node : topology.nodes)
-    sxm += node.kind == NodeKind::Gpu && switchedPart(node) != nullptr;
+  int sxm = 0;
+  std::vector<int> bare;
+  for (int i = 0; i < static_cast<int>(topology.nodes.size()); ++i) {
+    const Node& node = topology.nodes[i];
+    if (node.kind != NodeKind::Gpu) continue;
+    sxm += switchedPart(node) != nullptr;
+    if (!node.gpu.described && node.gpu.links.empty()) bare.push_back(i);
+  }
+  if (sxm == 0 && gen5BoardLayout(topology, bare)) {
+    for (int g : bare) addSwitchLinks(topology.nodes[g], kGen5BoardPart);
+    topology.notes.push_back(fmt::format(
+        "8 GPU(s) had no NVLink detail and no PCI device id (NCCL reads both from NVML at run "
+        "time); each is on PCIe Gen5 x16 and paired with one NIC, the HGX H100/H200 board's "
+        "layout: inferred as {} on NVSwitches ({} NVLinks each), from the layout alone (a PCIe "
+        "server wired alike would be taken for it; device ids or NVLink detail in the file "
+        "settle it).",
+        kGen5BoardPart.name, kGen5BoardPart.nvlinks));
+    return;
+  }
+  int inferred = 0;
   std::set<std::string> parts;
-  for (Node& node : topology.nodes) {
-    if (node.kind != NodeKind::Gpu || node.gpu.described || !node.gpu.links.empty()) continue;
-    ++bare;
+  for (int g : bare) {
+    Node& node = topology.nodes[g];
     const SwitchedPart* part = switchedPart(node);
     if (part == nullptr || sxm != kSwitchedBoardGpus) continue;
-    node.gpu.links.push_back({"", part->nvlinks, PeerKind::NvSwitch, "0x068000"});
-    if (node.gpu.sm == 0) node.gpu.sm = part->sm;
-    if (node.gpu.model.empty()) node.gpu.model = part->name;
+    addSwitchLinks(node, *part);
     parts.insert(fmt::format("{} ({}, {} NVLinks)", part->name, part->device, part->nvlinks));
     ++inferred;
   }
@@ -195,12 +238,12 @@ void inferGpuFabric(Topology& topology) {
         "{} GPU(s) had no NVLink detail (NCCL reads it from NVML at run time); their PCI device "
         "id names {}, eight of which on a board are joined by NVSwitches: inferred.",
         inferred, fmt::join(parts, ", ")));
-  if (bare > inferred)
+  if (static_cast<int>(bare.size()) > inferred)
     topology.notes.push_back(fmt::format(
         "{} GPU(s) have no NVLink detail and no PCI device id of an 8-GPU NVSwitch board (NCCL "
         "reads NVLink from NVML at run time): planned over PCIe alone. On the machine itself, live "
         "discovery reads NVLink from NVML.",
-        bare - inferred));
+        bare.size() - inferred));
 }
 
 void assignGpuIndexes(Topology& topology) {

@@ -138,8 +138,10 @@ void assignGpuIndexes(Topology& topology);
 // Files (an NCCL topology file, hwloc XML) often name GPUs by PCI class alone: NCCL reads their
 // NVLinks from NVML at run time. Where the file holds eight GPUs with the PCI device id of an SXM
 // part (A100/A800 SXM4, H100/H800/H200 SXM5, B200), as on an HGX 8-GPU board, which joins them all
-// to NVSwitches, those without NVLink detail get the part's NVLinks to the NVSwitches; either way
-// the topology's notes say what the file lacked and what was inferred, never a silent PCIe plan.
+// to NVSwitches, those without NVLink detail get the part's NVLinks to the NVSwitches. Where eight
+// GPUs carry no id at all but sit as the HGX H100/H200 board seats them (PCIe Gen5 x16, each
+// paired with one NIC), they are taken for H100 SXM5. Either way the topology's notes say what the
+// file lacked and what was inferred, never a silent PCIe plan.
 void inferGpuFabric(Topology& topology);
 
 // "0000:0f:00.0" from forms like "00000000:0F:00.0" or "0:f:0.0"; empty when `text` is not one.

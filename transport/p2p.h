@@ -90,8 +90,6 @@ class P2pLinks {
   // The FIFOs of sends and receives: from `sender` to this rank, from this rank to `receiver`.
   DeviceFifo pairRecv(int sender) const;
   DeviceFifo pairSend(int receiver) const;
-  // Some peer is on another host: its hops run the Simple protocol only.
-  bool crossesHosts() const { return proxy_ != nullptr; }
   // The ring order of `channel` in device memory (nranks ints), and who follows this rank on it.
   const int* ringOrder(int channel) const;
   int ringNext(int channel) const;

@@ -335,8 +335,6 @@ void braidComm::connectDevice(const Clock::time_point& deadline) {
   input.ranksShareDevice = cuda_->ranksShareDevice();
   input.deviceMemoryGBs = cuda_->memoryGBs();
   input.deviceChannels = deviceChannels_;
-  // The network proxy sends the bytes a Simple slot holds; low-latency lines carry no count.
-  if (cuda_->crossesHosts()) input.allowedProtocols[static_cast<int>(plan::Protocol::LL)] = false;
   model_ = std::make_unique<plan::Model>(planGraph_, plan_, input);
   planText_ = plan::describe(planGraph_, plan_) + model_->describe() + "\n";
 }

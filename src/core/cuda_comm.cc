@@ -143,7 +143,6 @@ class CudaCommImpl final : public CudaComm {
 
   int device() const override { return device_; }
   bool ranksShareDevice() const override { return links_->ranksShareDevice(); }
-  bool crossesHosts() const override { return links_->crossesHosts(); }
   double memoryGBs() const override {
     int clockKHz = 0, busBits = 0;
     if (cudaDeviceGetAttribute(&clockKHz, cudaDevAttrMemoryClockRate, device_) != cudaSuccess ||

@@ -144,6 +144,9 @@ ModelInput modelInputFromParams() {
 
 Model::Model(const LinkGraph& graph, const Plan& plan, ModelInput input)
     : nranks_(graph.nranks()), hosts_(std::max(1, graph.hosts)), in_(std::move(input)) {
+  // Device ranks on several hosts: the network proxy sends the bytes a Simple slot holds, and
+  // low-latency lines carry no count (transport/p2p.cc), so those hops run Simple only.
+  if (!in_.hostRanks && hosts_ > 1) in_.allowedProtocols[static_cast<int>(Protocol::LL)] = false;
   ringGBs_ = plan.totalBandwidthGBs();
   if (!plan.channels.empty()) {
     for (const Hop& hop : plan.channels.front().hops) {

@@ -154,9 +154,22 @@ TEST(PlanMachines, FilesWithoutNvlinkDetailSaySoAndInferFromDeviceIds) {
   const LinkGraph graph = fromTopology(p4d, 0, 1);
   EXPECT_NEAR(search(graph).totalBandwidthGBs(), 300.0, 1e-9);
 
+  // No ids at all, but the HGX H100 board's layout (Gen5 x16, a NIC beside each GPU): H100 SXM5,
+  // 18 NVLink4 links of 25 GB/s each way, a 450 GB/s NVSwitch ring, said to be inferred.
   const topo::Topology ndv5 = topo::loadTopology(kXml / "azure_ndv5_h100_nccl_topo.xml");
-  EXPECT_TRUE(noted(ndv5, "8 GPU(s) have no NVLink detail and no PCI device id of an 8-GPU"));
-  for (int gpu : topo::gpuNodes(ndv5)) EXPECT_TRUE(ndv5.nodes[gpu].gpu.links.empty());
+  EXPECT_TRUE(noted(ndv5, "the HGX H100/H200 board's layout: inferred as H100-SXM5-80GB"));
+  for (int gpu : topo::gpuNodes(ndv5)) {
+    ASSERT_EQ(ndv5.nodes[gpu].gpu.links.size(), 1u);
+    EXPECT_EQ(ndv5.nodes[gpu].gpu.links[0].count, 18);
+  }
+  EXPECT_NEAR(search(fromTopology(ndv5, 0, 1)).totalBandwidthGBs(), 450.0, 1e-9);
+  // Every other file whose GPUs go without NVLink detail says so, inferred or not.
+  for (const fs::path& file : machineFiles()) {
+    const topo::Topology t = topo::loadTopology(file);
+    for (int gpu : topo::gpuNodes(t))
+      if (!t.nodes[gpu].gpu.described && t.nodes[gpu].gpu.links.empty())
+        EXPECT_TRUE(noted(t, "planned over PCIe alone")) << file.filename();
+  }
 }
 
 TEST(PlanMachines, SeveralHostsUseEveryNicNearTheGpus) {

@@ -141,6 +141,25 @@ struct ManyHosts {
   }
 };
 
+// Device ranks on several hosts: their hops go through the network proxy, which sends the bytes a
+// Simple slot holds (low-latency lines carry no count), so no size is planned on LL; on one host
+// small calls are.
+TEST(PlanModel, DeviceRanksAcrossHostsRunSimpleOnly) {
+  ManyHosts twoHosts(2, 1, 8);
+  twoHosts.in.hostRanks = false;
+  const Model acrossHosts(twoHosts.graph, twoHosts.plan, twoHosts.in);
+  for (size_t bytes = 8; bytes <= (size_t{1} << 30); bytes *= 8)
+    EXPECT_EQ(acrossHosts.best(Operation::AllReduce, bytes, DeviceLaunch::Apart).protocol,
+              Protocol::Simple)
+        << bytes;
+  ManyHosts oneHost(1, 2, 8);
+  oneHost.in.hostRanks = false;
+  EXPECT_EQ(Model(oneHost.graph, oneHost.plan, oneHost.in)
+                .best(Operation::AllReduce, 8, DeviceLaunch::Apart)
+                .protocol,
+            Protocol::LL);
+}
+
 TEST(PlanModel, LogStepsAcrossHostsPayNetworkHopsOnlyWhereTheyCross) {
   // 4 hosts x 2 ranks with cores to spare: recursive doubling's first exchange stays inside a
   // host (a hop), the other two cross (network hops); each moves 8 bytes through the cores.
