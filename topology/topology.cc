@@ -177,20 +177,25 @@ constexpr const SwitchedPart& kGen5BoardPart = kSwitchedParts[3];  // H100-SXM5-
 static_assert(kSwitchedParts[3].nvlinks == 18 && kSwitchedParts[3].sm == 90);
 
 // Where a file names no part at all (Azure's NDv5 files carry neither ids nor NVLink), the HGX
-// H100/H200 board's layout: eight GPUs, no vendor or device id, each on PCIe Gen5 x16 and paired
-// under its bridge with exactly one NIC, as the board's PCIe switches pair them. PCIe H100 servers
-// wired the same way would be taken for it, which the note says.
-bool gen5BoardLayout(const Topology& topology, const std::vector<int>& gpus) {
-  if (gpus.size() != kSwitchedBoardGpus) return false;
-  for (int g : gpus) {
+// H100/H200 board's layout: eight GPUs in the file, none with a vendor or device id, each on PCIe
+// Gen5 x16 under a bridge that holds it and exactly one NIC, as the board's PCIe switches pair
+// them. PCIe H100 servers wired the same way would be taken for it, which the note says.
+bool gen5BoardLayout(const Topology& topology, const std::vector<int>& bare) {
+  int gpus = 0;
+  for (const Node& node : topology.nodes) gpus += node.kind == NodeKind::Gpu;
+  if (gpus != kSwitchedBoardGpus || static_cast<int>(bare.size()) != gpus) return false;
+  for (int g : bare) {
     const Node& gpu = topology.nodes[g];
-    if (!gpu.vendor.empty() || !gpu.device.empty() || gpu.parent < 0 || gpu.link.laneGTs < 32 ||
-        gpu.link.width < 16)
+    const bool gen5 = gpu.link.laneGTs >= 32 && gpu.link.laneGTs < 64 && gpu.link.width == 16;
+    if (!gpu.vendor.empty() || !gpu.device.empty() || !gen5 || gpu.parent < 0 ||
+        topology.nodes[gpu.parent].kind != NodeKind::Bridge)
       return false;
-    int nics = 0;
-    for (int sibling : topology.nodes[gpu.parent].children)
+    int nics = 0, siblingGpus = 0;
+    for (int sibling : topology.nodes[gpu.parent].children) {
       nics += topology.nodes[sibling].kind == NodeKind::Nic;
-    if (nics != 1) return false;
+      siblingGpus += topology.nodes[sibling].kind == NodeKind::Gpu;
+    }
+    if (nics != 1 || siblingGpus != 1) return false;
   }
   return true;
 }

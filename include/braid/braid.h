@@ -189,9 +189,10 @@ braidResult_t braidMemFree(void* ptr);
  * reduce-scatter and all-gather whose buffers lie in windows, at the same offsets on every rank
  * (NCCL's symmetric windows), may run the direct engine with each rank launched on its own thread:
  * every rank reads and writes the others' windows in place. Windows are one size on every rank.
- * A rank whose call differs (another offset, count or datatype) makes every rank's call fail
- * with braidInvalidUsage before anything is read or written; a rank whose buffers lie outside its
- * windows runs the ring, and the others' calls end at the timeout (braidTimeout). Deregistration
+ * Where every rank chose the direct engine but their calls differ (another offset, count or
+ * datatype), every rank's call fails with braidInvalidUsage before anything is read or written;
+ * where a rank's differing call runs the ring instead (its buffers outside its windows, or a size
+ * the model gives the ring), the others' calls end at the timeout (braidTimeout). Deregistration
  * is local. CPU communicators and braidCommRegister record the buffer only: their transports copy
  * through FIFOs either way. */
 typedef struct braidWindow* braidWindow_t;

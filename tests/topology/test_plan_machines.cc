@@ -163,12 +163,14 @@ TEST(PlanMachines, FilesWithoutNvlinkDetailSaySoAndInferFromDeviceIds) {
     EXPECT_EQ(ndv5.nodes[gpu].gpu.links[0].count, 18);
   }
   EXPECT_NEAR(search(fromTopology(ndv5, 0, 1)).totalBandwidthGBs(), 450.0, 1e-9);
-  // Every other file whose GPUs go without NVLink detail says so, inferred or not.
+  // Every other file whose GPUs go without NVLink detail says so; none but NDv5 has the layout.
   for (const fs::path& file : machineFiles()) {
     const topo::Topology t = topo::loadTopology(file);
     for (int gpu : topo::gpuNodes(t))
       if (!t.nodes[gpu].gpu.described && t.nodes[gpu].gpu.links.empty())
         EXPECT_TRUE(noted(t, "planned over PCIe alone")) << file.filename();
+    if (file.filename() != "azure_ndv5_h100_nccl_topo.xml")
+      EXPECT_FALSE(noted(t, "board's layout")) << file.filename();
   }
 }
 
