@@ -130,8 +130,10 @@ CUDA_DEVICE_MAX_CONNECTIONS=1 perf perf-allreduce-8ranks-float-threads-1queue -t
   gtest comm-ranks test_gpu_comm "$limit" --gtest_filter='*CudaCommRanks*' &
   gtest comm-onelaunch test_gpu_comm "$limit" \
     --gtest_filter=CudaComm.OneThreadDrivesEveryRankInOneLaunch &
-  gtest comm-rest test_gpu_comm "$limit" \
-    --gtest_filter='CudaComm.*-CudaComm.OneThreadDrivesEveryRankInOneLaunch' &
+  gtest comm-windows test_gpu_comm "$limit" \
+    --gtest_filter=CudaComm.RanksLaunchedApartReachEachOthersWindows &
+  apart='CudaComm.OneThreadDrivesEveryRankInOneLaunch:CudaComm.RanksLaunchedApartReachEachOthersWindows'
+  gtest comm-rest test_gpu_comm "$limit" --gtest_filter="CudaComm.*-$apart" &
   wait
   BRAID_ALGO=ring gtest comm-onelaunch-ring test_gpu_comm "$limit" \
     --gtest_filter=CudaComm.OneThreadDrivesEveryRankInOneLaunch &
