@@ -25,6 +25,7 @@ namespace braid {
 
 #if BRAID_HAVE_CUDA
 static_assert(kMaxDeviceChannels <= kMaxLaunchBlocks);
+static_assert(kMaxWindowRanks <= kMaxLaunchBlocks, "a window call's buffers go in one launch");
 
 namespace {
 

@@ -1,6 +1,5 @@
 #include "core/window_table.h"
 
-#include <algorithm>
 #include <string_view>
 
 #include "base/error.h"

@@ -5,7 +5,9 @@
 #include <atomic>
 #include <barrier>
 #include <chrono>
+#include <memory>
 #include <thread>
+#include <vector>
 
 namespace braid_test {
 
@@ -47,6 +49,26 @@ class CpuGroup {
   Vote* vote_;
   Clock::time_point deadline_;
   unsigned phase_ = 0;
+};
+
+// The meeting places of `blocks` stand-in blocks of `threads` threads each; group(b, t, deadline)
+// is thread t of block b.
+class CpuBlocks {
+ public:
+  CpuBlocks(int blocks, int threads) : threads_(threads) {
+    for (int b = 0; b < blocks; ++b) {
+      barriers_.push_back(std::make_unique<std::barrier<>>(threads));
+      votes_.push_back(std::make_unique<Vote>());
+    }
+  }
+  CpuGroup group(int block, int thread, CpuGroup::Clock::time_point deadline) {
+    return CpuGroup(thread, threads_, barriers_[block].get(), votes_[block].get(), deadline);
+  }
+
+ private:
+  int threads_;
+  std::vector<std::unique_ptr<std::barrier<>>> barriers_;
+  std::vector<std::unique_ptr<Vote>> votes_;
 };
 
 }  // namespace braid_test

@@ -59,12 +59,9 @@ class Grid {
         outputs_(static_cast<size_t>(shape.ranks)),
         scales_(static_cast<size_t>(shape.ranks) * sizeof(uint64_t)),
         arrivals_(static_cast<size_t>(shape.ranks * shape.channels)),
-        gridBarrier_(shape.ranks * shape.channels * shape.threads) {
+        gridBarrier_(shape.ranks * shape.channels * shape.threads),
+        blocks_(shape.ranks * shape.channels, shape.threads) {
     for (auto& s : slots_) s.assign(kSlotBytes * shape.slots + 64, 0);
-    for (int b = 0; b < shape.ranks * shape.channels; ++b) {
-      blockBarriers_.push_back(std::make_unique<std::barrier<>>(shape.threads));
-      votes_.push_back(std::make_unique<Vote>());
-    }
 #if BRAID_DEVICE_FORM_NET
     if (shape.network) connectNetwork();
 #endif
@@ -212,8 +209,7 @@ class Grid {
     }
 #endif
     const size_t block = fifoIndex(rank, channel);
-    CpuGroup group(t, shape_.threads, blockBarriers_[block].get(), votes_[block].get(),
-                   Clock::now() + kDeadline);
+    CpuGroup group = blocks_.group(static_cast<int>(block), t, Clock::now() + kDeadline);
     const RankBuffers& b = buffers_[rank];
     bool ok = true;
     withReduction(c.type, c.op, [&](auto reduction, auto prescaled) {
@@ -275,8 +271,7 @@ class Grid {
   std::vector<unsigned char> scales_;
   std::vector<braid::DirectArrival> arrivals_;
   std::barrier<> gridBarrier_;
-  std::vector<std::unique_ptr<std::barrier<>>> blockBarriers_;
-  std::vector<std::unique_ptr<Vote>> votes_;
+  CpuBlocks blocks_;  // a block per (rank, channel), as fifoIndex numbers them
   std::mutex failuresMutex_;
   std::vector<std::string> failures_;
 #if BRAID_DEVICE_FORM_NET
@@ -311,18 +306,13 @@ void runWithAbsentRank(Algorithm algorithm, Ending ending) {
   const auto deadline =
       Clock::now() + (ending == Ending::Deadline ? std::chrono::milliseconds(300)
                                                  : std::chrono::milliseconds(600'000));
-  std::vector<std::unique_ptr<std::barrier<>>> barriers;
-  std::vector<std::unique_ptr<Vote>> votes;
-  for (int r = 0; r < kPresent; ++r) {
-    barriers.push_back(std::make_unique<std::barrier<>>(kThreads));
-    votes.push_back(std::make_unique<Vote>());
-  }
+  CpuBlocks blocks(kPresent, kThreads);
   std::atomic<int> returned{0}, gaveUp{0};
   std::vector<std::thread> threads;
   for (int rank = 0; rank < kPresent; ++rank)
     for (int t = 0; t < kThreads; ++t)
       threads.emplace_back([&, rank, t] {
-        CpuGroup group(t, kThreads, barriers[rank].get(), votes[rank].get(), deadline);
+        CpuGroup group = blocks.group(rank, t, deadline);
         const int next = (rank + 1) % kRanks;
         braid::FifoRecvView in{&words[rank], slots[rank].data(), kSlotBytes, kSlots};
         braid::FifoSendView out{&words[next], slots[next].data(), kSlotBytes, kSlots};
@@ -397,18 +387,13 @@ TEST(DeviceWaits, ADirectCallWhoseRanksDifferStopsBeforeAnythingMoves) {
                               : "the same call again, after");
     for (auto& o : outputs) o.assign(kCount, poison);
     for (int r = 0; r < kRanks; ++r) outputPtrs[r] = outputs[r].data();
-    std::vector<std::unique_ptr<std::barrier<>>> barriers;
-    std::vector<std::unique_ptr<Vote>> votes;
-    for (int r = 0; r < kRanks; ++r) {
-      barriers.push_back(std::make_unique<std::barrier<>>(kThreads));
-      votes.push_back(std::make_unique<Vote>());
-    }
+    CpuBlocks blocks(kRanks, kThreads);
     std::atomic<int> succeeded{0}, toldDiffer{0};
     std::vector<std::thread> threads;
     for (int rank = 0; rank < kRanks; ++rank)
       for (int t = 0; t < kThreads; ++t)
         threads.emplace_back([&, rank, t] {
-          CpuGroup group(t, kThreads, barriers[rank].get(), votes[rank].get(), deadline);
+          CpuGroup group = blocks.group(rank, t, deadline);
           const uint64_t signature = round == 1 && rank == 1 ? 0x2222 : 0x1111;
           const braid::DirectCall<T> call{Collective::AllReduce, kRanks,  rank,   inputPtrs.data(),
                                           outputPtrs.data(),     nullptr, kCount, 1};

@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <barrier>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -158,12 +157,7 @@ class WindowedRanks {
       calls.push_back(*w);
     }
     std::vector<char> ok(n_ * kChannels);
-    std::vector<std::unique_ptr<std::barrier<>>> groupBarriers;
-    std::vector<std::unique_ptr<Vote>> votes;
-    for (int b = 0; b < n_ * kChannels; ++b) {
-      groupBarriers.push_back(std::make_unique<std::barrier<>>(kThreads));
-      votes.push_back(std::make_unique<Vote>());
-    }
+    CpuBlocks blocks(n_ * kChannels, kThreads);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     std::vector<std::thread> threads;
     for (int r = 0; r < n_; ++r)
@@ -171,7 +165,7 @@ class WindowedRanks {
         for (int t = 0; t < kThreads; ++t)
           threads.emplace_back([&, r, ch, t] {
             const int block = r * kChannels + ch;
-            CpuGroup group(t, kThreads, groupBarriers[block].get(), votes[block].get(), deadline);
+            CpuGroup group = blocks.group(block, t, deadline);
             withReduction(c.type, c.op, [&](auto reduction, auto) {
               using R = decltype(reduction);
               using T = typename R::Storage;
