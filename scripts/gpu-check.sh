@@ -10,7 +10,8 @@
 #      driven by one thread (-g, whose launches hold every rank and so may run the direct
 #      engine), and as threads on registered windows (-R 2: the direct engine launched per rank);
 #      and 8 ranks as threads with one hardware queue for every stream
-#      (CUDA_DEVICE_MAX_CONNECTIONS=1), the shared-queue hazard of docs/cuda.md laid bare;
+#      (CUDA_DEVICE_MAX_CONNECTIONS=1), the shared-queue hazard of docs/cuda.md laid bare, with
+#      the ranks' rounds and (20 s, expected to stall) without;
 #   4. the GPU test programs, to their verdicts: the kernels' grid on device memory and the CUDA
 #      communicator tests (1-8 ranks on one GPU, stream order, graph replay, one launch of every
 #      rank on the direct engine and on the ring) at once, as separate processes sharing the GPU
@@ -119,11 +120,16 @@ for ranks in ${GPU_CHECK_RANKS:-2 8}; do
     done
   done
 done | tee "$out/perf.txt"
-# Every stream in one hardware queue, 8 ranks as threads, calls back to back: stalls if shared
-# hardware queues are what stalled run 3 (docs/cuda.md), until the ranks queue their calls in
-# rounds.
+# Every stream in one hardware queue, 8 ranks as threads, calls back to back: the hazard that
+# likely stalled run 3 (docs/cuda.md) laid bare; the ranks' rounds must carry it through.
 CUDA_DEVICE_MAX_CONNECTIONS=1 perf perf-allreduce-8ranks-float-threads-1queue -t 8 -b 8 -e 1M \
   -f 4 | tee -a "$out/perf.txt"
+# The control, for 20 s at most: the same without rounds (BRAID_LAUNCH_ROUNDS=0). A stall here and
+# none above says the shared queue was the cause and the rounds its fix.
+BRAID_LAUNCH_ROUNDS=0 CUDA_DEVICE_MAX_CONNECTIONS=1 \
+  run perf-allreduce-8ranks-float-threads-1queue-norounds 20 "$build/tools/braid-perf" allreduce \
+  --device cuda -t 8 -b 8 -e 64K -f 4 -T 15 \
+  | tee -a "$out/perf.txt"
 
 {
   gtest kernels test_gpu_kernels "$limit" &
@@ -159,7 +165,8 @@ fi
   grep -H -E "Out of bounds|Avg bus bandwidth" "$out"/sweep-*.txt "$out"/perf-*.txt || true
 } > "$out/summary.txt"
 cat "$out/summary.txt"
-# Failed: a program that did not exit 0 (77 is netns_hosts.sh's skip: no namespaces there).
+# Failed: a program that did not exit 0 (77 is netns_hosts.sh's skip: no namespaces there; the
+# control without rounds may stall).
 failed=$(grep -h -E "rc=[1-9]|TIMED OUT" "$out/tests.txt" "$out/sweep.txt" "$out/perf.txt" |
-  grep -v "rc=77;" || true)
+  grep -v -e "rc=77;" -e "-norounds:" || true)
 [[ -z $failed ]] && ! grep -q "tests failed" "$out/ctest-device.txt"

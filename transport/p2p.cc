@@ -246,9 +246,10 @@ std::unique_ptr<P2pLinks> P2pLinks::connect(int rank, int nranks, const DeviceRa
   std::vector<bool> remote(nranks, false);
   for (int peer = 0; peer < nranks; ++peer) {
     const DeviceCard& card = cards[peer];
-    links->ranksShareDevice_ = links->ranksShareDevice_ &&
-                               card.place.processNonce == self.processNonce &&
-                               card.place.device == self.device;
+    const bool onThisDevice =
+        card.place.processNonce == self.processNonce && card.place.device == self.device;
+    links->ranksShareDevice_ = links->ranksShareDevice_ && onThisDevice;
+    if (onThisDevice) links->ranksOnDevice_.push_back(peer);
     if (card.place.hostHash != self.hostHash) {
       remote[peer] = true;  // reached through the network below; its FIFOs are not opened
       continue;

@@ -98,6 +98,8 @@ class P2pLinks {
   // Every rank in this process on this rank's device: a kernel launched here can reach every
   // rank's buffers, which the direct engine needs.
   bool ranksShareDevice() const { return ranksShareDevice_; }
+  // The ranks in this process on this rank's device, this one among them, in rank order.
+  const std::vector<int>& ranksOnDevice() const { return ranksOnDevice_; }
   // The direct engine's barrier of `channel`: nranks lines of kDirectLineBytes, one per rank, and
   // the word that stops its waits; in rank 0's allocation, the same words for every rank.
   void* directArrivals(int channel) const;
@@ -131,6 +133,7 @@ class P2pLinks {
   int rank_ = 0;
   int nranks_ = 0;
   bool ranksShareDevice_ = false;
+  std::vector<int> ranksOnDevice_;
   DeviceFifoGeometry geometry_;
   size_t areaBytes_ = 0;
   void* own_ = nullptr;          // this rank's allocation

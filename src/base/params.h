@@ -75,6 +75,9 @@
   X(SpinCount, "BRAID_SPIN_COUNT", int64_t, 4000, "busy-poll iterations before a wait yields")     \
   X(YieldCount, "BRAID_YIELD_COUNT", int64_t, 200,                                                 \
     "sched_yield rounds before a wait sleeps (unset: 2000 where ranks drive network links)")       \
+  X(LaunchInRounds, "BRAID_LAUNCH_ROUNDS", int64_t, 1,                                            \
+    "0: ranks that share a GPU from threads of one process queue collectives without waiting "     \
+    "for each other's rounds (for diagnosis only: see docs/cuda.md)")                               \
   X(Simd, "BRAID_SIMD", std::string, "auto", "host reduction kernels: auto, avx512, avx2, scalar")
 
 namespace braid::param {

@@ -326,6 +326,12 @@ void braidComm::connectDevice(const Clock::time_point& deadline) {
   setup.deadline = deadline;
   cuda_ = braid::CudaComm::connect(setup);
   if (cuda_->ranksShareDevice()) windows_ = std::make_unique<braid::WindowTable>(rank_, nranks_);
+  // One key per communicator (its id and rank 0's nonce, drawn at this init) and GPU.
+  if (const std::vector<int> sharing = cuda_->ranksOnDevice();
+      sharing.size() > 1 && braid::param::LaunchInRounds() != 0)
+    rounds_ = braid::LaunchRounds::join(
+        braid::fnv1a(fmt::format("{}|{}|{}", cliqueId_, peers_[0].nonce, options_.cudaDevice)),
+        rank_, sharing);
 
   // The device's cost model replaces the host's: it chooses every call's algorithm and protocol
   // (deviceCall) and answers braidCommPredict.
@@ -374,29 +380,66 @@ void braidComm::failIfDeviceFailed(const char* opName) {
 // Calls are queued on the stream and not waited for: the kernels' failures surface through
 // braidCommGetAsyncError and the next call.
 void braidComm::launch(std::span<const braid::CollArgs> ops, braidStream_t stream) {
-  waitReady();
+  for (std::span<const braid::CollArgs> one : launchesOf(ops)) launchOne(one, stream);
+}
+
+std::vector<std::span<const braid::CollArgs>> braidComm::launchesOf(
+    std::span<const braid::CollArgs> ops) {
+  std::vector<std::span<const braid::CollArgs>> launches;
   for (size_t i = 0; i < ops.size();) {
-    const braid::CollArgs& a = ops[i];
-    failIfDeviceFailed(collectiveName(a.coll));
-    if (isPointToPoint(a.coll)) {
-      size_t end = i;
+    size_t end = i + 1;
+    if (isPointToPoint(ops[i].coll))
       while (end < ops.size() && isPointToPoint(ops[end].coll)) ++end;
-      cuda_->launchSendRecv(ops.subspan(i, end - i), stream);
-      i = end;
-      continue;
-    }
-    // The other ranks launch apart: the direct engine reaches their buffers through windows only
-    // (PreMulSum's scalars, one per rank, would not reach the peers).
-    braid::CudaScalar scalar;
-    braid::CudaCall call = deviceCall(a, stream, scalar);
-    const std::optional<braid::WindowCall> window =
-        windows_ != nullptr && a.op < braidNumOps ? windows_->locate(a) : std::nullopt;
-    call.algorithm = deviceAlgorithm(
-        a, window ? braid::plan::DeviceLaunch::Windowed : braid::plan::DeviceLaunch::Apart);
-    if (call.algorithm == braid::DeviceAlgorithm::Direct) call.window = &*window;
-    braid::launchCollectives(std::span(&call, 1));
-    ++i;
+    launches.push_back(ops.subspan(i, end - i));
+    i = end;
   }
+  return launches;
+}
+
+bool braidComm::isCollectiveLaunch(std::span<const braid::CollArgs> launch) {
+  return !isPointToPoint(launch.front().coll);
+}
+
+namespace {
+
+// Counts a launch in its ranks' rounds once it was made, or failed after their turn came: a
+// failure must not hold the other ranks of the GPU back.
+struct CountedInRounds {
+  std::vector<braid::LaunchRounds*> rounds;
+  ~CountedInRounds() {
+    for (braid::LaunchRounds* r : rounds) r->markQueued();
+  }
+};
+
+}  // namespace
+
+std::vector<braid::LaunchRounds*> braidComm::awaitLaunchTurns(std::span<braidComm* const> comms) {
+  std::vector<braid::LaunchRounds*> rounds;
+  for (braidComm* c : comms)
+    if (c->rounds_ != nullptr) {
+      c->rounds_->awaitTurn(c->deadlineFromNow());
+      rounds.push_back(c->rounds_.get());
+    }
+  return rounds;
+}
+
+void braidComm::launchOne(std::span<const braid::CollArgs> launch, braidStream_t stream) {
+  waitReady();
+  const braid::CollArgs& a = launch.front();
+  failIfDeviceFailed(collectiveName(a.coll));
+  if (!isCollectiveLaunch(launch)) return cuda_->launchSendRecv(launch, stream);
+  braidComm* self = this;
+  const CountedInRounds counted{awaitLaunchTurns(std::span(&self, 1))};
+  // The other ranks launch apart: the direct engine reaches their buffers through windows only
+  // (PreMulSum's scalars, one per rank, would not reach the peers).
+  braid::CudaScalar scalar;
+  braid::CudaCall call = deviceCall(a, stream, scalar);
+  const std::optional<braid::WindowCall> window =
+      windows_ != nullptr && a.op < braidNumOps ? windows_->locate(a) : std::nullopt;
+  call.algorithm = deviceAlgorithm(
+      a, window ? braid::plan::DeviceLaunch::Windowed : braid::plan::DeviceLaunch::Apart);
+  if (call.algorithm == braid::DeviceAlgorithm::Direct) call.window = &*window;
+  braid::launchCollectives(std::span(&call, 1));
 }
 
 braid::CudaCall braidComm::deviceCall(const braid::CollArgs& a, braidStream_t stream,
@@ -455,6 +498,9 @@ void braidComm::launchTogether(std::span<braidComm* const> comms,
   for (size_t i = 0; i < comms.size(); ++i) {
     comms[i]->waitReady();
     comms[i]->failIfDeviceFailed(collectiveName(calls[i].coll));
+  }
+  const CountedInRounds counted{awaitLaunchTurns(comms)};
+  for (size_t i = 0; i < comms.size(); ++i) {
     launch.push_back(comms[i]->deviceCall(calls[i], streams[i], scalars[i]));
     direct = direct && comms[i]->cuda_->ranksShareDevice() &&
              (launch.back().scalar == nullptr || launch.back().scalar->onDevice == nullptr);
@@ -894,6 +940,8 @@ void braidComm::abort(const char* call) {
   markFailed(fmt::format("rank {} called {}", rank_, call));
   asyncError_ = braidRemoteError;
   if (ready_.load(std::memory_order_acquire) && cuda_ != nullptr) cuda_->abort();
+  if (ready_.load(std::memory_order_acquire) && rounds_ != nullptr)
+    rounds_->release(fmt::format("rank {} called {}", rank_, call));
   waitQueuedDrained();
   // An operation running on another thread sees the failure flag at its next poll and returns;
   // the communicator must outlive it.

@@ -20,6 +20,7 @@
 #include "coll/host_executor.h"
 #include "core/bootstrap.h"
 #include "core/cuda_comm.h"
+#include "core/launch_rounds.h"
 #include "plan/model.h"
 #include "plan/plan.h"
 #include "transport/transport.h"
@@ -84,6 +85,16 @@ struct braidComm : public braid::Watchdog {
   bool onDevice() const { return options_.cuda; }
   int cudaDevice();
   void launch(std::span<const braid::CollArgs> ops, braidStream_t stream);
+  // The launches `ops` make, in order: each collective alone, each run of sends and receives
+  // together; and one of them, a collective in this rank's round (launchRounds).
+  static std::vector<std::span<const braid::CollArgs>> launchesOf(
+      std::span<const braid::CollArgs> ops);
+  static bool isCollectiveLaunch(std::span<const braid::CollArgs> launch);
+  void launchOne(std::span<const braid::CollArgs> launch, braidStream_t stream);
+  // Where other ranks of this communicator share this rank's GPU from threads of this process,
+  // the rounds their collectives are queued in (core/launch_rounds.h); nullptr otherwise. Known
+  // once ready.
+  const braid::LaunchRounds* launchRounds() const { return rounds_.get(); }
   // Collectives of several ranks of one CUDA communicator driven by one thread (a group), call i
   // of comms[i] on streams[i]: whether they can go in one launch (same communicator and GPU, the
   // same collective, few enough channels), and that launch.
@@ -227,6 +238,9 @@ struct braidComm : public braid::Watchdog {
                                                                         const char* fn);
 
   std::unique_ptr<braid::CudaComm> cuda_;  // a CUDA communicator's device side, once ready
+  std::unique_ptr<braid::LaunchRounds> rounds_;
+  // Blocks until the rounds let these ranks queue their next collective; the rounds to count it in.
+  static std::vector<braid::LaunchRounds*> awaitLaunchTurns(std::span<braidComm* const> comms);
   int deviceChannels_ = 0;
   uint64_t cliqueId_ = 0;  // the same on every rank of this communicator (its bootstrap id)
   void connectDevice(const braid::Clock::time_point& deadline);

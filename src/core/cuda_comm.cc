@@ -144,6 +144,7 @@ class CudaCommImpl final : public CudaComm {
 
   int device() const override { return device_; }
   bool ranksShareDevice() const override { return links_->ranksShareDevice(); }
+  std::vector<int> ranksOnDevice() const override { return links_->ranksOnDevice(); }
   double memoryGBs() const override {
     int clockKHz = 0, busBits = 0;
     if (cudaDeviceGetAttribute(&clockKHz, cudaDevAttrMemoryClockRate, device_) != cudaSuccess ||

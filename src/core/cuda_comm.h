@@ -51,6 +51,8 @@ class CudaComm {
   virtual int device() const = 0;
   // Every rank in this process on this device: one launch can then run the direct engine.
   virtual bool ranksShareDevice() const = 0;
+  // The ranks in this process on this device, this one among them, in rank order.
+  virtual std::vector<int> ranksOnDevice() const = 0;
   // The device memory's peak bandwidth, reads and writes together, in GB/s (from its clock and
   // bus width): the cost model's figure for ranks that share the device.
   virtual double memoryGBs() const = 0;

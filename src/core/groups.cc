@@ -12,6 +12,7 @@
 #include "core/entry.h"
 #include "core/group_workers.h"
 #include "core/host_stream.h"
+#include "core/launch_rounds.h"
 
 namespace braid::api {
 
@@ -79,6 +80,26 @@ void runNow(std::vector<Batch>& batches) {
       [&](size_t i) { runBatch(batches[i].comm, batches[i].ops); });
 }
 
+// Each rank's operations on its own stream, issued round by round: ranks of a GPU queue their
+// collectives in rounds (core/launch_rounds.h), so one thread issuing every operation of one rank
+// before the next rank's would wait for itself.
+void launchApartInRounds(const std::vector<Batch>& device) {
+  std::vector<std::vector<std::span<const CollArgs>>> launches;
+  for (const Batch& b : device) {
+    b.comm->waitReady();  // its rounds are known once ready
+    launches.push_back(braidComm::launchesOf(b.ops));
+  }
+  std::vector<braid::RankLaunches> ranks;
+  for (size_t i = 0; i < device.size(); ++i) {
+    const std::vector<std::span<const CollArgs>>& own = launches[i];
+    const Batch& b = device[i];
+    ranks.push_back({b.comm->launchRounds(), own.size(),
+                     [&own](size_t k) { return braidComm::isCollectiveLaunch(own[k]); },
+                     [&own, &b](size_t k) { b.comm->launchOne(own[k], b.stream); }});
+  }
+  braid::launchInRounds(ranks);
+}
+
 // A group's operations of CUDA communicators. Where the group drives several ranks of one
 // communicator and every rank makes the same collectives, the k-th of every rank goes in one
 // launch (their blocks wait for each other, and CUDA does not promise that kernels launched apart
@@ -110,7 +131,7 @@ void launchOnDevices(const std::vector<Batch>& device) {
                "stream {} in one group: each kernel would wait behind the other (expected a stream "
                "per rank)",
                device[i].comm->rank(), device[j].comm->rank(), device[i].stream);
-    for (const Batch& b : device) b.comm->launch(b.ops, b.stream);
+    launchApartInRounds(device);
     return;
   }
   for (size_t k = 0; k < device[0].ops.size(); ++k)

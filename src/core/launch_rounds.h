@@ -1,0 +1,77 @@
+// Ranks of one CUDA communicator that share a GPU from threads of one process queue their
+// collectives in rounds: a rank's collective k goes to CUDA only after every one of them has
+// queued collective k - 1. CUDA feeds the streams of a device through a few hardware queues
+// (CUDA_DEVICE_MAX_CONNECTIONS), and a kernel at the head of a queue holds back whatever is behind
+// it: a rank's call k waits in its stream for its own call k - 1, which spins for the peers' call
+// k - 1; if one of those sits behind call k in a shared queue, neither ever runs. In rounds, no
+// call k is queued before any peer's call k - 1, so what is ahead of a call in a queue never waits
+// for what is behind it. Host code only (no CUDA type): docs/cuda.md, "Ranks that share a GPU".
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/wait.h"
+
+namespace braid {
+
+class LaunchRounds {
+ public:
+  // This rank's seat in the rounds of `members` (sorted ranks of the communicator, in this process
+  // on one GPU, `rank` among them): every member joins with the same `key` (one per communicator
+  // and GPU, never reused by another communicator) and the same members.
+  static std::unique_ptr<LaunchRounds> join(uint64_t key, int rank, std::vector<int> members);
+  // Leaving (the communicator destroyed) stops the waits of members that are ahead of this rank:
+  // the collectives they wait for will never come.
+  ~LaunchRounds();
+  LaunchRounds(const LaunchRounds&) = delete;
+  LaunchRounds& operator=(const LaunchRounds&) = delete;
+
+  int rank() const { return rank_; }
+  // Collectives this rank has queued (or that failed after their turn came).
+  uint64_t queued() const;
+  // Whether this rank's next collective may be queued now: no member has queued fewer.
+  bool turnCome() const;
+  // Blocks until turnCome(). Fails with braidTimeout at `deadline` naming the members behind,
+  // braidRemoteError once a member's communicator was aborted (release), braidInvalidUsage where a
+  // member behind this rank left.
+  void awaitTurn(Clock::time_point deadline) const;
+  // This rank's next collective is queued: the members waiting for it may go on. Called whatever
+  // became of the launch once its turn came, so a failure cannot hold the others back.
+  void markQueued();
+  // Every wait of every member, now and later, fails with braidRemoteError and `why`
+  // (braidCommAbort of one of them).
+  void release(const std::string& why);
+
+  struct Shared;
+
+ private:
+  LaunchRounds(std::shared_ptr<Shared> shared, int rank, size_t seat);
+
+  std::shared_ptr<Shared> shared_;
+  int rank_;
+  size_t seat_;  // this rank's index in the members
+};
+
+// One rank's part of a group on a CUDA device, as a series of launches in the rank's order: a
+// collective, or a run of sends and receives (which are not counted in rounds).
+struct RankLaunches {
+  const LaunchRounds* rounds = nullptr;  // nullptr: the rank launches without waiting
+  size_t launches = 0;
+  std::function<bool(size_t)> isCollective;
+  // Launch i; for a collective it waits for the rank's turn (awaitTurn) and counts it (markQueued).
+  std::function<void(size_t)> launch;
+};
+
+// Launches every rank's part, each in its own order, round by round: a rank's next collective is
+// launched once its turn has come; where no rank's has, the launch of the one furthest behind
+// waits (the others' turns cannot come before it moves). One thread can so drive several ranks of
+// a GPU whose collectives differ in number or kind. The first failure ends it.
+void launchInRounds(std::span<RankLaunches> ranks);
+
+}  // namespace braid
