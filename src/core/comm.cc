@@ -396,10 +396,6 @@ std::vector<std::span<const braid::CollArgs>> braidComm::launchesOf(
   return launches;
 }
 
-bool braidComm::isCollectiveLaunch(std::span<const braid::CollArgs> launch) {
-  return !isPointToPoint(launch.front().coll);
-}
-
 namespace {
 
 // Counts a launch in its ranks' rounds once it was made, or failed after their turn came: a
@@ -411,25 +407,48 @@ struct CountedInRounds {
   }
 };
 
+// A launch in progress on each of `comms`: abort and destroy wait for it, since it may wait for
+// its turn.
+class LaunchInFlight {
+ public:
+  explicit LaunchInFlight(std::span<braidComm* const> comms) : comms_(comms) {
+    for (braidComm* comm : comms_) comm->beginQueued();
+  }
+  ~LaunchInFlight() {
+    for (braidComm* comm : comms_) comm->endQueued();
+  }
+  LaunchInFlight(const LaunchInFlight&) = delete;
+  LaunchInFlight& operator=(const LaunchInFlight&) = delete;
+
+ private:
+  std::span<braidComm* const> comms_;
+};
+
 }  // namespace
 
-std::vector<braid::LaunchRounds*> braidComm::awaitLaunchTurns(std::span<braidComm* const> comms) {
+std::vector<braid::LaunchRounds*> braidComm::awaitLaunchTurns(
+    std::span<braidComm* const> comms, std::span<const braidStream_t> streams,
+    const char* operation) {
   std::vector<braid::LaunchRounds*> rounds;
-  for (braidComm* c : comms)
-    if (c->rounds_ != nullptr) {
-      c->rounds_->awaitTurn(c->deadlineFromNow());
-      rounds.push_back(c->rounds_.get());
-    }
+  for (size_t i = 0; i < comms.size(); ++i) {
+    braidComm& c = *comms[i];
+    if (c.rounds_ == nullptr || c.cuda_->capturing(streams[i])) continue;
+    c.rounds_->awaitTurn(std::chrono::milliseconds(c.options_.timeoutMs), operation);
+    rounds.push_back(c.rounds_.get());
+  }
   return rounds;
 }
 
 void braidComm::launchOne(std::span<const braid::CollArgs> launch, braidStream_t stream) {
   waitReady();
+  braidComm* self = this;
+  const LaunchInFlight inFlight(std::span(&self, 1));
   const braid::CollArgs& a = launch.front();
   failIfDeviceFailed(collectiveName(a.coll));
-  if (!isCollectiveLaunch(launch)) return cuda_->launchSendRecv(launch, stream);
-  braidComm* self = this;
-  const CountedInRounds counted{awaitLaunchTurns(std::span(&self, 1))};
+  std::vector<braid::LaunchRounds*> rounds =
+      awaitLaunchTurns(std::span(&self, 1), std::span(&stream, 1), collectiveName(a.coll));
+  if (isPointToPoint(a.coll)) return cuda_->launchSendRecv(launch, stream);  // not counted
+  const CountedInRounds counted{std::move(rounds)};
   // The other ranks launch apart: the direct engine reaches their buffers through windows only
   // (PreMulSum's scalars, one per rank, would not reach the peers).
   braid::CudaScalar scalar;
@@ -495,11 +514,12 @@ void braidComm::launchTogether(std::span<braidComm* const> comms,
   // The direct engine needs every rank of the communicator in this launch, on one GPU, and every
   // PreMulSum scalar by value (it goes in the launch's parameters); all ranks decide alike.
   bool direct = static_cast<int>(comms.size()) == comms.front()->nranks_;
-  for (size_t i = 0; i < comms.size(); ++i) {
-    comms[i]->waitReady();
+  for (braidComm* c : comms) c->waitReady();
+  const LaunchInFlight inFlight(comms);
+  for (size_t i = 0; i < comms.size(); ++i)
     comms[i]->failIfDeviceFailed(collectiveName(calls[i].coll));
-  }
-  const CountedInRounds counted{awaitLaunchTurns(comms)};
+  const CountedInRounds counted{
+      awaitLaunchTurns(comms, streams, collectiveName(calls.front().coll))};
   for (size_t i = 0; i < comms.size(); ++i) {
     launch.push_back(comms[i]->deviceCall(calls[i], streams[i], scalars[i]));
     direct = direct && comms[i]->cuda_->ranksShareDevice() &&
@@ -644,6 +664,8 @@ std::string braidComm::lastError() const {
 }
 
 void braidComm::markFailed(const std::string& reason) {
+  // The ranks sharing its GPU may wait for collectives of this rank that will not come.
+  if (ready_.load(std::memory_order_acquire) && rounds_ != nullptr) rounds_->release(reason);
   braid::RankControl* own =
       share_ == nullptr || share_->links.control.empty() ? nullptr : control(rank_);
   if (own == nullptr || own->failed.load() != 0) return;
@@ -940,8 +962,6 @@ void braidComm::abort(const char* call) {
   markFailed(fmt::format("rank {} called {}", rank_, call));
   asyncError_ = braidRemoteError;
   if (ready_.load(std::memory_order_acquire) && cuda_ != nullptr) cuda_->abort();
-  if (ready_.load(std::memory_order_acquire) && rounds_ != nullptr)
-    rounds_->release(fmt::format("rank {} called {}", rank_, call));
   waitQueuedDrained();
   // An operation running on another thread sees the failure flag at its next poll and returns;
   // the communicator must outlive it.

@@ -86,10 +86,9 @@ struct braidComm : public braid::Watchdog {
   int cudaDevice();
   void launch(std::span<const braid::CollArgs> ops, braidStream_t stream);
   // The launches `ops` make, in order: each collective alone, each run of sends and receives
-  // together; and one of them, a collective in this rank's round (launchRounds).
+  // together. launchOne makes one of them once this rank's turn has come (launchRounds).
   static std::vector<std::span<const braid::CollArgs>> launchesOf(
       std::span<const braid::CollArgs> ops);
-  static bool isCollectiveLaunch(std::span<const braid::CollArgs> launch);
   void launchOne(std::span<const braid::CollArgs> launch, braidStream_t stream);
   // Where other ranks of this communicator share this rank's GPU from threads of this process,
   // the rounds their collectives are queued in (core/launch_rounds.h); nullptr otherwise. Known
@@ -107,7 +106,8 @@ struct braidComm : public braid::Watchdog {
   // communicator, host memory on a CPU one).
   void checkBuffer(const char* fn, const char* name, const void* p) const;
 
-  // Operations queued on host streams but not finished; finalize/destroy wait for them.
+  // Operations queued on host streams but not finished, or being launched on a device (a launch
+  // may wait for its turn); finalize, abort and destroy wait for them.
   void beginQueued() { queued_.fetch_add(1); }
   void endQueued();
   void waitQueuedDrained();
@@ -239,8 +239,11 @@ struct braidComm : public braid::Watchdog {
 
   std::unique_ptr<braid::CudaComm> cuda_;  // a CUDA communicator's device side, once ready
   std::unique_ptr<braid::LaunchRounds> rounds_;
-  // Blocks until the rounds let these ranks queue their next collective; the rounds to count it in.
-  static std::vector<braid::LaunchRounds*> awaitLaunchTurns(std::span<braidComm* const> comms);
+  // Blocks until the rounds let each rank comms[i] launch `operation` on streams[i]; the rounds a
+  // collective is to be counted in (none for a stream being captured: it queues nothing).
+  static std::vector<braid::LaunchRounds*> awaitLaunchTurns(std::span<braidComm* const> comms,
+                                                            std::span<const braidStream_t> streams,
+                                                            const char* operation);
   int deviceChannels_ = 0;
   uint64_t cliqueId_ = 0;  // the same on every rank of this communicator (its bootstrap id)
   void connectDevice(const braid::Clock::time_point& deadline);

@@ -195,6 +195,13 @@ class CudaCommImpl final : public CudaComm {
     recordCall(stream, captured);
   }
 
+  bool capturing(void* stream) const override {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    checkCuda(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture),
+              fmt::format("rank {}: cudaStreamIsCapturing", rank_));
+    return capture != cudaStreamCaptureStatusNone;
+  }
+
   std::optional<Error> failure() override {
     // A lost connection to another host: the kernels waiting on its hops stop now rather than at
     // their deadline.
@@ -207,6 +214,7 @@ class CudaCommImpl final : public CudaComm {
     }
     for (int b = 0; b < kMaxLaunchBlocks; ++b)
       if (const int why = __atomic_load_n(&failed_[b], __ATOMIC_ACQUIRE); why != 0) {
+        stopQueuedKernels();
         if (why == kCallsDiffered)
           return Error(braidInvalidUsage,
                        fmt::format("rank {}: the ranks of a direct collective on registered "
@@ -225,7 +233,8 @@ class CudaCommImpl final : public CudaComm {
                      fmt::format("rank {}: block {} of a kernel gave up after {} ms waiting for "
                                  "a peer (its ring neighbours, the peers of its sends and "
                                  "receives, or of a direct call on registered windows, which "
-                                 "every rank must make alike)",
+                                 "every rank must make alike), or stopped at once because a "
+                                 "peer's host had seen its own kernel give up",
                                  rank_, b, timeoutMs_));
       }
     return std::nullopt;
@@ -234,6 +243,16 @@ class CudaCommImpl final : public CudaComm {
   void abort() override {
     const OnDevice on(device_, rank_);
     aborted_ = true;
+    links_->abort();
+  }
+
+  // A kernel of this rank stopped short: its FIFO counters no longer match its peers', so the
+  // kernels queued behind it must move nothing, and the peers' kernels waiting on its FIFOs need
+  // not wait for their deadlines. Setting the abort words of every FIFO it uses (and the direct
+  // engine's) does both, once; every later call is refused by the communicator anyway.
+  void stopQueuedKernels() {
+    if (kernelsStopped_.exchange(true)) return;
+    const OnDevice on(device_, rank_);  // asked from any thread (braidCommGetAsyncError)
     links_->abort();
   }
 
@@ -253,10 +272,7 @@ class CudaCommImpl final : public CudaComm {
   // Returns whether `stream` is being captured.
   bool afterLastCall(void* stream) {
     auto s = static_cast<cudaStream_t>(stream);
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    checkCuda(cudaStreamIsCapturing(s, &capture),
-              fmt::format("rank {}: cudaStreamIsCapturing", rank_));
-    const bool captured = capture != cudaStreamCaptureStatusNone;
+    const bool captured = capturing(stream);
     if (!captured && hasLastStream_ && lastStream_ != s)
       checkCuda(cudaStreamWaitEvent(s, lastCall_, 0),
                 fmt::format("rank {}: cudaStreamWaitEvent", rank_));
@@ -290,6 +306,7 @@ class CudaCommImpl final : public CudaComm {
   int* failed_ = nullptr;
   std::atomic<bool> aborted_{false};
   std::atomic<bool> networkAborted_{false};
+  std::atomic<bool> kernelsStopped_{false};
   std::unique_ptr<P2pLinks> links_;
   DeviceCollContext ctx_;
 };

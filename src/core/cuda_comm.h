@@ -59,6 +59,9 @@ class CudaComm {
   // Fails (braidInvalidArgument) unless `p` is memory this communicator's device can use:
   // "sendbuff 0x... is pageable host memory (expected device memory of CUDA device 0)".
   virtual void checkBuffer(const char* fn, const char* name, const void* p) const = 0;
+  // Whether `stream` is being captured into a CUDA graph (what is launched on it then queues
+  // nothing).
+  virtual bool capturing(void* stream) const = 0;
   // Queues a group's sends and receives on `stream`; returns without waiting for the device.
   virtual void launchSendRecv(std::span<const CollArgs> ops, void* stream) = 0;
   // A device wait of this rank that gave up (timeout, or the FIFOs aborted), or a failed network

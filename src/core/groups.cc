@@ -94,7 +94,6 @@ void launchApartInRounds(const std::vector<Batch>& device) {
     const std::vector<std::span<const CollArgs>>& own = launches[i];
     const Batch& b = device[i];
     ranks.push_back({b.comm->launchRounds(), own.size(),
-                     [&own](size_t k) { return braidComm::isCollectiveLaunch(own[k]); },
                      [&own, &b](size_t k) { b.comm->launchOne(own[k], b.stream); }});
   }
   braid::launchInRounds(ranks);

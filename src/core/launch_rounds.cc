@@ -19,7 +19,7 @@ struct LaunchRounds::Shared {
   mutable std::condition_variable changed;
   std::vector<uint64_t> queued;  // per seat
   std::vector<bool> left;        // per seat
-  std::string released;          // why, once a member was aborted
+  std::string failure;           // why, once a member failed or was aborted
 
   // Members (by rank) behind `seat`; under the mutex.
   std::vector<int> behind(size_t seat) const {
@@ -39,9 +39,10 @@ struct LaunchRounds::Shared {
 namespace {
 
 std::mutex registryMutex;
+// Never destroyed: a communicator may be destroyed during the program's static destruction.
 std::map<uint64_t, std::weak_ptr<LaunchRounds::Shared>>& registry() {
-  static std::map<uint64_t, std::weak_ptr<LaunchRounds::Shared>> rounds;
-  return rounds;
+  static auto* rounds = new std::map<uint64_t, std::weak_ptr<LaunchRounds::Shared>>;
+  return *rounds;
 }
 
 }  // namespace
@@ -90,32 +91,33 @@ uint64_t LaunchRounds::queued() const {
   return shared_->queued[seat_];
 }
 
-bool LaunchRounds::turnCome() const {
+bool LaunchRounds::turnHasCome() const {
   const std::lock_guard<std::mutex> lock(shared_->mutex);
   return shared_->behind(seat_).empty();
 }
 
-void LaunchRounds::awaitTurn(Clock::time_point deadline) const {
+void LaunchRounds::awaitTurn(std::chrono::milliseconds timeout, std::string_view operation) const {
+  const Clock::time_point deadline = Clock::now() + timeout;
   Shared& s = *shared_;
   std::unique_lock<std::mutex> lock(s.mutex);
-  const uint64_t call = s.queued[seat_] + 1;
   while (true) {
-    if (!s.released.empty())
-      fail(braidRemoteError, "rank {}: its collective {} was not queued: {}", rank_, call,
-           s.released);
+    if (!s.failure.empty())
+      fail(braidRemoteError, "rank {}: {} was not queued: {}", rank_, operation, s.failure);
     if (std::optional<size_t> gone = s.leftBehind(seat_))
       fail(braidInvalidUsage,
-           "rank {}: its collective {} was not queued: rank {}, on the same GPU, was destroyed "
-           "after queuing {} collectives (every rank must make the same collectives)",
-           rank_, call, s.members[*gone], s.queued[*gone]);
+           "rank {}: {} was not queued: rank {}, on the same GPU, was destroyed after queuing {} "
+           "collectives, and this rank has queued {} (expected every rank to make the same "
+           "collectives)",
+           rank_, operation, s.members[*gone], s.queued[*gone], s.queued[seat_]);
     if (s.behind(seat_).empty()) return;
     if (Clock::now() >= deadline)
       fail(braidTimeout,
-           "rank {}: its collective {} waited in vain for rank(s) {} on the same GPU to queue "
-           "collective {}: ranks that share a GPU from threads of one process queue their "
-           "collectives in rounds (docs/cuda.md); a thread that drives several of them must "
-           "issue their calls in a group (braidGroupStart/braidGroupEnd) or one round at a time",
-           rank_, call, fmt::join(s.behind(seat_), ", "), call - 1);
+           "rank {}: {} waited {} ms in vain for rank(s) {} on the same GPU to queue collective "
+           "{} (sends and receives not counted): ranks that share a GPU from threads of one "
+           "process queue their collectives in rounds (docs/cuda.md, \"Shared hardware "
+           "queues\"); a thread that drives several of them must issue their calls in a group "
+           "(braidGroupStart/braidGroupEnd) or one round at a time",
+           rank_, operation, timeout.count(), fmt::join(s.behind(seat_), ", "), s.queued[seat_]);
     s.changed.wait_until(lock, deadline);
   }
 }
@@ -131,19 +133,20 @@ void LaunchRounds::markQueued() {
 void LaunchRounds::release(const std::string& why) {
   {
     const std::lock_guard<std::mutex> lock(shared_->mutex);
-    if (shared_->released.empty()) shared_->released = why;
+    if (shared_->failure.empty()) shared_->failure = why;
   }
   shared_->changed.notify_all();
 }
 
 namespace {
 
-// The rank whose next launch is a collective whose turn has not come and that has queued the
-// fewest: nothing of the others' can go before it does.
+// Of the ranks with launches left (none of whose turn has come), the one that has queued the
+// fewest collectives: nothing of the others' can go before it does. It is also the one furthest
+// behind in its own rounds, where the ranks belong to several communicators or GPUs.
 RankLaunches* furthestBehind(std::span<RankLaunches> ranks, std::span<const size_t> next) {
   RankLaunches* slowest = nullptr;
   for (size_t r = 0; r < ranks.size(); ++r) {
-    if (next[r] == ranks[r].launches) continue;
+    if (next[r] == ranks[r].count) continue;
     if (slowest == nullptr || ranks[r].rounds->queued() < slowest->rounds->queued())
       slowest = &ranks[r];
   }
@@ -154,10 +157,10 @@ RankLaunches* furthestBehind(std::span<RankLaunches> ranks, std::span<const size
 
 void launchInRounds(std::span<RankLaunches> ranks) {
   std::vector<size_t> next(ranks.size(), 0);
+  // A rank without rounds always may: it has made every launch before anyone waits.
   auto mayGo = [&](size_t r) {
-    const RankLaunches& rank = ranks[r];
-    return next[r] < rank.launches &&
-           (rank.rounds == nullptr || !rank.isCollective(next[r]) || rank.rounds->turnCome());
+    return next[r] < ranks[r].count &&
+           (ranks[r].rounds == nullptr || ranks[r].rounds->turnHasCome());
   };
   while (true) {
     bool moved = false;

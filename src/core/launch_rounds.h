@@ -5,15 +5,19 @@
 // it: a rank's call k waits in its stream for its own call k - 1, which spins for the peers' call
 // k - 1; if one of those sits behind call k in a shared queue, neither ever runs. In rounds, no
 // call k is queued before any peer's call k - 1, so what is ahead of a call in a queue never waits
-// for what is behind it. Host code only (no CUDA type): docs/cuda.md, "Ranks that share a GPU".
+// for what is behind it. Sends and receives (and the collectives made of them: all-to-all, gather,
+// scatter) are not counted, since ranks need not make the same number, but wait for their rank's
+// turn all the same. Host code only (no CUDA type): docs/cuda.md, "Shared hardware queues".
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/wait.h"
@@ -35,17 +39,18 @@ class LaunchRounds {
   int rank() const { return rank_; }
   // Collectives this rank has queued (or that failed after their turn came).
   uint64_t queued() const;
-  // Whether this rank's next collective may be queued now: no member has queued fewer.
-  bool turnCome() const;
-  // Blocks until turnCome(). Fails with braidTimeout at `deadline` naming the members behind,
-  // braidRemoteError once a member's communicator was aborted (release), braidInvalidUsage where a
-  // member behind this rank left.
-  void awaitTurn(Clock::time_point deadline) const;
+  // Whether this rank may queue a launch now: no member has queued fewer collectives.
+  bool turnHasCome() const;
+  // Blocks until turnHasCome() for the launch of `operation` (named in errors). Fails with
+  // braidTimeout after `timeout` naming the members behind, with braidRemoteError and the reason
+  // once a member failed or was aborted (release), with braidInvalidUsage where a member behind
+  // this rank left.
+  void awaitTurn(std::chrono::milliseconds timeout, std::string_view operation) const;
   // This rank's next collective is queued: the members waiting for it may go on. Called whatever
   // became of the launch once its turn came, so a failure cannot hold the others back.
   void markQueued();
-  // Every wait of every member, now and later, fails with braidRemoteError and `why`
-  // (braidCommAbort of one of them).
+  // Every wait of every member, now and later, fails with braidRemoteError and `why` (one of
+  // them failed or called braidCommAbort: the collectives the others wait for may never come).
   void release(const std::string& why);
 
   struct Shared;
@@ -59,19 +64,19 @@ class LaunchRounds {
 };
 
 // One rank's part of a group on a CUDA device, as a series of launches in the rank's order: a
-// collective, or a run of sends and receives (which are not counted in rounds).
+// collective, or a run of sends and receives.
 struct RankLaunches {
   const LaunchRounds* rounds = nullptr;  // nullptr: the rank launches without waiting
-  size_t launches = 0;
-  std::function<bool(size_t)> isCollective;
-  // Launch i; for a collective it waits for the rank's turn (awaitTurn) and counts it (markQueued).
+  size_t count = 0;
+  // Launch i: waits for the rank's turn (awaitTurn), and counts it where it is a collective.
   std::function<void(size_t)> launch;
 };
 
-// Launches every rank's part, each in its own order, round by round: a rank's next collective is
-// launched once its turn has come; where no rank's has, the launch of the one furthest behind
-// waits (the others' turns cannot come before it moves). One thread can so drive several ranks of
-// a GPU whose collectives differ in number or kind. The first failure ends it.
+// Launches every rank's part, each in its own order, round by round: a rank's next launch is made
+// once its turn has come; where no rank's has, the launch of the one furthest behind waits (the
+// others' turns cannot come before it moves). One thread can so drive several ranks of a GPU,
+// whatever number and kind of calls each makes. The first failure ends it, leaving the other
+// ranks' launches unmade (their communicators are then to be aborted).
 void launchInRounds(std::span<RankLaunches> ranks);
 
 }  // namespace braid

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -283,67 +284,111 @@ class Grid {
 // A rank that never arrives (its kernel never ran): the others' waits end when the host sets the
 // abort words, or at the group's deadline; nothing waits for ever. Three ranks, rank 2 absent,
 // a float all-reduce: rank 0 waits to receive from rank 2, rank 1 for credit from it (ring), or
-// both at the barrier (direct).
+// both at the barrier (direct). Then the same ranks' next call, queued before their hosts saw the
+// failure, keeps out once the host has set the abort words (as a CUDA communicator does when it
+// sees a kernel stop short, core/cuda_comm.cc): it ends at once, long before its own deadline, and
+// stores no FIFO counter or arrival.
 enum class Ending { Abort, Deadline };
 
-void runWithAbsentRank(Algorithm algorithm, Ending ending) {
+// Three ranks' FIFOs and barrier words, and the calls of ranks 0 and 1 on them.
+class AbsentRankCalls {
+ public:
   using T = float;
   using R = braid::kernels::ElementReduce<braidFloat32, braidSum>;
-  constexpr int kRanks = 3, kPresent = 2, kThreads = 4, kSlots = 2;
-  constexpr size_t kCount = 1031;
-  std::vector<braid::FifoWords> words(kRanks);
-  std::vector<std::vector<uint8_t>> slots(kRanks, std::vector<uint8_t>(kSlotBytes * kSlots));
-  std::vector<braid::DirectArrival> arrivals(kRanks);
-  uint32_t abortWord = 0;
-  std::vector<std::vector<T>> inputs(kRanks, std::vector<T>(kCount, 1.0f)),
-      outputs(kRanks, std::vector<T>(kCount));
-  std::vector<const T*> inputPtrs;
-  std::vector<T*> outputPtrs;
-  for (int r = 0; r < kRanks; ++r) {
-    inputPtrs.push_back(inputs[r].data());
-    outputPtrs.push_back(outputs[r].data());
+  static constexpr int kRanks = 3, kPresent = 2, kThreads = 4, kSlots = 2;
+  static constexpr size_t kCount = 1031;
+
+  explicit AbsentRankCalls(Algorithm algorithm) : algorithm_(algorithm) {
+    for (int r = 0; r < kRanks; ++r) {
+      inputPtrs_.push_back(inputs_[r].data());
+      outputPtrs_.push_back(outputs_[r].data());
+    }
   }
-  const auto deadline =
-      Clock::now() + (ending == Ending::Deadline ? std::chrono::milliseconds(300)
-                                                 : std::chrono::milliseconds(600'000));
-  CpuBlocks blocks(kPresent, kThreads);
-  std::atomic<int> returned{0}, gaveUp{0};
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < kPresent; ++rank)
-    for (int t = 0; t < kThreads; ++t)
-      threads.emplace_back([&, rank, t] {
-        CpuGroup group = blocks.group(rank, t, deadline);
-        const int next = (rank + 1) % kRanks;
-        braid::FifoRecvView in{&words[rank], slots[rank].data(), kSlotBytes, kSlots};
-        braid::FifoSendView out{&words[next], slots[next].data(), kSlotBytes, kSlots};
-        bool ok;
-        if (algorithm == Algorithm::Direct) {
-          const braid::DirectCall<T> call{Collective::AllReduce, kRanks,  rank,   inputPtrs.data(),
-                                          outputPtrs.data(),     nullptr, kCount, 1};
-          braid::DirectBarrier barrier{arrivals.data(), &abortWord};
-          ok = braid::runDirect<R>(group, call, 0, 1, barrier);
-        } else {
-          const braid::RingCall<T> call{
-              Collective::AllReduce, kRanks, rank,   0, inputs[rank].data(),
-              outputs[rank].data(),  kCount, kCount, 1};
-          ok = algorithm == Algorithm::LowLatency
-                   ? braid::runChannelOnViews<R>(group, call, 0, 1, braid::LlPorts{in, out})
-                   : braid::runChannelOnViews<R>(group, call, 0, 1, braid::FifoViewPorts{in, out});
-        }
-        ++returned;
-        if (!ok) ++gaveUp;
-      });
-  if (ending == Ending::Abort) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    for (auto& w : words) braid::storeRelease(w.abort, 1u);
-    braid::storeRelease(abortWord, 1u);
+
+  // Every block of ranks 0 and 1 runs the all-reduce to its end; the blocks that gave up. With
+  // `abortAfter`, the host sets every abort word that long after the start.
+  int run(Clock::time_point deadline, std::optional<std::chrono::milliseconds> abortAfter) {
+    CpuBlocks blocks(kPresent, kThreads);
+    std::atomic<int> gaveUp{0};
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < kPresent; ++rank)
+      for (int t = 0; t < kThreads; ++t)
+        threads.emplace_back([&, rank, t] {
+          CpuGroup group = blocks.group(rank, t, deadline);
+          if (!runBlock(group, rank)) ++gaveUp;
+        });
+    if (abortAfter) {
+      std::this_thread::sleep_for(*abortAfter);
+      abortAll();
+    }
+    for (auto& t : threads) t.join();
+    return gaveUp.load();
   }
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(returned.load(), kPresent * kThreads);
-  EXPECT_EQ(gaveUp.load(), kPresent * kThreads) << "a block finished without rank 2";
-  if (ending == Ending::Abort) {
-    EXPECT_LT(Clock::now(), deadline) << "the abort did not end the waits";
+
+  // What the host sets to stop every wait (braidCommAbort, or a kernel seen to stop short).
+  void abortAll() {
+    for (auto& w : words_) braid::storeRelease(w.abort, 1u);
+    braid::storeRelease(abortWord_, 1u);
   }
+
+  // The words a call that keeps out must leave as they were.
+  std::vector<uint32_t> counters() const {
+    std::vector<uint32_t> seen;
+    for (int r = 0; r < kRanks; ++r)
+      seen.insert(seen.end(), {words_[r].tail, words_[r].head, arrivals_[r].count});
+    return seen;
+  }
+
+ private:
+  bool runBlock(CpuGroup& group, int rank) {
+    const int next = (rank + 1) % kRanks;
+    braid::FifoRecvView in{&words_[rank], slots_[rank].data(), kSlotBytes, kSlots};
+    braid::FifoSendView out{&words_[next], slots_[next].data(), kSlotBytes, kSlots};
+    if (algorithm_ == Algorithm::Direct) {
+      const braid::DirectCall<T> call{Collective::AllReduce, kRanks,  rank,   inputPtrs_.data(),
+                                      outputPtrs_.data(),    nullptr, kCount, 1};
+      braid::DirectBarrier barrier{arrivals_.data(), &abortWord_};
+      return braid::runDirect<R>(group, call, 0, 1, barrier);
+    }
+    const braid::RingCall<T> call{Collective::AllReduce, kRanks, rank,   0, inputs_[rank].data(),
+                                  outputs_[rank].data(), kCount, kCount, 1};
+    if (algorithm_ == Algorithm::LowLatency)
+      return braid::runChannelOnViews<R>(group, call, 0, 1, braid::LlPorts{in, out});
+    return braid::runChannelOnViews<R>(group, call, 0, 1, braid::FifoViewPorts{in, out});
+  }
+
+  Algorithm algorithm_;
+  std::vector<braid::FifoWords> words_ = std::vector<braid::FifoWords>(kRanks);
+  std::vector<std::vector<uint8_t>> slots_ =
+      std::vector<std::vector<uint8_t>>(kRanks, std::vector<uint8_t>(kSlotBytes* kSlots));
+  std::vector<braid::DirectArrival> arrivals_ = std::vector<braid::DirectArrival>(kRanks);
+  uint32_t abortWord_ = 0;
+  std::vector<std::vector<T>> inputs_ =
+      std::vector<std::vector<T>>(kRanks, std::vector<T>(kCount, 1.0f));
+  std::vector<std::vector<T>> outputs_ =
+      std::vector<std::vector<T>>(kRanks, std::vector<T>(kCount));
+  std::vector<const T*> inputPtrs_;
+  std::vector<T*> outputPtrs_;
+};
+
+void runWithAbsentRank(Algorithm algorithm, Ending ending) {
+  constexpr int kBlocks = AbsentRankCalls::kPresent * AbsentRankCalls::kThreads;
+  AbsentRankCalls calls(algorithm);
+  const bool aborting = ending == Ending::Abort;
+  auto deadline = Clock::now() +
+                  (aborting ? std::chrono::milliseconds(600'000) : std::chrono::milliseconds(300));
+  EXPECT_EQ(
+      calls.run(deadline, aborting ? std::optional(std::chrono::milliseconds(100)) : std::nullopt),
+      kBlocks)
+      << "a block finished without rank 2";
+  if (aborting) EXPECT_LT(Clock::now(), deadline) << "the abort did not end the waits";
+  // The next call, queued before the hosts saw the failure; they have set the abort words since.
+  calls.abortAll();
+  const std::vector<uint32_t> before = calls.counters();
+  deadline = Clock::now() + std::chrono::seconds(20);
+  EXPECT_EQ(calls.run(deadline, std::nullopt), kBlocks) << "a block of the next call finished";
+  EXPECT_LT(Clock::now(), deadline) << "the next call waited for its deadline";
+  EXPECT_EQ(calls.counters(), before) << "the next call moved";
 }
 
 TEST(DeviceWaits, AnAbsentRankIsAbortedNotAwaited) {

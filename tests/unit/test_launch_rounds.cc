@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -23,7 +24,7 @@ using braid::Error;
 using braid::LaunchRounds;
 using braid::RankLaunches;
 
-constexpr auto kLongWait = std::chrono::seconds(20);  // never reached where the rounds are right
+constexpr std::chrono::milliseconds kLongWait{20'000};  // never reached where the rounds are right
 
 // A fresh key per test: members of one communicator share it, no other communicator does.
 uint64_t freshKey() {
@@ -49,31 +50,31 @@ std::optional<Error> failureOf(Body&& body) {
   return std::nullopt;
 }
 
-std::optional<Error> turnError(const LaunchRounds& seat, Clock::time_point deadline) {
-  return failureOf([&] { seat.awaitTurn(deadline); });
+std::optional<Error> turnError(const LaunchRounds& seat, std::chrono::milliseconds timeout) {
+  return failureOf([&] { seat.awaitTurn(timeout, "braidAllReduce"); });
 }
 
 TEST(LaunchRounds, ARankAheadWaitsUntilEveryRankOfItsGpuQueuedTheRoundBefore) {
   auto seats = joinAll({0, 2, 5});  // any ranks of the communicator, in rank order
-  for (const auto& seat : seats) EXPECT_TRUE(seat->turnCome());
+  for (const auto& seat : seats) EXPECT_TRUE(seat->turnHasCome());
   seats[0]->markQueued();
-  EXPECT_FALSE(seats[0]->turnCome());
-  EXPECT_TRUE(seats[1]->turnCome());
+  EXPECT_FALSE(seats[0]->turnHasCome());
+  EXPECT_TRUE(seats[1]->turnHasCome());
   seats[1]->markQueued();
-  EXPECT_FALSE(seats[0]->turnCome());
-  EXPECT_FALSE(seats[1]->turnCome());
-  EXPECT_TRUE(seats[2]->turnCome());
-  const std::optional<Error> early = turnError(*seats[0], Clock::now());
+  EXPECT_FALSE(seats[0]->turnHasCome());
+  EXPECT_FALSE(seats[1]->turnHasCome());
+  EXPECT_TRUE(seats[2]->turnHasCome());
+  const std::optional<Error> early = turnError(*seats[0], std::chrono::milliseconds(0));
   ASSERT_TRUE(early.has_value());
   EXPECT_EQ(early->code(), braidTimeout);
   EXPECT_NE(std::string(early->what())
-                .find("rank 0: its collective 2 waited in vain for "
-                      "rank(s) 5 on the same GPU to queue collective 1"),
+                .find("rank 0: braidAllReduce waited 0 ms in vain for rank(s) 5 on the same "
+                      "GPU to queue collective 1 (sends and receives not counted)"),
             std::string::npos)
       << early->what();
   seats[2]->markQueued();
   for (const auto& seat : seats) {
-    EXPECT_TRUE(seat->turnCome());
+    EXPECT_TRUE(seat->turnHasCome());
     EXPECT_EQ(seat->queued(), 1u);
   }
 }
@@ -83,7 +84,7 @@ TEST(LaunchRounds, AWaitingRankGoesOnOnceTheLastPeerQueues) {
   seats[0]->markQueued();
   std::atomic<uint64_t> peersQueuedWhenLetGo{0};
   std::thread ahead([&] {
-    seats[0]->awaitTurn(Clock::now() + kLongWait);
+    seats[0]->awaitTurn(kLongWait, "braidAllReduce");
     peersQueuedWhenLetGo = seats[1]->queued() + seats[2]->queued();
   });
   seats[1]->markQueued();
@@ -96,13 +97,14 @@ TEST(LaunchRounds, AnAbortedPeerEndsEveryWaitNowAndLater) {
   auto seats = joinAll({0, 1});
   seats[0]->markQueued();
   std::optional<Error> waiting;
-  std::thread ahead([&] { waiting = turnError(*seats[0], Clock::now() + kLongWait); });
+  std::thread ahead([&] { waiting = turnError(*seats[0], kLongWait); });
   seats[1]->release("rank 1 called braidCommAbort");
   ahead.join();
-  for (const std::optional<Error>& e : {waiting, turnError(*seats[1], Clock::now() + kLongWait)}) {
+  for (const std::optional<Error>& e : {waiting, turnError(*seats[1], kLongWait)}) {
     ASSERT_TRUE(e.has_value());
     EXPECT_EQ(e->code(), braidRemoteError);
-    EXPECT_NE(std::string(e->what()).find("was not queued: rank 1 called braidCommAbort"),
+    EXPECT_NE(std::string(e->what()).find("braidAllReduce was not queued: rank 1 called "
+                                          "braidCommAbort"),
               std::string::npos)
         << e->what();
   }
@@ -114,20 +116,20 @@ TEST(LaunchRounds, APeerDestroyedBehindARankEndsItsWaitButNotThoseOfRanksBehind)
   seats[0]->markQueued();
   seats[2]->markQueued();
   std::optional<Error> waiting;
-  std::thread ahead([&] { waiting = turnError(*seats[0], Clock::now() + kLongWait); });
+  std::thread ahead([&] { waiting = turnError(*seats[0], kLongWait); });
   seats[1].reset();  // destroyed after no collective
   ahead.join();
   ASSERT_TRUE(waiting.has_value());
   EXPECT_EQ(waiting->code(), braidInvalidUsage);
   EXPECT_NE(std::string(waiting->what())
-                .find("rank 0: its collective 3 was not queued: rank 1, on the same GPU, was "
-                      "destroyed after queuing 0 collectives"),
+                .find("rank 0: braidAllReduce was not queued: rank 1, on the same GPU, was "
+                      "destroyed after queuing 0 collectives, and this rank has queued 2"),
             std::string::npos)
       << waiting->what();
   auto gone = joinAll({0, 1});
   gone[0].reset();  // ahead of nobody: the rank left behind is not stopped
-  EXPECT_TRUE(gone[1]->turnCome());
-  EXPECT_FALSE(turnError(*gone[1], Clock::now()).has_value());
+  EXPECT_TRUE(gone[1]->turnHasCome());
+  EXPECT_FALSE(turnError(*gone[1], std::chrono::milliseconds(0)).has_value());
 }
 
 TEST(LaunchRounds, CommunicatorsAreKeptApartAndAKeyIsFreshOnceEveryMemberLeft) {
@@ -135,11 +137,11 @@ TEST(LaunchRounds, CommunicatorsAreKeptApartAndAKeyIsFreshOnceEveryMemberLeft) {
   auto a0 = LaunchRounds::join(key, 0, {0, 1});
   auto other = joinAll({0, 1});
   a0->markQueued();
-  EXPECT_TRUE(other[0]->turnCome());
+  EXPECT_TRUE(other[0]->turnHasCome());
   auto a1 = LaunchRounds::join(key, 1, {0, 1});
-  EXPECT_FALSE(a0->turnCome());  // a1 shares a0's rounds
+  EXPECT_FALSE(a0->turnHasCome());  // a1 shares a0's rounds
   a1->markQueued();
-  EXPECT_TRUE(a0->turnCome());
+  EXPECT_TRUE(a0->turnHasCome());
   EXPECT_THROW(LaunchRounds::join(key, 1, {1, 2}), Error);         // other members: refused
   EXPECT_THROW(LaunchRounds::join(freshKey(), 3, {0, 1}), Error);  // not among its members
   a0.reset();
@@ -152,73 +154,106 @@ TEST(LaunchRounds, CommunicatorsAreKeptApartAndAKeyIsFreshOnceEveryMemberLeft) {
 struct QueueLog {
   std::mutex mutex;
   std::vector<std::string> breaches;
-  std::vector<std::vector<size_t>> order;  // per seat: the launches made, in order
+  std::map<int, std::vector<size_t>> order;  // per rank: the launches made, in order
 };
 
-// A rank's launches: 'c' a collective (waits for its turn, then counts), 'p' sends and receives.
-// Each collective checks, as it is queued, that no rank of the GPU has queued fewer than it has.
-RankLaunches launchesOf(const std::string& kinds, size_t seat,
-                        std::vector<std::unique_ptr<LaunchRounds>>& seats, QueueLog& log,
-                        Clock::duration wait) {
+// A rank's launches as braidComm::launchOne makes them: each waits for its turn, and 'c' (a
+// collective) then counts, 'p' (sends and receives) does not. Each launch checks, as it is
+// queued, that no member of its rounds (`members`, itself among them) has queued fewer
+// collectives than it has. Without rounds, nothing is checked. A driver that made a launch of one
+// of its ranks wait for another of its ranks would end in braidTimeout.
+RankLaunches launchesOf(const std::string& kinds, int rank, LaunchRounds* own,
+                        std::vector<LaunchRounds*> members, QueueLog& log,
+                        std::chrono::milliseconds wait) {
   RankLaunches r;
-  r.rounds = seats[seat].get();
-  r.launches = kinds.size();
-  r.isCollective = [kinds](size_t i) { return kinds[i] == 'c'; };
-  r.launch = [kinds, seat, &seats, &log, wait](size_t i) {
-    LaunchRounds& own = *seats[seat];
-    if (kinds[i] == 'c') {
-      own.awaitTurn(Clock::now() + wait);
-      const std::lock_guard<std::mutex> lock(log.mutex);
-      for (const auto& peer : seats)
-        if (peer->queued() < own.queued())
-          log.breaches.push_back(
-              fmt::format("rank {} queued collective {} before rank {} queued "
-                          "{}",
-                          own.rank(), own.queued() + 1, peer->rank(), own.queued()));
-      own.markQueued();
-    }
+  r.rounds = own;
+  r.count = kinds.size();
+  r.launch = [=, &log](size_t i) {
+    if (own != nullptr) own->awaitTurn(wait, "braidAllReduce");
     const std::lock_guard<std::mutex> lock(log.mutex);
-    log.order[seat].push_back(i);
+    for (const LaunchRounds* peer : members)
+      if (peer->queued() < own->queued())
+        log.breaches.push_back(
+            fmt::format("rank {} made launch {} before rank {} queued its "
+                        "collective {}",
+                        rank, i, peer->rank(), own->queued()));
+    if (own != nullptr && kinds[i] == 'c') own->markQueued();
+    log.order[rank].push_back(i);
   };
   return r;
 }
 
+std::vector<LaunchRounds*> pointers(const std::vector<std::unique_ptr<LaunchRounds>>& seats) {
+  std::vector<LaunchRounds*> all;
+  for (const auto& seat : seats) all.push_back(seat.get());
+  return all;
+}
+
+// Every rank made every launch, in its order.
+void expectEveryLaunchInOrder(const QueueLog& log, const std::map<int, std::string>& kinds) {
+  EXPECT_TRUE(log.breaches.empty()) << log.breaches.front();
+  for (const auto& [rank, launches] : kinds) {
+    std::vector<size_t> inOrder(launches.size());
+    for (size_t i = 0; i < inOrder.size(); ++i) inOrder[i] = i;
+    EXPECT_EQ(log.order.at(rank), inOrder) << "rank " << rank;
+  }
+}
+
 TEST(LaunchRounds, OneThreadDrivesSeveralRanksRoundByRoundBesideAnotherThreadsRank) {
   auto seats = joinAll({0, 1, 2});
+  const std::vector<LaunchRounds*> members = pointers(seats);
   QueueLog log;
-  log.order.resize(3);
-  const std::vector<std::string> kinds = {"cpcc", "pccpc", "ccc"};
-  std::vector<RankLaunches> group = {launchesOf(kinds[0], 0, seats, log, kLongWait),
-                                     launchesOf(kinds[1], 1, seats, log, kLongWait)};
-  std::vector<RankLaunches> alone = {launchesOf(kinds[2], 2, seats, log, kLongWait)};
+  const std::map<int, std::string> kinds = {{0, "cpcc"}, {1, "pccpc"}, {2, "ccc"}};
+  std::vector<RankLaunches> group, alone;
+  for (int rank : {0, 1})
+    group.push_back(launchesOf(kinds.at(rank), rank, seats[rank].get(), members, log, kLongWait));
+  alone.push_back(launchesOf(kinds.at(2), 2, seats[2].get(), members, log, kLongWait));
   std::optional<Error> otherError;
   std::thread other([&] { otherError = failureOf([&] { braid::launchInRounds(alone); }); });
   const std::optional<Error> groupError = failureOf([&] { braid::launchInRounds(group); });
   other.join();
   for (const std::optional<Error>& e : {groupError, otherError})
     EXPECT_FALSE(e.has_value()) << e->what();
-  EXPECT_TRUE(log.breaches.empty()) << log.breaches.front();
-  for (size_t s = 0; s < 3; ++s) {
-    std::vector<size_t> inOrder(kinds[s].size());
-    for (size_t i = 0; i < inOrder.size(); ++i) inOrder[i] = i;
-    EXPECT_EQ(log.order[s], inOrder) << "rank " << s;
-    EXPECT_EQ(seats[s]->queued(), 3u);
-  }
+  expectEveryLaunchInOrder(log, kinds);
+  for (const auto& seat : seats) EXPECT_EQ(seat->queued(), 3u);
+}
+
+TEST(LaunchRounds, OneThreadDrivesRanksOfTwoGpusAndOneWithoutRounds) {
+  // Ranks 0-1 on one GPU, 2-3 on another (rank 3 on a thread of its own), rank 4 alone on a third.
+  auto first = joinAll({0, 1});
+  auto second = joinAll({2, 3});
+  QueueLog log;
+  const std::map<int, std::string> kinds = {
+      {0, "ccpc"}, {1, "pccc"}, {2, "cpcpc"}, {3, "ccc"}, {4, "cpc"}};
+  std::vector<RankLaunches> group, alone;
+  for (int rank : {0, 1})
+    group.push_back(
+        launchesOf(kinds.at(rank), rank, first[rank].get(), pointers(first), log, kLongWait));
+  group.push_back(launchesOf(kinds.at(2), 2, second[0].get(), pointers(second), log, kLongWait));
+  group.push_back(launchesOf(kinds.at(4), 4, nullptr, {}, log, kLongWait));
+  alone.push_back(launchesOf(kinds.at(3), 3, second[1].get(), pointers(second), log, kLongWait));
+  std::optional<Error> otherError;
+  std::thread other([&] { otherError = failureOf([&] { braid::launchInRounds(alone); }); });
+  const std::optional<Error> groupError = failureOf([&] { braid::launchInRounds(group); });
+  other.join();
+  for (const std::optional<Error>& e : {groupError, otherError})
+    EXPECT_FALSE(e.has_value()) << e->what();
+  expectEveryLaunchInOrder(log, kinds);
 }
 
 TEST(LaunchRounds, IssuingOneRankAfterAnotherFromOneThreadWaitsForItself) {
   // Why groups launch in rounds: the same three ranks' calls, issued rank after rank by one
-  // thread, stop at rank 0's second collective (the deadline here is short: it must pass).
+  // thread, stop at rank 0's second collective (the wait here is short: it must pass).
   auto seats = joinAll({0, 1, 2});
   QueueLog log;
-  log.order.resize(3);
-  for (size_t s = 0; s < 3; ++s) {
-    RankLaunches r = launchesOf("cc", s, seats, log, std::chrono::milliseconds(200));
+  for (int rank = 0; rank < 3; ++rank) {
+    RankLaunches r = launchesOf("cc", rank, seats[rank].get(), pointers(seats), log,
+                                std::chrono::milliseconds(200));
     try {
-      for (size_t i = 0; i < r.launches; ++i) r.launch(i);
+      for (size_t i = 0; i < r.count; ++i) r.launch(i);
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), braidTimeout);
-      EXPECT_EQ(s, 0u);
+      EXPECT_EQ(rank, 0);
       EXPECT_EQ(log.order[0].size(), 1u);
       return;
     }
