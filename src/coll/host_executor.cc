@@ -8,7 +8,9 @@
 
 #include "base/error.h"
 #include "coll/call_tag.h"
+#include "coll/host_engine_policies.h"
 #include "coll/host_recursive.h"
+#include "coll/host_tree.h"
 #include "coll/ring_call.h"
 #include "coll/ring_engine.h"
 #include "kernels/host_reduce.h"
@@ -17,73 +19,6 @@ namespace braid {
 namespace {
 
 constexpr size_t kInPlaceStreamingFactor = 4;
-
-// The host executor's thread as the engine's thread group: one thread, so nothing to meet.
-struct OneThread {
-  int index() const { return 0; }
-  int size() const { return 1; }
-  void sync() {}
-  bool any(bool mine) { return mine; }
-  bool keepWaiting() { return true; }  // the connectors' own waits never hand back
-};
-
-// The engine's data mover on the host: the SIMD kernels, on the element's bits T (their size is
-// all the engine needs). A move that writes both the output and a FIFO slot streams at most one
-// of them (the kernels stream their first destination only): the slot when slots stream.
-template <class T>
-struct SimdMover {
-  using Storage = T;
-  kernels::ReduceFn reduceToSlot;    // streams its first destination when slots stream
-  kernels::ReduceFn reduceToOutput;  // streams its first destination when the output streams
-  bool streamSlots;
-  bool streamOutput;
-
-  // recv OP input, or a copy of whichever is given (the engine's data mover).
-  void operator()(OneThread&, const T* recv, const T* input, T* toOutput, T* toSlot, size_t count,
-                  int divisor) const {
-    const bool slotFirst = toSlot != nullptr && (streamSlots || toOutput == nullptr);
-    T* first = slotFirst ? toSlot : toOutput;
-    T* second = slotFirst ? toOutput : toSlot;
-    if (recv == nullptr || input == nullptr) {
-      const T* from = recv != nullptr ? recv : input;
-      if (from == first && second == nullptr) return;  // in place: already there
-      kernels::copy2(first, second, from, count * sizeof(T),
-                     slotFirst ? streamSlots : streamOutput);
-    } else {
-      (slotFirst ? reduceToSlot : reduceToOutput)(first, second, recv, input, count, divisor);
-    }
-  }
-};
-
-// The engine's ports on the host: the connectors' blocking waits under the watchdog, every slot
-// tagged with the call and checked against it.
-struct ConnectorPorts {
-  static constexpr bool kLowLatency = false;
-  RecvConnector& prev;
-  SendConnector& next;
-  const CallTag& tag;
-  Watchdog& dog;
-  bool fenceBeforePost;  // slots are written with streaming stores: order them before the post
-  const void* received = nullptr;
-  void* slot = nullptr;
-
-  size_t slotBytes() const { return next.slotBytes(); }
-  bool waitRecv(OneThread&, size_t bytes) {
-    received = receive(prev, tag, bytes, dog);
-    return true;
-  }
-  bool waitSend(OneThread&) {
-    slot = next.acquire(dog);
-    return true;
-  }
-  const void* recvSlot() const { return received; }
-  void* sendSlot() const { return slot; }
-  void post(OneThread&, size_t bytes) {
-    if (fenceBeforePost) kernels::streamFence();
-    next.post(bytes, tag);
-  }
-  void release(OneThread&) { prev.release(); }
-};
 
 void sendTagOnly(SendConnector& to, const CallTag& tag, Watchdog& dog) {
   to.acquire(dog);
@@ -116,7 +51,7 @@ void runRingAs(CollContext& ctx, const CollArgs& a, const CallTag& tag) {
   const bool streamSlots = slotStores == SlotStores::kStreaming;
   const SimdMover<T> move{kernels::reduceFn(a.type, a.op, streamSlots),
                           kernels::reduceFn(a.type, a.op, streamOut), streamSlots, streamOut};
-  ConnectorPorts ports{prev, next, tag, *ctx.dog, streamSlots};
+  ConnectorPorts ports{&prev, &next, &tag, ctx.dog, streamSlots};
   const RingCall<T> call = ringCallOf<T>(a, n, ctx.rank, ctx.ringOrder.data());
   OneThread thread;
   const auto start = std::chrono::steady_clock::now();
@@ -237,6 +172,7 @@ void runCollective(CollContext& ctx, const CollArgs& a) {
         break;
       case HostAllReduce::Doubling: return runDoublingAllReduce(ctx, a, tag);
       case HostAllReduce::Halving: return runHalvingAllReduce(ctx, a, tag);
+      case HostAllReduce::Tree: return runTreeAllReduce(ctx, a, tag);
       case HostAllReduce::Ring: break;
     }
   }

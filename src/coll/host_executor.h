@@ -1,7 +1,8 @@
 // Runs collectives on host memory over connectors: the ring schedule for large messages, a
 // one-shot all-pairs exchange for small all-reduces, recursive doubling and halving for
-// all-reduces across many ranks (coll/host_recursive.h), and concurrent progress for grouped
-// send/recv. Knows nothing of how the connectors move bytes.
+// all-reduces across many ranks (coll/host_recursive.h), the double binary tree
+// (coll/host_tree.h), and concurrent progress for grouped send/recv. Knows nothing of how the
+// connectors move bytes.
 #pragma once
 
 #include <array>
@@ -31,7 +32,7 @@ struct CollArgs {
 };
 
 // How a host all-reduce runs; the communicator's model chooses per size.
-enum class HostAllReduce : uint8_t { Ring, OneShot, Doubling, Halving };
+enum class HostAllReduce : uint8_t { Ring, OneShot, Doubling, Halving, Tree };
 // Entry k serves all-reduces of (2^(k-1), 2^k] bytes (entry 0: up to 1 byte).
 using HostAllReduceTable = std::array<HostAllReduce, 64>;
 size_t sizeClass(size_t bytes);

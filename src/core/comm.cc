@@ -165,6 +165,7 @@ braid::HostAllReduce hostAllReduce(braid::plan::Algorithm algorithm) {
     case braid::plan::Algorithm::Direct: return braid::HostAllReduce::OneShot;
     case braid::plan::Algorithm::Doubling: return braid::HostAllReduce::Doubling;
     case braid::plan::Algorithm::Halving: return braid::HostAllReduce::Halving;
+    case braid::plan::Algorithm::Tree: return braid::HostAllReduce::Tree;
   }
   return braid::HostAllReduce::Ring;
 }
@@ -583,6 +584,7 @@ void braidComm::planRings(const braid::FifoGeometry& geometry) {
     input.ranksPerHost[host] = ranksOnMachine(peers_, peers_[r].machineHash);
   }
   input.fifoBytes = geometry.slotBytes * geometry.nSlots;
+  input.slotBytes = geometry.slotBytes;
   // Half the last-level cache: the rest holds what else runs (and other tenants of a VM's host).
   input.cacheBytes = peers_[0].llcBytes / 2;
   for (const braid::PeerInfo& p : peers_)

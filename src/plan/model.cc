@@ -7,6 +7,7 @@
 #include <limits>
 #include <sstream>
 
+#include "base/binary_trees.h"
 #include "base/error.h"
 #include "base/params.h"
 #include "base/recursive_pairing.h"
@@ -100,6 +101,7 @@ const char* algorithmName(Algorithm algorithm) {
     case Algorithm::Direct: return "direct";
     case Algorithm::Doubling: return "doubling";
     case Algorithm::Halving: return "halving";
+    case Algorithm::Tree: return "tree";
   }
   return "?";
 }
@@ -165,8 +167,10 @@ Model::Model(const LinkGraph& graph, const Plan& plan, ModelInput input)
     busiestNicMessages_ = std::max(busiestNicMessages_, ranks * (nranks_ - ranks));
     busiestHostRanks_ = std::max(busiestHostRanks_, ranks);
   }
-  if (in_.hostRanks && !plan.channels.empty())
+  if (in_.hostRanks && !plan.channels.empty()) {
     findRecursiveCrossings(graph, plan.channels.front().order);
+    findTreeCrossings(graph, plan.channels.front().order);
+  }
   if (!in_.hostRanks && in_.ranksShareDevice) {
     // Ranks on one GPU share its memory: n ranks move their bytes at once. Each reads its input
     // and writes its output (2 accesses per byte); a ring hop's FIFO slot, written and read back
@@ -220,6 +224,38 @@ void Model::findRecursiveCrossings(const LinkGraph& graph, const std::vector<int
       crosses |= host(pairing.positionOf(index)) != host(pairing.positionOf(index ^ mask));
     exchangeCrossesHosts_.push_back(crosses);
   }
+}
+
+// As coll/host_tree.cc lays the trees: over the ring order, rootless.
+void Model::findTreeCrossings(const LinkGraph& graph, const std::vector<int>& order) {
+  const BinaryTrees trees(static_cast<int>(order.size()));
+  treeDepth_ = trees.depth();
+  for (int tree = 0; tree < 2; ++tree)
+    for (int position = 0; position < trees.positions(); ++position) {
+      const int parent = trees.node(tree, position).parent;
+      treeCrossesHosts_ |=
+          parent >= 0 && graph.hostOfRank(order[parent]) != graph.hostOfRank(order[position]);
+    }
+}
+
+// The host's trees run one after the other, each on half the bytes, a FIFO slot at a time, and a
+// slot goes up and its result down before the next goes up: per slot, 2 x depth handoffs (a
+// network one where the trees cross hosts) and the core's work on it at every level.
+double Model::treeTimeUs(Operation op, Protocol protocol, size_t bytes) const {
+  if (!in_.hostRanks || op != Operation::AllReduce || protocol != Protocol::Simple || nranks_ < 2)
+    return kInfinity;
+  const double slotBytes = static_cast<double>(in_.slotBytes);
+  const double slots = std::max(2.0, std::ceil(static_cast<double>(bytes) / slotBytes));
+  const double slot = std::min(slotBytes, static_cast<double>(bytes) / 2);
+  const double latency = oversubscription() > 1 ? in_.latency.switchUs
+                         : treeCrossesHosts_    ? in_.latency.netHopUs
+                                                : in_.latency.hopUs;
+  // Up: two children's slots reduced; down: the result copied out and to two children.
+  const double coreUs =
+      (microseconds(2 * slot, in_.core.reduceGBs) + microseconds(3 * slot, in_.core.copyGBs)) *
+      crowding() / cacheSpeedup(bytes);
+  const double linkUs = treeCrossesHosts_ ? microseconds(2 * slot, ringGBs_) : 0;
+  return in_.latency.callUs + slots * 2 * treeDepth_ * (latency + std::max(coreUs, linkUs));
 }
 
 // Each exchange costs a handoff (a network one where it crosses hosts) and the longer of the
@@ -364,6 +400,7 @@ double Model::timeUs(Operation op, Algorithm algorithm, Protocol protocol, size_
     case Algorithm::Direct: return directTimeUs(op, protocol, bytes);
     case Algorithm::Doubling: return recursiveTimeUs(op, protocol, bytes, false);
     case Algorithm::Halving: return recursiveTimeUs(op, protocol, bytes, true);
+    case Algorithm::Tree: return treeTimeUs(op, protocol, bytes);
   }
   return kInfinity;
 }

@@ -17,10 +17,11 @@ namespace braid::plan {
 // In braidCollective_t's order (include/braid/braid.h).
 enum class Operation : uint8_t { AllReduce, ReduceScatter, AllGather, Broadcast, Reduce, SendRecv };
 // Doubling and Halving are host ranks' all-reduces in log2(n) exchanges (coll/host_recursive.h):
-// recursive doubling, and recursive halving then doubling (Rabenseifner).
-enum class Algorithm : uint8_t { Ring, Direct, Doubling, Halving };
+// recursive doubling, and recursive halving then doubling (Rabenseifner). Tree: host ranks'
+// all-reduce on the double binary tree (coll/host_tree.h).
+enum class Algorithm : uint8_t { Ring, Direct, Doubling, Halving, Tree };
 inline constexpr Algorithm kAlgorithms[] = {Algorithm::Ring, Algorithm::Direct, Algorithm::Doubling,
-                                            Algorithm::Halving};
+                                            Algorithm::Halving, Algorithm::Tree};
 enum class Protocol : uint8_t { Simple, LL };
 
 const char* operationName(Operation op);
@@ -55,9 +56,10 @@ struct ModelInput {
   std::vector<int> coresPerHost;  // usable cores of each host
   // Ranks on the machine of each host; with several hosts each has a network proxy thread too.
   std::vector<int> ranksPerHost;
-  size_t fifoBytes = 1 << 20;  // per connector: a rank runs at most this far ahead
-  double cacheBytes = 0;       // last-level cache the ranks of a machine can count on; 0: unknown
-  size_t directMaxBytes = 0;   // the one-shot exchange holds at most this per peer
+  size_t fifoBytes = 1 << 20;    // per connector: a rank runs at most this far ahead
+  size_t slotBytes = 128 << 10;  // of those, one slot (a tree's step)
+  double cacheBytes = 0;         // last-level cache the ranks of a machine can count on; 0: unknown
+  size_t directMaxBytes = 0;     // the one-shot exchange holds at most this per peer
   // Device ranks only: every rank on one GPU (threads of one process), moving bytes through its
   // memory, which runs at deviceMemoryGBs (reads and writes together; 0: unknown, the plan's
   // links then stand in).
@@ -108,10 +110,12 @@ class Model {
   double ringTimeUs(Operation op, Protocol protocol, size_t bytes) const;
   double directTimeUs(Operation op, Protocol protocol, size_t bytes) const;
   double recursiveTimeUs(Operation op, Protocol protocol, size_t bytes, bool halving) const;
+  double treeTimeUs(Operation op, Protocol protocol, size_t bytes) const;
   double stepLatencyUs(Protocol protocol) const;
   double oversubscription() const;  // busy threads per core on the most loaded machine, >= 1
   double crowding() const;          // how much slower a rank's core work runs for sharing it
   void findRecursiveCrossings(const LinkGraph& graph, const std::vector<int>& order);
+  void findTreeCrossings(const LinkGraph& graph, const std::vector<int>& order);
   double cacheSpeedup(size_t bytes) const;
 
   int nranks_ = 1;
@@ -133,13 +137,17 @@ class Model {
   std::vector<bool> exchangeCrossesHosts_;
   bool foldCrossesHosts_ = false;
   bool folds_ = false;
+  // Host ranks, trees (base/binary_trees.h over the ring order): their depth, and whether an
+  // edge of either crosses hosts.
+  int treeDepth_ = 0;
+  bool treeCrossesHosts_ = false;
   ModelInput in_;
 };
 
 // The host figures and latencies of BRAID_MODEL_*, and the algorithms and protocols BRAID_ALGO and
-// BRAID_PROTO allow ("ring", "direct", "doubling", "halving", "ring,direct"; "simple", "ll"; empty
-// = all). Fails naming the variable and the accepted values. The caller fills in the machine:
-// cores, threads, FIFOs.
+// BRAID_PROTO allow ("ring", "direct", "doubling", "halving", "tree", "ring,direct"; "simple",
+// "ll"; empty = all). Fails naming the variable and the accepted values. The caller fills in the
+// machine: cores, threads, FIFOs.
 ModelInput modelInputFromParams();
 // The algorithms a list names ("ring,doubling"; empty: all), indexed by Algorithm; fails naming
 // `source` and the accepted names.

@@ -72,8 +72,9 @@ braid_multihost_test(multihost_grid_3hosts HOSTS 3
 # with 4 ranks, a rank's own input kept aside in place, shared memory inside host 0.
 braid_multihost_test(multihost_grid_3hosts_direct HOSTS 3
   COMMAND env BRAID_ALGO=direct ${grid} --gtest_filter=${case}4ranks_allreduce)
-# Recursive doubling and halving across hosts, forced: partners on one host and on others.
-foreach(algo doubling halving)
+# Recursive doubling and halving, and the double binary tree, across hosts, forced: partners (tree
+# neighbours) on one host and on others.
+foreach(algo doubling halving tree)
   braid_multihost_test(multihost_grid_3hosts_${algo} HOSTS 3
     COMMAND env BRAID_ALGO=${algo} ${grid} --gtest_filter=${case}4ranks_allreduce)
 endforeach()

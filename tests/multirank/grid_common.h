@@ -193,7 +193,8 @@ std::string formatElement(const T& v) {
 //         [-2, 2], E5M2: in [-1, 1]); every partial sum of 8 ranks stays within the significant
 //         bits (fp16 11, bf16 8, E4M3 4, E5M2 3).
 //  Prod   integers: from {0 (rarely), ±1, 2, ±3, 7, 255, -129, 65537}, wrapping too;
-//         floats: from {0 (rarely), ±1/2, ±1, ±2}: 8 ranks stay within 2^-8 .. 2^8.
+//         floats: from {0 (rarely), ±1/2, ±1, ±2}: 8 ranks stay within 2^-8 .. 2^8 (16 ranks
+//         within 2^-16 .. 2^16, which fp16 and the fp8 formats cannot hold).
 //  MaxMin integers: random full-width values (signedness matters);
 //         floats: random bit patterns, NaN and -0 replaced so max/min are unambiguous (fp8:
 //         also infinity, which the saturating conversion turns into the largest finite value).
@@ -291,10 +292,7 @@ inline ProdFactor prodFactor(uint64_t r) {
 }
 
 inline double signedPowerOfTwo(bool negative, int exponent) {
-  static constexpr double kPowers[] = {1.0 / 256, 1.0 / 128, 1.0 / 64, 1.0 / 32, 1.0 / 16, 1.0 / 8,
-                                       1.0 / 4,   1.0 / 2,   1,        2,        4,        8,
-                                       16,        32,        64,       128,      256};
-  return (negative ? -1 : 1) * kPowers[exponent + 8];  // |exponent| <= 8: at most 8 factors of 2
+  return (negative ? -1 : 1) * std::ldexp(1.0, exponent);
 }
 
 // The bits of a float element, mapped so that unsigned order is numeric order (for non-NaN values;

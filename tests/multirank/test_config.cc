@@ -95,14 +95,14 @@ TEST(Config, BadBoundsAndUnknownNetworksAreRefusedByName) {
   braidConfig_t ib = BRAID_CONFIG_INITIALIZER;
   ib.netName = "IB";
   braidConfig_t tree = BRAID_CONFIG_INITIALIZER;
-  tree.algorithms = "ring,tree";
+  tree.algorithms = "ring,bruck";
   std::vector<Bad> cases = {
       {channels(3, 2), "config minChannels and maxChannels are 3 and 2: expected 1 <= min <= max"},
       {channels(0, BRAID_CONFIG_UNDEF_INT), "config minChannels and maxChannels are 0 and"},
       {ib, "config netName 'IB' is not a network braid has"},
       {tree,
-       "rank 0: config algorithms=ring,tree: unknown value 'tree' (expected a comma-separated list "
-       "of ring, direct, doubling, halving)"},
+       "rank 0: config algorithms=ring,bruck: unknown value 'bruck' (expected a comma-separated "
+       "list of ring, direct, doubling, halving, tree)"},
   };
   braidUniqueId id;
   ASSERT_EQ(braidGetUniqueId(&id), braidSuccess);
@@ -118,7 +118,7 @@ TEST(Config, BadBoundsAndUnknownNetworksAreRefusedByName) {
 // The algorithms a config allows are the ones its communicator chooses from, whatever BRAID_ALGO
 // says; a config made before the field existed (a smaller size) is read without it.
 TEST(Config, AlgorithmsNarrowTheChoice) {
-  for (const char* algorithms : {"doubling", "halving", "ring"}) {
+  for (const char* algorithms : {"doubling", "halving", "tree", "ring"}) {
     braidConfig_t config = BRAID_CONFIG_INITIALIZER;
     config.device = "cpu";
     config.algorithms = algorithms;

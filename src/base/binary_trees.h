@@ -1,0 +1,87 @@
+// The two binary trees a tree collective runs on, by ring position (the planner's order, so a
+// host's ranks sit together): each rank is interior in at most one of them, so with half the data
+// on each tree no rank forwards more than its share (NCCL's double binary tree; this formulation
+// is braid's own). Positions are labelled 1..n; in the first tree, label l whose lowest set bit is
+// b has children l - b/2 and l + b/2 and its parent one level up (l + b or l - b, whichever is a
+// multiple of 2b's odd multiple), the top being the largest power of two <= n. A child beyond n is
+// replaced by its nearest descendant within n, and a label whose parent lies beyond n hangs from
+// the first ancestor within n; so every odd label is a leaf and every even one interior, and the
+// depth is floor(log2 n). The second tree relabels the first: mirrored (l -> n + 1 - l) where n is
+// even, shifted by one (l -> l % n + 1) where n is odd, either way swapping odd and even labels
+// (but for one leaf of both where n is odd). A root may be named: each tree's labels are then
+// rotated so that it is at the top. The executors (coll/) run the trees and the cost model
+// (plan/) prices them: one rule for both, here, since neither layer may include the other.
+#pragma once
+
+namespace braid {
+
+// One position's neighbours in a tree, as positions (-1: none). Children in ascending label order.
+struct TreeNode {
+  int parent = -1;
+  int children[2] = {-1, -1};
+  int nChildren = 0;
+};
+
+class BinaryTrees {
+ public:
+  // Trees over n >= 1 positions, each rank interior in at most one (an all-reduce's).
+  explicit BinaryTrees(int n) : n_(n) {
+    while (top_ * 2 <= n_) top_ *= 2;
+  }
+  // Trees with position `root` at the top of both (a broadcast's, a reduce's); a rank may then
+  // be interior in both.
+  BinaryTrees(int n, int root) : BinaryTrees(n) {
+    for (int t = 0; t < 2; ++t) offset_[t] = mod(root - unlabel(t, top_));
+  }
+  int positions() const { return n_; }
+  // Edges from the top to the deepest leaf.
+  int depth() const {
+    int d = 0;
+    for (int b = top_; b > 1; b /= 2) ++d;
+    return d;
+  }
+  TreeNode node(int tree, int position) const {
+    TreeNode node;
+    const int l = label(tree, position);
+    if (l != top_) node.parent = positionOf(tree, parentLabel(l));
+    const int half = lowBit(l) / 2;
+    if (half == 0) return node;  // odd: a leaf
+    node.children[node.nChildren++] = positionOf(tree, l - half);
+    int right = l + half;  // beyond n: its left descendants, nearest first
+    for (int step = half / 2; right > n_ && step > 0; step /= 2) right -= step;
+    if (right <= n_) node.children[node.nChildren++] = positionOf(tree, right);
+    return node;
+  }
+
+ private:
+  static int lowBit(int l) { return l & -l; }
+  int mod(int p) const { return ((p % n_) + n_) % n_; }
+  // The first tree's parent of label l (l != top), over labels within n.
+  int parentLabel(int l) const {
+    do {
+      const int b = lowBit(l);
+      l = (l & (2 * b)) != 0 ? l - b : l + b;
+    } while (l > n_);
+    return l;
+  }
+  // Labels of tree `t` from offsets (position - offset, mod n) and back.
+  int relabel(int t, int l) const {
+    if (t == 0) return l;
+    return n_ % 2 == 0 ? n_ + 1 - l : l % n_ + 1;
+  }
+  int unrelabel(int t, int l) const {
+    if (t == 0) return l;
+    return n_ % 2 == 0 ? n_ + 1 - l : (l == 1 ? n_ : l - 1);
+  }
+  int label(int t, int position) const {
+    return relabel(t, mod(position - offset_[t] + top_ - 1) + 1);
+  }
+  int unlabel(int t, int l) const { return mod(unrelabel(t, l) - top_); }
+  int positionOf(int t, int l) const { return mod(unlabel(t, l) + offset_[t]); }
+
+  int n_;
+  int top_ = 1;             // the top label
+  int offset_[2] = {0, 0};  // per tree: the position labelled as offset 0
+};
+
+}  // namespace braid

@@ -1,0 +1,152 @@
+// The tree collectives once, for whatever runs them, as coll/ring_engine.h is for rings: one
+// rank's part of an all-reduce (reduced up the tree, the result broadcast down), a broadcast (down
+// from the top) or a reduce (up to the top) on one binary tree of base/binary_trees.h, a FIFO
+// slot of elements at a time. A double binary tree gives each tree a share of the elements.
+// Header-only and __host__ __device__, on the ring engine's thread group G and data mover M, and
+// on ports P per neighbour (the ring engine's Simple ports: waitRecv, recvSlot, release, waitSend,
+// sendSlot, post, slotBytes), each with the FIFO from that neighbour and the FIFO to it. An
+// all-reduce's slot goes up and its result comes down before the next slot goes up, so each FIFO
+// holds at most one of its slots: no wait can close a cycle, whatever the FIFOs' depth (a
+// broadcast or reduce moves one way only). That costs a round trip of the tree per slot: the
+// tree serves small and mid-size calls, where its depth (log2 of the ranks) beats the ring's
+// steps, and leaves the bandwidth of large ones to the ring.
+#pragma once
+
+#include <cstddef>
+
+#include "coll/ring_engine.h"
+
+namespace braid {
+
+// Where one rank stands on one tree, for one share of a call.
+template <class T>
+struct TreeCall {
+  Collective collective;  // AllReduce, Broadcast or Reduce
+  const T* input;         // nccl.h's sendbuff (Broadcast: read at the top only)
+  T* output;              // nccl.h's recvbuff (Reduce: written at the top only)
+  size_t count;           // elements of this share
+  int divisor;            // Avg: nranks; else 1
+  bool hasParent;         // false: the top (a broadcast's or reduce's root)
+  int nChildren;          // 0, 1 or 2
+};
+
+// A rank's ports to its neighbours on one tree.
+template <class P>
+struct TreePorts {
+  P parent;  // unused at the top
+  P children[2];
+};
+
+// The mover without PreMulSum's scaling: the second child's slot is combined with a partial
+// result that holds this rank's scaled input already. The host's movers never scale.
+template <class R, bool kPrescaled>
+BRAID_HD ElementMover<R, false> unscaled(const ElementMover<R, kPrescaled>&) {
+  return {};
+}
+template <class M>
+BRAID_HD const M& unscaled(const M& move) {
+  return move;
+}
+
+// Where share `part` of `parts` of a call's `count` elements begins (count at parts): on 16-byte
+// boundaries, as the ring's channels cut theirs.
+template <class T>
+BRAID_HD size_t treeShareBegin(size_t count, int part, int parts) {
+  const size_t packElems = sizeof(Pack16) / sizeof(T);
+  if (part >= parts) return count;
+  return count * static_cast<size_t>(part) / static_cast<size_t>(parts) / packElems * packElems;
+}
+
+// Up one slot: the children's partial results and this rank's input, combined (children in order,
+// then this rank), go to the parent's slot, or at the top into the output (Avg divided there).
+template <class M, class G, class P>
+BRAID_HD bool reduceUp(G& group, const M& move, const TreeCall<typename M::Storage>& call,
+                       TreePorts<P>& ports, size_t at, size_t n) {
+  using T = typename M::Storage;
+  const size_t bytes = n * sizeof(T);
+  bool ready = true;
+  for (int c = 0; c < call.nChildren && ready; ++c)
+    ready = ports.children[c].waitRecv(group, bytes);
+  if (ready && call.hasParent) ready = ports.parent.waitSend(group);
+  if (ready) {
+    T* out = call.hasParent ? nullptr : call.output + at;
+    T* slot = call.hasParent ? static_cast<T*>(ports.parent.sendSlot()) : nullptr;
+    const int divisor = call.hasParent ? 1 : call.divisor;
+    const T* in = call.input + at;
+    auto received = [&](int c) { return static_cast<const T*>(ports.children[c].recvSlot()); };
+    if (call.nChildren < 2) {
+      move(group, call.nChildren == 1 ? received(0) : nullptr, in, out, slot, n, divisor);
+    } else {
+      T* partial = out != nullptr ? out : slot;
+      move(group, received(0), in, partial, nullptr, n, 1);
+      group.sync();  // a thread may combine elements another wrote
+      unscaled(move)(group, received(1), partial, out, slot, n, divisor);
+    }
+  }
+  if (group.any(!ready)) return false;
+  if (call.hasParent) ports.parent.post(group, bytes);
+  for (int c = 0; c < call.nChildren; ++c) ports.children[c].release(group);
+  return true;
+}
+
+// Down one slot: the result, from the parent's slot (or at the top from the output, or for a
+// broadcast the input), into the output and every child's slot.
+template <class M, class G, class P>
+BRAID_HD bool broadcastDown(G& group, const M& move, const TreeCall<typename M::Storage>& call,
+                            TreePorts<P>& ports, size_t at, size_t n) {
+  using T = typename M::Storage;
+  const auto copy = unscaled(move);
+  const size_t bytes = n * sizeof(T);
+  bool ready = !call.hasParent || ports.parent.waitRecv(group, bytes);
+  for (int c = 0; c < call.nChildren && ready; ++c) ready = ports.children[c].waitSend(group);
+  if (ready) {
+    const bool fromInput = !call.hasParent && call.collective == Collective::Broadcast;
+    const T* from = call.hasParent ? static_cast<const T*>(ports.parent.recvSlot())
+                    : fromInput    ? call.input + at
+                                   : call.output + at;
+    T* out = call.output + at;
+    auto slot = [&](int c) { return static_cast<T*>(ports.children[c].sendSlot()); };
+    // At the top of an all-reduce the output holds the result already; in place, the input is it.
+    T* toOutput = from == out ? nullptr : out;
+    T* first = call.nChildren > 0 ? slot(0) : nullptr;
+    if (toOutput != nullptr || first != nullptr) copy(group, from, nullptr, toOutput, first, n, 1);
+    if (call.nChildren > 1) copy(group, from, nullptr, nullptr, slot(1), n, 1);
+  }
+  if (group.any(!ready)) return false;
+  for (int c = 0; c < call.nChildren; ++c) ports.children[c].post(group, bytes);
+  if (call.hasParent) ports.parent.release(group);
+  return true;
+}
+
+// This rank's part of the call on one tree. false: a wait gave up (every thread alike).
+template <class M, class G, class P>
+BRAID_HD bool runTree(G& group, const M& move, const TreeCall<typename M::Storage>& call,
+                      TreePorts<P>& ports) {
+  using T = typename M::Storage;
+  // Slots of whole 16-byte packs; a rank alone moves its share at once.
+  const bool alone = !call.hasParent && call.nChildren == 0;
+  P& any = call.hasParent ? ports.parent : ports.children[0];
+  const size_t chunk =
+      alone ? call.count : any.slotBytes() / sizeof(Pack16) * (sizeof(Pack16) / sizeof(T));
+  for (size_t at = 0; at < call.count; at += chunk) {
+    const size_t n = call.count - at < chunk ? call.count - at : chunk;
+    if (call.collective != Collective::Broadcast && !reduceUp(group, move, call, ports, at, n))
+      return false;
+    if (call.collective != Collective::Reduce && !broadcastDown(group, move, call, ports, at, n))
+      return false;
+  }
+  group.sync();
+  return true;
+}
+
+// The device form: element reduction R over the FIFO views (Simple protocol), their counters taken
+// up from the FIFO words.
+template <class R, bool kPrescaled = false, class G>
+BRAID_HD bool runTreeOnViews(G& group, const TreeCall<typename R::Storage>& call,
+                             TreePorts<FifoViewPorts> ports, typename R::Storage scale = {}) {
+  if (call.hasParent) ports.parent.resume(group);
+  for (int c = 0; c < call.nChildren; ++c) ports.children[c].resume(group);
+  return runTree(group, ElementMover<R, kPrescaled>{scale}, call, ports);
+}
+
+}  // namespace braid

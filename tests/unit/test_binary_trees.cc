@@ -1,0 +1,89 @@
+// The double binary tree's shape (base/binary_trees.h), checked against what a tree collective
+// needs of it, for every size up to 70 and every root: each tree spans every position with one
+// top, parents and children agree, no path is longer than floor(log2 n) edges; without a root, no
+// position is interior in both trees (one leaf of both where n is odd); with one, it is the top.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/binary_trees.h"
+
+namespace {
+
+using braid::BinaryTrees;
+using braid::TreeNode;
+
+int floorLog2(int n) {
+  int d = 0;
+  while ((2 << d) <= n) ++d;
+  return d;
+}
+
+// Every failure of one tree, as sentences.
+std::vector<std::string> treeFaults(const BinaryTrees& trees, int tree) {
+  const int n = trees.positions();
+  std::vector<std::string> faults;
+  auto fault = [&](int p, const std::string& what) {
+    faults.push_back("n " + std::to_string(n) + " tree " + std::to_string(tree) + " position " +
+                     std::to_string(p) + ": " + what);
+  };
+  int tops = 0;
+  for (int p = 0; p < n; ++p) {
+    const TreeNode node = trees.node(tree, p);
+    if (node.parent < 0) ++tops;
+    if (node.parent >= n || node.nChildren < 0 || node.nChildren > 2) fault(p, "out of range");
+    if (node.parent >= 0) {
+      const TreeNode up = trees.node(tree, node.parent);
+      const std::set<int> siblings(up.children, up.children + up.nChildren);
+      if (siblings.count(p) == 0) fault(p, "its parent does not name it as a child");
+    }
+    for (int c = 0; c < node.nChildren; ++c)
+      if (node.children[c] < 0 || node.children[c] >= n ||
+          trees.node(tree, node.children[c]).parent != p)
+        fault(p, "a child does not name it as its parent");
+    int depth = 0;  // walking up must reach the top within the bound
+    for (int q = p; trees.node(tree, q).parent >= 0 && depth <= n; q = trees.node(tree, q).parent)
+      ++depth;
+    if (depth > floorLog2(n)) fault(p, "depth " + std::to_string(depth));
+  }
+  if (tops != 1) fault(-1, std::to_string(tops) + " tops");
+  return faults;
+}
+
+TEST(BinaryTrees, EachTreeSpansEveryPositionWithinLogDepth) {
+  for (int n = 1; n <= 70; ++n) {
+    const BinaryTrees trees(n);
+    EXPECT_EQ(trees.depth(), floorLog2(n));
+    for (int tree = 0; tree < 2; ++tree)
+      for (const std::string& f : treeFaults(trees, tree)) ADD_FAILURE() << f;
+  }
+}
+
+TEST(BinaryTrees, NoPositionForwardsOnBothTrees) {
+  for (int n = 2; n <= 70; ++n) {
+    const BinaryTrees trees(n);
+    int leafOfBoth = 0;
+    for (int p = 0; p < n; ++p) {
+      const bool interior0 = trees.node(0, p).nChildren > 0;
+      const bool interior1 = trees.node(1, p).nChildren > 0;
+      EXPECT_FALSE(interior0 && interior1) << "n " << n << " position " << p;
+      if (!interior0 && !interior1) ++leafOfBoth;
+    }
+    EXPECT_EQ(leafOfBoth, n % 2 == 1 && n > 1 ? 1 : 0) << "n " << n;
+  }
+}
+
+TEST(BinaryTrees, ANamedRootIsTheTopOfBothTrees) {
+  for (int n = 1; n <= 40; ++n)
+    for (int root = 0; root < n; ++root) {
+      const BinaryTrees trees(n, root);
+      for (int tree = 0; tree < 2; ++tree) {
+        EXPECT_EQ(trees.node(tree, root).parent, -1) << "n " << n << " root " << root;
+        for (const std::string& f : treeFaults(trees, tree)) ADD_FAILURE() << f;
+      }
+    }
+}
+
+}  // namespace
