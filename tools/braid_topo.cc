@@ -66,8 +66,8 @@ void showPlan(const Topology& topology, const PlanRequest& request) {
   input.ranksPerHost.assign(graph.hosts, perHost);
   input.fifoBytes = static_cast<size_t>(braid::param::fifoBytes());
   const int slots = static_cast<int>(braid::param::FifoSlots());
-  input.directMaxBytes =
-      plan::hostDirectMaxBytes(graph.hosts, input.fifoBytes / static_cast<size_t>(slots), slots);
+  input.slotBytes = input.fifoBytes / static_cast<size_t>(slots);
+  input.directMaxBytes = plan::hostDirectMaxBytes(graph.hosts, input.slotBytes, slots);
   const plan::Model model(graph, found, input);
 
   fmt::print("{} rank(s) on {} host(s) of {}\n", graph.nranks(), graph.hosts, topology.origin);

@@ -2,8 +2,8 @@
 // host's ranks sit together): each rank is interior in at most one of them, so with half the data
 // on each tree no rank forwards more than its share (NCCL's double binary tree; this formulation
 // is braid's own). Positions are labelled 1..n; in the first tree, label l whose lowest set bit is
-// b has children l - b/2 and l + b/2 and its parent one level up (l + b or l - b, whichever is a
-// multiple of 2b's odd multiple), the top being the largest power of two <= n. A child beyond n is
+// b has children l - b/2 and l + b/2 and its parent one level up (l + b where bit 2b of l is
+// clear, l - b where it is set), the top being the largest power of two <= n. A child beyond n is
 // replaced by its nearest descendant within n, and a label whose parent lies beyond n hangs from
 // the first ancestor within n; so every odd label is a leaf and every even one interior, and the
 // depth is floor(log2 n). The second tree relabels the first: mirrored (l -> n + 1 - l) where n is

@@ -128,6 +128,7 @@ BRAID_HD bool runTree(G& group, const M& move, const TreeCall<typename M::Storag
   P& any = call.hasParent ? ports.parent : ports.children[0];
   const size_t chunk =
       alone ? call.count : any.slotBytes() / sizeof(Pack16) * (sizeof(Pack16) / sizeof(T));
+  if (chunk == 0 && call.count > 0) return false;  // a slot smaller than a pack: nothing fits
   for (size_t at = 0; at < call.count; at += chunk) {
     const size_t n = call.count - at < chunk ? call.count - at : chunk;
     if (call.collective != Collective::Broadcast && !reduceUp(group, move, call, ports, at, n))

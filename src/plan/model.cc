@@ -242,11 +242,13 @@ void Model::findTreeCrossings(const LinkGraph& graph, const std::vector<int>& or
 // slot goes up and its result down before the next goes up: per slot, 2 x depth handoffs (a
 // network one where the trees cross hosts) and the core's work on it at every level.
 double Model::treeTimeUs(Operation op, Protocol protocol, size_t bytes) const {
-  if (!in_.hostRanks || op != Operation::AllReduce || protocol != Protocol::Simple || nranks_ < 2)
+  if (!in_.hostRanks || op != Operation::AllReduce || protocol != Protocol::Simple || nranks_ < 2 ||
+      treeDepth_ == 0)
     return kInfinity;
   const double slotBytes = static_cast<double>(in_.slotBytes);
-  const double slots = std::max(2.0, std::ceil(static_cast<double>(bytes) / slotBytes));
-  const double slot = std::min(slotBytes, static_cast<double>(bytes) / 2);
+  const double half = static_cast<double>(bytes) / 2;  // each tree's share, its slots rounded up
+  const double slots = 2 * std::max(1.0, std::ceil(half / slotBytes));
+  const double slot = std::min(slotBytes, half);
   const double latency = oversubscription() > 1 ? in_.latency.switchUs
                          : treeCrossesHosts_    ? in_.latency.netHopUs
                                                 : in_.latency.hopUs;
@@ -254,7 +256,9 @@ double Model::treeTimeUs(Operation op, Protocol protocol, size_t bytes) const {
   const double coreUs =
       (microseconds(2 * slot, in_.core.reduceGBs) + microseconds(3 * slot, in_.core.copyGBs)) *
       crowding() / cacheSpeedup(bytes);
-  const double linkUs = treeCrossesHosts_ ? microseconds(2 * slot, ringGBs_) : 0;
+  // A NIC carries its host's ranks' slots at once, as in the recursive exchanges.
+  const double linkUs =
+      treeCrossesHosts_ ? microseconds(2 * slot * busiestHostRanks_, ringGBs_) : 0;
   return in_.latency.callUs + slots * 2 * treeDepth_ * (latency + std::max(coreUs, linkUs));
 }
 

@@ -29,10 +29,12 @@ std::vector<std::string> treeFaults(const BinaryTrees& trees, int tree) {
     faults.push_back("n " + std::to_string(n) + " tree " + std::to_string(tree) + " position " +
                      std::to_string(p) + ": " + what);
   };
-  int tops = 0;
+  int tops = 0, children = 0;
   for (int p = 0; p < n; ++p) {
     const TreeNode node = trees.node(tree, p);
     if (node.parent < 0) ++tops;
+    children += node.nChildren;
+    if (node.nChildren == 2 && node.children[0] == node.children[1]) fault(p, "one child twice");
     if (node.parent >= n || node.nChildren < 0 || node.nChildren > 2) fault(p, "out of range");
     if (node.parent >= 0) {
       const TreeNode up = trees.node(tree, node.parent);
@@ -49,6 +51,7 @@ std::vector<std::string> treeFaults(const BinaryTrees& trees, int tree) {
     if (depth > floorLog2(n)) fault(p, "depth " + std::to_string(depth));
   }
   if (tops != 1) fault(-1, std::to_string(tops) + " tops");
+  if (children != n - 1) fault(-1, std::to_string(children) + " children in all");
   return faults;
 }
 
@@ -76,7 +79,7 @@ TEST(BinaryTrees, NoPositionForwardsOnBothTrees) {
 }
 
 TEST(BinaryTrees, ANamedRootIsTheTopOfBothTrees) {
-  for (int n = 1; n <= 40; ++n)
+  for (int n = 1; n <= 70; ++n)
     for (int root = 0; root < n; ++root) {
       const BinaryTrees trees(n, root);
       for (int tree = 0; tree < 2; ++tree) {

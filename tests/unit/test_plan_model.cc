@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "plan/host_graph.h"
 #include "plan/model.h"
@@ -99,7 +100,8 @@ TEST(PlanModel, OneShotForSmallAllReducesRingsForLarge) {
 TEST(PlanModel, OverridesRestrictTheChoice) {
   const Planned p = cpuRanks(2);
   ModelInput ringOnly = hostInput(2, 2);
-  ringOnly.allowedAlgorithms = {true, false, false, false};
+  ringOnly.allowedAlgorithms.assign(std::size(kAlgorithms), false);
+  ringOnly.allowedAlgorithms[static_cast<int>(Algorithm::Ring)] = true;
   EXPECT_EQ(Model(p.graph, p.plan, ringOnly).best(Operation::AllReduce, 8).algorithm,
             Algorithm::Ring);
   // Host FIFOs run the Simple protocol only: asking for LL alone falls back to what runs.
@@ -197,6 +199,25 @@ TEST(PlanModel, ManyOversubscribedHostsChooseLogStepsOverRingAndOneShot) {
   EXPECT_EQ(model.best(Operation::AllReduce, 512 << 10).algorithm, Algorithm::Halving);
   EXPECT_LT(model.timeUs(Operation::AllReduce, Algorithm::Doubling, Protocol::Simple, 8) * 3,
             model.timeUs(Operation::AllReduce, Algorithm::Ring, Protocol::Simple, 8));
+}
+
+// The tree (host ranks' all-reduce, coll/host_tree.h): 2 x depth handoffs per slot, each tree's
+// share its own slots; never chosen over recursive doubling where both run; no device pricing yet.
+TEST(PlanModel, TreesPayTwoHandoffsPerLevelPerSlot) {
+  const ManyHosts m(4, 2, 16);  // trees of 8 over the ring order: depth 3, crossing hosts
+  const Model model(m.graph, m.plan, m.in);
+  const double slot = 4;  // 8 bytes: 4 per tree, one slot each
+  const double coreUs = 2 * slot / kReduce / 1e3 + 3 * slot / kCopy / 1e3;
+  const double linkUs = 2 * slot * 2 / 1.0 / 1e3;  // 2 ranks share a NIC of 1 GB/s
+  EXPECT_NEAR(model.timeUs(Operation::AllReduce, Algorithm::Tree, Protocol::Simple, 8),
+              0.5 + 2 * 2 * 3 * (20.0 + std::max(coreUs, linkUs)), 1e-6);
+  for (size_t bytes = 8; bytes <= (size_t{1} << 26); bytes *= 4)
+    EXPECT_NE(model.best(Operation::AllReduce, bytes).algorithm, Algorithm::Tree) << bytes;
+  ManyHosts devices(2, 4, 16);
+  devices.in.hostRanks = false;
+  EXPECT_EQ(Model(devices.graph, devices.plan, devices.in)
+                .timeUs(Operation::AllReduce, Algorithm::Tree, Protocol::Simple, 8),
+            std::numeric_limits<double>::infinity());
 }
 
 TEST(PlanModel, SurplusRanksFoldInAndOut) {
