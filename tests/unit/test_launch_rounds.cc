@@ -54,6 +54,12 @@ std::optional<Error> turnError(const LaunchRounds& seat, std::chrono::millisecon
   return failureOf([&] { seat.awaitTurn(timeout, "braidAllReduce"); });
 }
 
+void expectFailure(const std::optional<Error>& e, braidResult_t code, const std::string& says) {
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->code(), code);
+  EXPECT_NE(std::string(e->what()).find(says), std::string::npos) << e->what();
+}
+
 TEST(LaunchRounds, ARankAheadWaitsUntilEveryRankOfItsGpuQueuedTheRoundBefore) {
   auto seats = joinAll({0, 2, 5});  // any ranks of the communicator, in rank order
   for (const auto& seat : seats) EXPECT_TRUE(seat->turnHasCome());
@@ -64,14 +70,9 @@ TEST(LaunchRounds, ARankAheadWaitsUntilEveryRankOfItsGpuQueuedTheRoundBefore) {
   EXPECT_FALSE(seats[0]->turnHasCome());
   EXPECT_FALSE(seats[1]->turnHasCome());
   EXPECT_TRUE(seats[2]->turnHasCome());
-  const std::optional<Error> early = turnError(*seats[0], std::chrono::milliseconds(0));
-  ASSERT_TRUE(early.has_value());
-  EXPECT_EQ(early->code(), braidTimeout);
-  EXPECT_NE(std::string(early->what())
-                .find("rank 0: braidAllReduce waited 0 ms in vain for rank(s) 5 on the same "
-                      "GPU to queue collective 1 (sends and receives not counted)"),
-            std::string::npos)
-      << early->what();
+  expectFailure(turnError(*seats[0], std::chrono::milliseconds(0)), braidTimeout,
+                "rank 0: braidAllReduce waited 0 ms in vain for rank(s) 5 on the same GPU to "
+                "queue collective 1 (sends and receives not counted)");
   seats[2]->markQueued();
   for (const auto& seat : seats) {
     EXPECT_TRUE(seat->turnHasCome());
@@ -100,14 +101,9 @@ TEST(LaunchRounds, AnAbortedPeerEndsEveryWaitNowAndLater) {
   std::thread ahead([&] { waiting = turnError(*seats[0], kLongWait); });
   seats[1]->release("rank 1 called braidCommAbort");
   ahead.join();
-  for (const std::optional<Error>& e : {waiting, turnError(*seats[1], kLongWait)}) {
-    ASSERT_TRUE(e.has_value());
-    EXPECT_EQ(e->code(), braidRemoteError);
-    EXPECT_NE(std::string(e->what()).find("braidAllReduce was not queued: rank 1 called "
-                                          "braidCommAbort"),
-              std::string::npos)
-        << e->what();
-  }
+  for (const std::optional<Error>& e : {waiting, turnError(*seats[1], kLongWait)})
+    expectFailure(e, braidRemoteError,
+                  "braidAllReduce was not queued: rank 1 called braidCommAbort");
 }
 
 TEST(LaunchRounds, APeerDestroyedBehindARankEndsItsWaitButNotThoseOfRanksBehind) {
@@ -119,13 +115,9 @@ TEST(LaunchRounds, APeerDestroyedBehindARankEndsItsWaitButNotThoseOfRanksBehind)
   std::thread ahead([&] { waiting = turnError(*seats[0], kLongWait); });
   seats[1].reset();  // destroyed after no collective
   ahead.join();
-  ASSERT_TRUE(waiting.has_value());
-  EXPECT_EQ(waiting->code(), braidInvalidUsage);
-  EXPECT_NE(std::string(waiting->what())
-                .find("rank 0: braidAllReduce was not queued: rank 1, on the same GPU, was "
-                      "destroyed after queuing 0 collectives, and this rank has queued 2"),
-            std::string::npos)
-      << waiting->what();
+  expectFailure(waiting, braidInvalidUsage,
+                "rank 0: braidAllReduce was not queued: rank 1, on the same GPU, was destroyed "
+                "after queuing 0 collectives, and this rank has queued 2");
   auto gone = joinAll({0, 1});
   gone[0].reset();  // ahead of nobody: the rank left behind is not stopped
   EXPECT_TRUE(gone[1]->turnHasCome());
@@ -189,6 +181,16 @@ std::vector<LaunchRounds*> pointers(const std::vector<std::unique_ptr<LaunchRoun
   return all;
 }
 
+// `group` launched in rounds by this thread, `alone` by another at once; neither fails.
+void launchFromTwoThreads(std::vector<RankLaunches>& group, std::vector<RankLaunches>& alone) {
+  std::optional<Error> otherError;
+  std::thread other([&] { otherError = failureOf([&] { braid::launchInRounds(alone); }); });
+  const std::optional<Error> groupError = failureOf([&] { braid::launchInRounds(group); });
+  other.join();
+  for (const std::optional<Error>& e : {groupError, otherError})
+    EXPECT_FALSE(e.has_value()) << e->what();
+}
+
 // Every rank made every launch, in its order.
 void expectEveryLaunchInOrder(const QueueLog& log, const std::map<int, std::string>& kinds) {
   EXPECT_TRUE(log.breaches.empty()) << log.breaches.front();
@@ -208,12 +210,7 @@ TEST(LaunchRounds, OneThreadDrivesSeveralRanksRoundByRoundBesideAnotherThreadsRa
   for (int rank : {0, 1})
     group.push_back(launchesOf(kinds.at(rank), rank, seats[rank].get(), members, log, kLongWait));
   alone.push_back(launchesOf(kinds.at(2), 2, seats[2].get(), members, log, kLongWait));
-  std::optional<Error> otherError;
-  std::thread other([&] { otherError = failureOf([&] { braid::launchInRounds(alone); }); });
-  const std::optional<Error> groupError = failureOf([&] { braid::launchInRounds(group); });
-  other.join();
-  for (const std::optional<Error>& e : {groupError, otherError})
-    EXPECT_FALSE(e.has_value()) << e->what();
+  launchFromTwoThreads(group, alone);
   expectEveryLaunchInOrder(log, kinds);
   for (const auto& seat : seats) EXPECT_EQ(seat->queued(), 3u);
 }
@@ -232,12 +229,7 @@ TEST(LaunchRounds, OneThreadDrivesRanksOfTwoGpusAndOneWithoutRounds) {
   group.push_back(launchesOf(kinds.at(2), 2, second[0].get(), pointers(second), log, kLongWait));
   group.push_back(launchesOf(kinds.at(4), 4, nullptr, {}, log, kLongWait));
   alone.push_back(launchesOf(kinds.at(3), 3, second[1].get(), pointers(second), log, kLongWait));
-  std::optional<Error> otherError;
-  std::thread other([&] { otherError = failureOf([&] { braid::launchInRounds(alone); }); });
-  const std::optional<Error> groupError = failureOf([&] { braid::launchInRounds(group); });
-  other.join();
-  for (const std::optional<Error>& e : {groupError, otherError})
-    EXPECT_FALSE(e.has_value()) << e->what();
+  launchFromTwoThreads(group, alone);
   expectEveryLaunchInOrder(log, kinds);
 }
 
