@@ -26,13 +26,18 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kDeadline = std::chrono::seconds(120);
 constexpr int kTrees = 2;
 
+// backToBack: as the host runs the trees (coll/host_tree.cc): one block per rank taking tree 0
+// then tree 1 over each pair's one FIFO, every case's call right after the last with no meeting
+// between them (each case its own buffers, all checked at the end), so one rank's next call, of
+// another collective or root, overlaps its peers' last one.
 struct TreeShape {
   int ranks, threads, slots;
+  bool backToBack = false;
 };
 
 std::string treeShapeName(const TreeShape& s) {
-  return std::to_string(s.ranks) + "ranks_" + std::to_string(s.threads) + "threads_" +
-         std::to_string(s.slots) + "slots";
+  return (s.backToBack ? std::string("backtoback_") : std::string()) + std::to_string(s.ranks) +
+         "ranks_" + std::to_string(s.threads) + "threads_" + std::to_string(s.slots) + "slots";
 }
 
 // The collectives a tree runs, of the grid's cases. The grid's inputs keep results exact for 8
@@ -48,10 +53,15 @@ std::vector<Case> treeCases(const TreeShape& s) {
            !(c.op == braidProd && c.type == braidFloat16) && !(c.op == braidAvg && byte);
   };
   std::vector<Case> cases;
+  // Back to back, every case's buffers live at once: three types of every width class.
+  auto kept = [&](const Case& c) {
+    return !s.backToBack || c.type == braidInt8 || c.type == braidBfloat16 ||
+           c.type == braidFloat64;
+  };
   for (const Case& c : casesFor(Shape{s.ranks, kTrees, s.threads, s.slots, Algorithm::Simple}))
     if ((c.collective == Collective::AllReduce || c.collective == Collective::Broadcast ||
          c.collective == Collective::Reduce) &&
-        (s.ranks <= 8 || exactBeyond8(c)))
+        (s.ranks <= 8 || exactBeyond8(c)) && kept(c))
       cases.push_back(c);
   return cases;
 }
@@ -63,10 +73,14 @@ class TreeGrid {
         cases_(treeCases(s)),
         words_(fifoCount()),
         slots_(fifoCount()),
-        buffers_(static_cast<size_t>(s.ranks)),
-        gridBarrier_(s.ranks * kTrees * s.threads),
-        blocks_(s.ranks * kTrees, s.threads) {
+        buffers_(s.backToBack ? cases_.size() : 1, std::vector<RankBuffers>(s.ranks)),
+        gridBarrier_(s.ranks * blocksPerRank() * s.threads),
+        blocks_(s.ranks * blocksPerRank(), s.threads) {
     for (auto& slots : slots_) slots.assign(kSlotBytes * s.slots + 64, 0);
+    if (s.backToBack)
+      for (size_t i = 0; i < cases_.size(); ++i)
+        for (int rank = 0; rank < s.ranks; ++rank)
+          layoutRank(cases_[i], rank, s.ranks, buffers_[i][rank]);
     // Ring position p holds rank (3p + 1) mod n where that is a permutation, else p reversed.
     for (int p = 0; p < s.ranks; ++p) ringOrder_.push_back((s.ranks - 1 - p));
     if (s.ranks % 3 != 0)
@@ -78,17 +92,25 @@ class TreeGrid {
   std::vector<std::string> run() {
     std::vector<std::thread> threads;
     for (int rank = 0; rank < shape_.ranks; ++rank)
-      for (int tree = 0; tree < kTrees; ++tree)
+      for (int block = 0; block < blocksPerRank(); ++block)
         for (int t = 0; t < shape_.threads; ++t)
-          threads.emplace_back([this, rank, tree, t] { thread(rank, tree, t); });
+          threads.emplace_back([this, rank, block, t] {
+            if (shape_.backToBack) return backToBack(rank, t);
+            lockstep(rank, block, t);
+          });
     for (auto& t : threads) t.join();
     return failures_;
   }
 
  private:
-  size_t fifoCount() const { return static_cast<size_t>(kTrees * shape_.ranks * shape_.ranks); }
+  int blocksPerRank() const { return shape_.backToBack ? 1 : kTrees; }
+  size_t fifoCount() const {
+    return static_cast<size_t>(blocksPerRank() * shape_.ranks * shape_.ranks);
+  }
+  // A block's FIFOs: per tree in lockstep, one per pair (both trees in turn) back to back.
   size_t fifoIndex(int tree, int sender, int receiver) const {
-    return static_cast<size_t>((tree * shape_.ranks + sender) * shape_.ranks + receiver);
+    const int set = shape_.backToBack ? 0 : tree;
+    return static_cast<size_t>((set * shape_.ranks + sender) * shape_.ranks + receiver);
   }
   uint8_t* slotsOf(size_t fifo) {
     return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(slots_[fifo].data()) + 63) / 64 *
@@ -102,22 +124,37 @@ class TreeGrid {
                             {&words_[out], slotsOf(out), kSlotBytes, slots}}};
   }
 
-  void thread(int rank, int tree, int t) {
+  // Every block meets the others before and after each case.
+  void lockstep(int rank, int tree, int t) {
     const bool rankLeader = tree == 0 && t == 0;
+    RankBuffers& b = buffers_[0][rank];
     for (const Case& c : cases_) {
-      if (rankLeader) layoutRank(c, rank, shape_.ranks, buffers_[rank]);
+      if (rankLeader) layoutRank(c, rank, shape_.ranks, b);
       gridBarrier_.arrive_and_wait();
-      const bool ok = runBlock(c, rank, tree, t);
+      const bool ok = runBlock(c, b, rank, tree, t);
       gridBarrier_.arrive_and_wait();
       if (!ok && t == 0)
         fail(c,
              "rank " + std::to_string(rank) + " tree " + std::to_string(tree) + ": a wait gave up");
-      if (rankLeader) {
-        const std::string wrong = checkRank(c, rank, shape_.ranks, buffers_[rank]);
-        if (!wrong.empty()) fail(c, wrong);
-      }
+      if (rankLeader) check(c, rank, b);
       gridBarrier_.arrive_and_wait();
     }
+  }
+
+  void backToBack(int rank, int t) {
+    for (size_t i = 0; i < cases_.size(); ++i)
+      for (int tree = 0; tree < kTrees; ++tree)
+        if (!runBlock(cases_[i], buffers_[i][rank], rank, tree, t) && t == 0)
+          fail(cases_[i], "rank " + std::to_string(rank) + " tree " + std::to_string(tree) +
+                              ": a wait gave up");
+    gridBarrier_.arrive_and_wait();
+    if (t == 0)
+      for (size_t i = 0; i < cases_.size(); ++i) check(cases_[i], rank, buffers_[i][rank]);
+  }
+
+  void check(const Case& c, int rank, const RankBuffers& b) {
+    const std::string wrong = checkRank(c, rank, shape_.ranks, b);
+    if (!wrong.empty()) fail(c, wrong);
   }
 
   void fail(const Case& c, const std::string& what) {
@@ -128,7 +165,7 @@ class TreeGrid {
                           " (tree " + treeShapeName(shape_) + "): " + what);
   }
 
-  bool runBlock(const Case& c, int rank, int tree, int t) {
+  bool runBlock(const Case& c, const RankBuffers& b, int rank, int tree, int t) {
     const int n = shape_.ranks;
     const bool rooted = c.collective != Collective::AllReduce;
     const braid::BinaryTrees trees =
@@ -138,8 +175,8 @@ class TreeGrid {
     if (node.parent >= 0) ports.parent = portsTo(tree, rank, ringOrder_[node.parent]);
     for (int k = 0; k < node.nChildren; ++k)
       ports.children[k] = portsTo(tree, rank, ringOrder_[node.children[k]]);
-    CpuGroup group = blocks_.group(rank * kTrees + tree, t, Clock::now() + kDeadline);
-    const RankBuffers& b = buffers_[rank];
+    const int block = rank * blocksPerRank() + (shape_.backToBack ? 0 : tree);
+    CpuGroup group = blocks_.group(block, t, Clock::now() + kDeadline);
     bool ok = true;
     withReduction(c.type, c.op, [&](auto reduction, auto prescaled) {
       using R = decltype(reduction);
@@ -168,10 +205,10 @@ class TreeGrid {
   std::vector<Case> cases_;
   std::vector<braid::FifoWords> words_;
   std::vector<std::vector<uint8_t>> slots_;
-  std::vector<RankBuffers> buffers_;
+  std::vector<std::vector<RankBuffers>> buffers_;  // per case back to back, else one, by rank
   std::vector<int> ringOrder_, positionOf_;
   std::barrier<> gridBarrier_;
-  CpuBlocks blocks_;  // a block per (rank, tree)
+  CpuBlocks blocks_;  // a block per (rank, tree), or per rank back to back
   std::mutex failuresMutex_;
   std::vector<std::string> failures_;
 };
@@ -186,7 +223,10 @@ std::vector<TreeShape> treeShapes() {
   std::vector<TreeShape> shapes;
 #if defined(__SANITIZE_THREAD__)
   for (int ranks : {1, 2, 3, 6, 9}) shapes.push_back({ranks, 4, 2});
+  shapes.push_back({5, 2, 1, true});
 #else
+  for (int ranks : {2, 3, 5, 8}) shapes.push_back({ranks, 2, 1, true});
+  shapes.push_back({6, 4, 2, true});
   // Fewer threads per block from 9 ranks: two cores run every thread of the grid.
   for (int ranks = 1; ranks <= 16; ++ranks) shapes.push_back({ranks, ranks <= 8 ? 4 : 2, 2});
   shapes.push_back({5, 1, 1});
