@@ -242,14 +242,11 @@ std::unique_ptr<P2pLinks> P2pLinks::connect(int rank, int nranks, const DeviceRa
 
   links->areas_.assign(nranks, nullptr);
   links->opened_.assign(nranks, false);
-  links->ranksShareDevice_ = true;
   std::vector<bool> remote(nranks, false);
   for (int peer = 0; peer < nranks; ++peer) {
     const DeviceCard& card = cards[peer];
-    const bool onThisDevice =
-        card.place.processNonce == self.processNonce && card.place.device == self.device;
-    links->ranksShareDevice_ = links->ranksShareDevice_ && onThisDevice;
-    if (onThisDevice) links->ranksOnDevice_.push_back(peer);
+    if (card.place.processNonce == self.processNonce && card.place.device == self.device)
+      links->ranksOnDevice_.push_back(peer);
     if (card.place.hostHash != self.hostHash) {
       remote[peer] = true;  // reached through the network below; its FIFOs are not opened
       continue;

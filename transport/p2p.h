@@ -97,7 +97,7 @@ class P2pLinks {
   int nranks() const { return nranks_; }
   // Every rank in this process on this rank's device: a kernel launched here can reach every
   // rank's buffers, which the direct engine needs.
-  bool ranksShareDevice() const { return ranksShareDevice_; }
+  bool ranksShareDevice() const { return static_cast<int>(ranksOnDevice_.size()) == nranks_; }
   // The ranks in this process on this rank's device, this one among them, in rank order.
   const std::vector<int>& ranksOnDevice() const { return ranksOnDevice_; }
   // The direct engine's barrier of `channel`: nranks lines of kDirectLineBytes, one per rank, and
@@ -132,7 +132,6 @@ class P2pLinks {
 
   int rank_ = 0;
   int nranks_ = 0;
-  bool ranksShareDevice_ = false;
   std::vector<int> ranksOnDevice_;
   DeviceFifoGeometry geometry_;
   size_t areaBytes_ = 0;

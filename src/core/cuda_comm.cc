@@ -136,7 +136,7 @@ class CudaCommImpl final : public CudaComm {
     cudaEventSynchronize(lastCall_);
     // What the last kernels posted to other hosts is on its way before the proxy stops; after a
     // failure or an abort nobody may be reading it.
-    const bool failed = aborted_ || networkAborted_ || failure().has_value();
+    const bool failed = aborted_ || failure().has_value();
     links_->finish(Clock::now() + std::chrono::milliseconds(failed ? 0 : timeoutMs_));
     release();
     --liveCudaComms;
@@ -206,15 +206,12 @@ class CudaCommImpl final : public CudaComm {
     // A lost connection to another host: the kernels waiting on its hops stop now rather than at
     // their deadline.
     if (std::optional<std::string> lost = links_->networkFailure()) {
-      if (!networkAborted_.exchange(true)) {
-        const OnDevice on(device_, rank_);  // asked from any thread (braidCommGetAsyncError)
-        links_->abort();
-      }
+      stopKernels();
       return Error(braidRemoteError, fmt::format("rank {}: {}", rank_, *lost));
     }
     for (int b = 0; b < kMaxLaunchBlocks; ++b)
       if (const int why = __atomic_load_n(&failed_[b], __ATOMIC_ACQUIRE); why != 0) {
-        stopQueuedKernels();
+        stopKernels();
         if (why == kCallsDiffered)
           return Error(braidInvalidUsage,
                        fmt::format("rank {}: the ranks of a direct collective on registered "
@@ -246,11 +243,12 @@ class CudaCommImpl final : public CudaComm {
     links_->abort();
   }
 
-  // A kernel of this rank stopped short: its FIFO counters no longer match its peers', so the
-  // kernels queued behind it must move nothing, and the peers' kernels waiting on its FIFOs need
-  // not wait for their deadlines. Setting the abort words of every FIFO it uses (and the direct
-  // engine's) does both, once; every later call is refused by the communicator anyway.
-  void stopQueuedKernels() {
+  // A lost connection, or a kernel of this rank that stopped short (its FIFO counters no longer
+  // match its peers'): the kernels queued behind it must move nothing, and the kernels waiting on
+  // its FIFOs (its own on a lost hop, its peers') need not wait for their deadlines. Setting the
+  // abort words of every FIFO it uses (and the direct engine's) does both, once; every later call
+  // is refused by the communicator anyway.
+  void stopKernels() {
     if (kernelsStopped_.exchange(true)) return;
     const OnDevice on(device_, rank_);  // asked from any thread (braidCommGetAsyncError)
     links_->abort();
@@ -305,7 +303,6 @@ class CudaCommImpl final : public CudaComm {
   int timeoutMs_ = 0;
   int* failed_ = nullptr;
   std::atomic<bool> aborted_{false};
-  std::atomic<bool> networkAborted_{false};
   std::atomic<bool> kernelsStopped_{false};
   std::unique_ptr<P2pLinks> links_;
   DeviceCollContext ctx_;
