@@ -24,8 +24,8 @@ void runTreeAllReduceAs(CollContext& ctx, const CollArgs& a, const CallTag& tag)
     TreePorts<ConnectorPorts> ports{};
     if (node.parent >= 0) ports.parent = portsTo(node.parent);
     for (int c = 0; c < node.nChildren; ++c) ports.children[c] = portsTo(node.children[c]);
-    const size_t begin = treeShareBegin<T>(a.count, tree, 2);
-    const size_t end = treeShareBegin<T>(a.count, tree + 1, 2);
+    const size_t begin = shareBegin<T>(a.count, tree, 2);
+    const size_t end = shareBegin<T>(a.count, tree + 1, 2);
     const TreeCall<T> call{Collective::AllReduce,
                            static_cast<const T*>(a.sendbuff) + begin,
                            static_cast<T*>(a.recvbuff) + begin,

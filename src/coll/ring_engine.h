@@ -431,18 +431,23 @@ BRAID_HD bool runRing(G& group, const M& move, const RingCall<typename M::Storag
   return true;
 }
 
+// Where share `part` of `parts` of `count` elements begins (count at parts): on a 16-byte
+// boundary. The ring's channels and the trees cut their shares so.
+template <class T>
+BRAID_HD size_t shareBegin(size_t count, int part, int parts) {
+  const size_t packElems = sizeof(Pack16) / sizeof(T);
+  if (part >= parts) return count;
+  return count * static_cast<size_t>(part) / static_cast<size_t>(parts) / packElems * packElems;
+}
+
 // Channel `channel` of `nChannels` runs its share of the call: a contiguous part of every block,
 // starting on a 16-byte boundary.
 template <class M, class G, class P>
 BRAID_HD bool runChannel(G& group, const M& move, const RingCall<typename M::Storage>& call,
                          int channel, int nChannels, P& ports) {
   using T = typename M::Storage;
-  const size_t packElems = sizeof(Pack16) / sizeof(T);
-  auto boundary = [&](int c) {
-    const size_t at = call.count * static_cast<size_t>(c) / static_cast<size_t>(nChannels);
-    return c == nChannels ? call.count : at / packElems * packElems;
-  };
-  const size_t start = boundary(channel), end = boundary(channel + 1);
+  const size_t start = shareBegin<T>(call.count, channel, nChannels);
+  const size_t end = shareBegin<T>(call.count, channel + 1, nChannels);
   RingCall<T> part = call;
   part.count = end - start;
   part.input = call.input + start;

@@ -48,15 +48,6 @@ BRAID_HD const M& unscaled(const M& move) {
   return move;
 }
 
-// Where share `part` of `parts` of a call's `count` elements begins (count at parts): on 16-byte
-// boundaries, as the ring's channels cut theirs.
-template <class T>
-BRAID_HD size_t treeShareBegin(size_t count, int part, int parts) {
-  const size_t packElems = sizeof(Pack16) / sizeof(T);
-  if (part >= parts) return count;
-  return count * static_cast<size_t>(part) / static_cast<size_t>(parts) / packElems * packElems;
-}
-
 // Up one slot: the children's partial results and this rank's input, combined (children in order,
 // then this rank), go to the parent's slot, or at the top into the output (Avg divided there).
 template <class M, class G, class P>

@@ -182,8 +182,8 @@ class TreeGrid {
       using R = decltype(reduction);
       using T = typename R::Storage;
       constexpr bool kPrescaled = decltype(prescaled)::value;
-      const size_t begin = braid::treeShareBegin<T>(c.count, tree, kTrees);
-      const size_t end = braid::treeShareBegin<T>(c.count, tree + 1, kTrees);
+      const size_t begin = braid::shareBegin<T>(c.count, tree, kTrees);
+      const size_t end = braid::shareBegin<T>(c.count, tree + 1, kTrees);
       const braid::TreeCall<T> call{c.collective,
                                     reinterpret_cast<const T*>(b.input) + begin,
                                     reinterpret_cast<T*>(b.output) + begin,
