@@ -8,6 +8,8 @@
 # both libraries measured 15-60 ms per call).
 # Usage (root): bench/trees/run.sh BUILD_DIR [OUTPUT] [benchmark options, default -b 8 -e 4M -f 4 -r 3 -n 0.1]
 #   OUTPUT defaults to bench/results/trees_vs_ring_vs_mpi.txt.
+#   BRAID_ALGO, when set, forces braid's first column (e.g. halving) as it would any program;
+#   BRAID_TREES_SHAPES picks the shapes ("hosts ranks_per_host" pairs, ';' between them).
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -20,10 +22,12 @@ if [ -z "${BRAID_TEST_NETNS:-}" ]; then
   [ -x "$build/bench/allreduce_vs_mpi" ] || { echo "run.sh: $build/bench/allreduce_vs_mpi is missing" >&2; exit 1; }
   {
     echo "# bench/trees/run.sh ${extra[*]:-(defaults)}: braid (model's choice) vs braid ring vs Open MPI, all-reduce float32 sum"
+    echo "# BRAID_ALGO=${BRAID_ALGO:-(unset: the model chooses)}"
     echo "# $(date -u '+%Y-%m-%d %H:%M UTC'); braid $(git -C "$repo" describe --always --dirty 2> /dev/null || echo '?');" \
       "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
   } > "$output"
-  for shape in "8 1" "4 2"; do
+  IFS=';' read -r -a shapes <<< "${BRAID_TREES_SHAPES:-8 1;4 2}"
+  for shape in "${shapes[@]}"; do
     read -r hosts per_host <<< "$shape"
     BRAID_TREES_SHAPE="$shape" "$repo/tests/multihost/netns_hosts.sh" --hosts "$hosts" -- \
       "$0" "$build" "$output" "${extra[@]}"
@@ -44,6 +48,6 @@ for i in $(seq 1 "$hosts"); do list+="${list:+,}10.77.0.$i:$per_host"; done
     --mca plm_rsh_agent "$here/netns_rsh_named.sh" --mca plm_rsh_no_tree_spawn 1 \
     --mca routed direct --mca mpi_yield_when_idle 1 --mca pml ob1 --mca btl self,vader,tcp \
     --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
-    -x BRAID_COMM_ID=10.77.0.1:29500 "$build/bench/allreduce_vs_mpi" --ring "$@" 2>&1 |
+    -x BRAID_COMM_ID=10.77.0.1:29500 ${BRAID_ALGO:+-x BRAID_ALGO="$BRAID_ALGO"} "$build/bench/allreduce_vs_mpi" --ring "$@" 2>&1 |
     grep -vE "^vm:|^\[" 
 } | tee -a "$output"

@@ -102,7 +102,8 @@ typedef struct braidConfig_v1 {
                            parent's; default 0 */
   int shrinkShare;      /* the same for braidCommShrink without BRAID_SHRINK_ABORT; default 0 */
   const char* algorithms; /* braid: the algorithms the planner may choose, as BRAID_ALGO ("ring",
-                             "direct", "doubling", "halving", "tree", comma-separated); default
+                             "direct", "doubling", "halving", "tree", "hier-doubling",
+                             "hier-halving", "hier" for both, comma-separated); default
                              BRAID_ALGO. Read only where size covers it. */
 } braidConfig_t;
 
@@ -226,7 +227,8 @@ typedef enum {
 typedef struct {
   double microseconds;
   double busBandwidthGBs; /* nccl-tests' busbw, GB = 1e9 bytes */
-  const char* algorithm;  /* "ring", "direct", "doubling", "halving" or "tree" */
+  const char* algorithm;  /* "ring", "direct", "doubling", "halving", "tree", "hier-doubling" or
+                             "hier-halving" */
   const char* protocol;   /* "simple" or "ll" */
 } braidPrediction_t;
 braidResult_t braidCommPredict(braidComm_t comm, braidCollective_t collective, size_t bytes,

@@ -37,7 +37,8 @@
     "bytes of FIFO per connector (split into BRAID_FIFO_SLOTS slots); 0: 1 MiB")                   \
   X(FifoSlots, "BRAID_FIFO_SLOTS", int64_t, 8, "slots per connector FIFO (pipeline depth)")        \
   X(Algo, "BRAID_ALGO", std::string, "",                                                           \
-    "algorithms the planner may choose: ring, direct (comma-separated; empty: the model picks)")   \
+    "algorithms the planner may choose: ring, direct, doubling, halving, tree, hier-doubling, "    \
+    "hier-halving, hier (both; comma-separated; empty: the model picks)")                          \
   X(Proto, "BRAID_PROTO", std::string, "",                                                         \
     "protocols the planner may choose: simple, ll (host transports run simple only)")              \
   X(MinNChannels, "BRAID_MIN_NCHANNELS", int64_t, 1, "fewest channels (rings) the planner makes")  \
@@ -75,9 +76,9 @@
   X(SpinCount, "BRAID_SPIN_COUNT", int64_t, 4000, "busy-poll iterations before a wait yields")     \
   X(YieldCount, "BRAID_YIELD_COUNT", int64_t, 200,                                                 \
     "sched_yield rounds before a wait sleeps (unset: 2000 where ranks drive network links)")       \
-  X(LaunchInRounds, "BRAID_LAUNCH_ROUNDS", int64_t, 1,                                            \
+  X(LaunchInRounds, "BRAID_LAUNCH_ROUNDS", int64_t, 1,                                             \
     "0: ranks that share a GPU from threads of one process queue collectives without waiting "     \
-    "for each other's rounds (for diagnosis only: see docs/cuda.md)")                               \
+    "for each other's rounds (for diagnosis only: see docs/cuda.md)")                              \
   X(Simd, "BRAID_SIMD", std::string, "auto", "host reduction kernels: auto, avx512, avx2, scalar")
 
 namespace braid::param {

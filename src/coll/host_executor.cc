@@ -173,6 +173,8 @@ void runCollective(CollContext& ctx, const CollArgs& a) {
       case HostAllReduce::Doubling: return runDoublingAllReduce(ctx, a, tag);
       case HostAllReduce::Halving: return runHalvingAllReduce(ctx, a, tag);
       case HostAllReduce::Tree: return runTreeAllReduce(ctx, a, tag);
+      case HostAllReduce::HierDoubling: return runHierarchicalAllReduce(ctx, a, tag, false);
+      case HostAllReduce::HierHalving: return runHierarchicalAllReduce(ctx, a, tag, true);
       case HostAllReduce::Ring: break;
     }
   }

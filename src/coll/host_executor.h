@@ -32,7 +32,17 @@ struct CollArgs {
 };
 
 // How a host all-reduce runs; the communicator's model chooses per size.
-enum class HostAllReduce : uint8_t { Ring, OneShot, Doubling, Halving, Tree };
+// HierDoubling and HierHalving: the hierarchical all-reduce (coll/host_recursive.h), its leaders
+// exchanging by recursive doubling or halving.
+enum class HostAllReduce : uint8_t {
+  Ring,
+  OneShot,
+  Doubling,
+  Halving,
+  Tree,
+  HierDoubling,
+  HierHalving
+};
 // Entry k serves all-reduces of (2^(k-1), 2^k] bytes (entry 0: up to 1 byte).
 using HostAllReduceTable = std::array<HostAllReduce, 64>;
 size_t sizeClass(size_t bytes);
@@ -42,6 +52,7 @@ struct CollContext {
   int rank = 0;
   int nranks = 1;
   std::span<const int> ringOrder;            // ranks in ring order
+  std::span<const int> hostOfRank;           // the host of each rank (the hierarchical all-reduce)
   std::span<SendConnector* const> sendTo;    // indexed by peer rank
   std::span<RecvConnector* const> recvFrom;  // indexed by peer rank
   Watchdog* dog = nullptr;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "base/recursive_pairing.h"
@@ -11,21 +12,30 @@
 namespace braid {
 namespace {
 
-// This rank's place in the pairing (base/recursive_pairing.h), and the ranks it names.
+// Who takes part in the exchanges (the ranks in pairing order: every rank in ring order, or in the
+// hierarchical all-reduce the leader of each host), this rank's place among them, and the ranks
+// the pairing (base/recursive_pairing.h) names.
 struct Team {
-  const CollContext& ctx;
+  std::vector<int> members;
   int position;
   RecursivePairing pairing;
 
-  explicit Team(const CollContext& c)
-      : ctx(c), position(ringPosition(c.ringOrder.data(), c.nranks, c.rank)), pairing(c.nranks) {}
+  explicit Team(std::vector<int> ranks, int rank)
+      : members(std::move(ranks)),
+        position(
+            static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin())),
+        pairing(static_cast<int>(members.size())) {}
   int participants() const { return pairing.participants; }
   bool folded() const { return pairing.folded(position); }
   bool keepsFolded() const { return pairing.keepsFolded(position); }
   int index() const { return pairing.indexOf(position); }
-  int rankOfIndex(int index) const { return ctx.ringOrder[pairing.positionOf(index)]; }
-  int foldPartner() const { return ctx.ringOrder[pairing.foldPartner(position)]; }
+  int rankOfIndex(int index) const { return members[pairing.positionOf(index)]; }
+  int foldPartner() const { return members[pairing.foldPartner(position)]; }
 };
+
+Team everyRank(const CollContext& ctx) {
+  return Team({ctx.ringOrder.begin(), ctx.ringOrder.end()}, ctx.rank);
+}
 
 // Sends `sendBytes` from `send` to `peer` while receiving `recvBytes` from it, a FIFO slot at a
 // time, handing each received piece to take(slot, offset, bytes) before freeing its slot. Both
@@ -84,14 +94,19 @@ struct Reduction {
   }
 };
 
-// A folded rank's whole part: its input to its keeper, the result back. True if this rank is one.
-bool runFolded(CollContext& ctx, const CallTag& tag, const Team& team, const Reduction& r) {
-  if (!team.folded()) return false;
-  exchange(ctx, tag, team.foldPartner(), r.input, r.bytes(), 0, r.elemBytes, kTakeNothing);
-  exchange(ctx, tag, team.foldPartner(), nullptr, 0, r.bytes(), r.elemBytes,
+// The whole part of a rank outside the exchanges: its values to `keeper`, the result back.
+void handOver(CollContext& ctx, const CallTag& tag, int keeper, const Reduction& r) {
+  exchange(ctx, tag, keeper, r.input, r.bytes(), 0, r.elemBytes, kTakeNothing);
+  exchange(ctx, tag, keeper, nullptr, 0, r.bytes(), r.elemBytes,
            [&](const uint8_t* slot, size_t at, size_t bytes) {
              std::memcpy(r.output + at, slot, bytes);
            });
+}
+
+// A folded rank's whole part. True if this rank is one.
+bool runFolded(CollContext& ctx, const CallTag& tag, const Team& team, const Reduction& r) {
+  if (!team.folded()) return false;
+  handOver(ctx, tag, team.foldPartner(), r);
   return true;
 }
 
@@ -117,13 +132,10 @@ struct Blocks {
   int mid() const { return lo + (hi - lo) / 2; }
 };
 
-}  // namespace
-
-void runDoublingAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag) {
-  const Team team(ctx);
-  const Reduction r(a, ctx.nranks);
-  if (runFolded(ctx, tag, team, r)) return;
-  const uint8_t* mine = foldIn(ctx, tag, team, r);
+// The exchanges of recursive doubling among the team, this rank's values at `mine`: output = the
+// team's result.
+void doublingSteps(CollContext& ctx, const CallTag& tag, const Team& team, const Reduction& r,
+                   const uint8_t* mine) {
   const int index = team.index();
   for (int mask = 1; mask < team.participants(); mask *= 2) {
     const bool lower = (index & mask) == 0;
@@ -134,19 +146,17 @@ void runDoublingAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& ta
              });
     mine = r.output;
   }
-  handBackFolded(ctx, tag, team, r);
 }
 
-void runHalvingAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag) {
-  const Team team(ctx);
-  if (a.count < static_cast<size_t>(team.participants())) return runDoublingAllReduce(ctx, a, tag);
-  const Reduction r(a, ctx.nranks);
-  if (runFolded(ctx, tag, team, r)) return;
-  const uint8_t* mine = foldIn(ctx, tag, team, r);
-  const int index = team.index();
+// Recursive halving then doubling among the team, as doublingSteps (which it runs where the
+// call has fewer elements than the team's participants).
+void halvingSteps(CollContext& ctx, const CallTag& tag, const Team& team, const Reduction& r,
+                  const uint8_t* mine) {
   const size_t parts = static_cast<size_t>(team.participants());
+  if (r.args.count < parts) return doublingSteps(ctx, tag, team, r, mine);
+  const int index = team.index();
   auto offset = [&](int block) {
-    return a.count * static_cast<size_t>(block) / parts * r.elemBytes;
+    return r.args.count * static_cast<size_t>(block) / parts * r.elemBytes;
   };
   auto length = [&](Blocks b) { return offset(b.hi) - offset(b.lo); };
 
@@ -181,7 +191,79 @@ void runHalvingAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag
              });
     held = whole;
   }
+}
+
+using Steps = void (*)(CollContext&, const CallTag&, const Team&, const Reduction&, const uint8_t*);
+
+// The team's all-reduce: the surplus ranks folded in, the steps, the result handed back.
+void runTeam(CollContext& ctx, const CallTag& tag, const Team& team, const Reduction& r,
+             Steps steps) {
+  if (runFolded(ctx, tag, team, r)) return;
+  steps(ctx, tag, team, r, foldIn(ctx, tag, team, r));
   handBackFolded(ctx, tag, team, r);
+}
+
+// The ranks of this rank's host in ring order, its leader (the first) among them, and every
+// host's leader in ring order.
+struct Hosts {
+  std::vector<int> local;
+  std::vector<int> leaders;
+  int leader() const { return local.front(); }
+};
+
+Hosts hostsOf(const CollContext& ctx) {
+  Hosts hosts;
+  const int mine = ctx.hostOfRank[ctx.rank];
+  std::vector<int> seen;
+  for (int rank : ctx.ringOrder) {
+    const int host = ctx.hostOfRank[rank];
+    if (host == mine) hosts.local.push_back(rank);
+    if (std::find(seen.begin(), seen.end(), host) != seen.end()) continue;
+    seen.push_back(host);
+    hosts.leaders.push_back(rank);
+  }
+  return hosts;
+}
+
+// A host's leader: its ranks' inputs reduced into its output (leader first, the rest in ring
+// order), which is the call's result where it is the only host (Avg divided by the last).
+void gatherHost(CollContext& ctx, const CallTag& tag, const Hosts& hosts, const Reduction& r) {
+  const uint8_t* mine = r.input;
+  for (size_t i = 1; i < hosts.local.size(); ++i) {
+    const bool last = hosts.leaders.size() == 1 && i + 1 == hosts.local.size();
+    exchange(ctx, tag, hosts.local[i], nullptr, 0, r.bytes(), r.elemBytes,
+             [&](const uint8_t* slot, size_t at, size_t bytes) {
+               r.combine(at, mine + at, slot, bytes, true, last);
+             });
+    mine = r.output;
+  }
+  if (mine == r.input && r.input != r.output) std::memcpy(r.output, r.input, r.bytes());
+}
+
+}  // namespace
+
+void runDoublingAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag) {
+  runTeam(ctx, tag, everyRank(ctx), Reduction(a, ctx.nranks), doublingSteps);
+}
+
+void runHalvingAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag) {
+  runTeam(ctx, tag, everyRank(ctx), Reduction(a, ctx.nranks), halvingSteps);
+}
+
+void runHierarchicalAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag,
+                              bool halving) {
+  const Hosts hosts = hostsOf(ctx);
+  const Reduction r(a, ctx.nranks);
+  if (ctx.rank != hosts.leader()) return handOver(ctx, tag, hosts.leader(), r);
+  gatherHost(ctx, tag, hosts, r);
+  if (hosts.leaders.size() > 1) {
+    Reduction partial = r;  // the leader's values are its host's, in its output
+    partial.input = r.output;
+    runTeam(ctx, tag, Team(hosts.leaders, ctx.rank), partial,
+            halving ? halvingSteps : doublingSteps);
+  }
+  for (size_t i = 1; i < hosts.local.size(); ++i)
+    exchange(ctx, tag, hosts.local[i], r.output, r.bytes(), 0, r.elemBytes, kTakeNothing);
 }
 
 }  // namespace braid

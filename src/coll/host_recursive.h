@@ -21,5 +21,11 @@ namespace braid {
 void runDoublingAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag);
 // Needs at least one element per participating rank: smaller calls run runDoublingAllReduce.
 void runHalvingAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag);
+// Hierarchical: the ranks of each host hand their inputs to its leader (its first rank in ring
+// order) over the host's own transport and get the result back from it; only the leaders cross
+// the network, in recursive doubling or halving among themselves (the surplus folded as above).
+// Where cores are few, the host's other ranks sleep while the leaders exchange.
+void runHierarchicalAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag,
+                              bool halving);
 
 }  // namespace braid

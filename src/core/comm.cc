@@ -166,6 +166,8 @@ braid::HostAllReduce hostAllReduce(braid::plan::Algorithm algorithm) {
     case braid::plan::Algorithm::Doubling: return braid::HostAllReduce::Doubling;
     case braid::plan::Algorithm::Halving: return braid::HostAllReduce::Halving;
     case braid::plan::Algorithm::Tree: return braid::HostAllReduce::Tree;
+    case braid::plan::Algorithm::HierDoubling: return braid::HostAllReduce::HierDoubling;
+    case braid::plan::Algorithm::HierHalving: return braid::HostAllReduce::HierHalving;
   }
   return braid::HostAllReduce::Ring;
 }
@@ -567,6 +569,8 @@ void braidComm::planRings(const braid::FifoGeometry& geometry) {
   }
   plan::validate(planGraph_, plan_);
   ringOrder_ = plan_.channels.front().order;
+  hostOfRank_.clear();
+  for (int r = 0; r < nranks_; ++r) hostOfRank_.push_back(planGraph_.hostOfRank(r));
   if (plan_.channels.size() > 1)
     BRAID_INFO(braid::log::kInit,
                "rank {}: {} channels planned; the host executor runs one, channel 0", rank_,
@@ -585,6 +589,7 @@ void braidComm::planRings(const braid::FifoGeometry& geometry) {
   }
   input.fifoBytes = geometry.slotBytes * geometry.nSlots;
   input.slotBytes = geometry.slotBytes;
+  for (const braid::PeerInfo& p : peers_) input.linkOnCores |= planGraph_.hosts > 1 && p.virtualNic;
   // Half the last-level cache: the rest holds what else runs (and other tenants of a VM's host).
   input.cacheBytes = peers_[0].llcBytes / 2;
   for (const braid::PeerInfo& p : peers_)
@@ -718,6 +723,7 @@ braid::CollContext braidComm::context() {
   ctx.rank = rank_;
   ctx.nranks = nranks_;
   ctx.ringOrder = ringOrder_;
+  ctx.hostOfRank = hostOfRank_;
   ctx.sendTo = sendTo_;
   ctx.recvFrom = recvFrom_;
   ctx.dog = this;

@@ -102,6 +102,8 @@ const char* algorithmName(Algorithm algorithm) {
     case Algorithm::Doubling: return "doubling";
     case Algorithm::Halving: return "halving";
     case Algorithm::Tree: return "tree";
+    case Algorithm::HierDoubling: return "hier-doubling";
+    case Algorithm::HierHalving: return "hier-halving";
   }
   return "?";
 }
@@ -126,7 +128,23 @@ size_t hostDirectMaxBytes(int hosts, size_t slotPayloadBytes, int slots) {
 std::vector<bool> allowedAlgorithms(const std::string& list, const char* source) {
   std::vector<const char*> names;
   for (Algorithm algorithm : kAlgorithms) names.push_back(algorithmName(algorithm));
-  return parseChoice(list, source, names);
+  // "hier" names both hierarchical forms.
+  std::string others, item;
+  std::stringstream items(list);
+  bool hier = false;
+  while (std::getline(items, item, ',')) {
+    std::transform(item.begin(), item.end(), item.begin(), ::tolower);
+    if (item == "hier")
+      hier = true;
+    else
+      others += (others.empty() ? "" : ",") + item;
+  }
+  if (!hier) return parseChoice(list, source, names);
+  std::vector<bool> allowed =
+      others.empty() ? std::vector<bool>(names.size(), false) : parseChoice(others, source, names);
+  allowed[static_cast<int>(Algorithm::HierDoubling)] = true;
+  allowed[static_cast<int>(Algorithm::HierHalving)] = true;
+  return allowed;
 }
 
 ModelInput modelInputFromParams() {
@@ -168,8 +186,18 @@ Model::Model(const LinkGraph& graph, const Plan& plan, ModelInput input)
     busiestHostRanks_ = std::max(busiestHostRanks_, ranks);
   }
   if (in_.hostRanks && !plan.channels.empty()) {
-    findRecursiveCrossings(graph, plan.channels.front().order);
-    findTreeCrossings(graph, plan.channels.front().order);
+    const std::vector<int>& order = plan.channels.front().order;
+    everyRank_ = exchangeTeam(graph, order);
+    everyRank_.nicSharers = busiestHostRanks_;
+    std::vector<int> leaders, hostsSeen;
+    for (int rank : order) {
+      const int host = graph.hostOfRank(rank);
+      if (std::find(hostsSeen.begin(), hostsSeen.end(), host) != hostsSeen.end()) continue;
+      hostsSeen.push_back(host);
+      leaders.push_back(rank);
+    }
+    leaders_ = exchangeTeam(graph, leaders);
+    findTreeCrossings(graph, order);
   }
   if (!in_.hostRanks && in_.ranksShareDevice) {
     // Ranks on one GPU share its memory: n ranks move their bytes at once. Each reads its input
@@ -211,19 +239,22 @@ double Model::crowding() const {
   return share > 1 ? std::ceil(share) * in_.core.sharedCoreCost : 1;
 }
 
-// Partners as coll/host_recursive.cc pairs them (base/recursive_pairing.h), by ring position.
-void Model::findRecursiveCrossings(const LinkGraph& graph, const std::vector<int>& order) {
-  const RecursivePairing pairing(static_cast<int>(order.size()));
-  auto host = [&](int position) { return graph.hostOfRank(order[position]); };
-  folds_ = pairing.surplus > 0;
+// Partners as coll/host_recursive.cc pairs them (base/recursive_pairing.h), by their order.
+Model::ExchangeTeam Model::exchangeTeam(const LinkGraph& graph,
+                                        const std::vector<int>& members) const {
+  ExchangeTeam team;
+  const RecursivePairing pairing(static_cast<int>(members.size()));
+  auto host = [&](int position) { return graph.hostOfRank(members[position]); };
+  team.folds = pairing.surplus > 0;
   for (int position = 0; position < 2 * pairing.surplus; position += 2)
-    foldCrossesHosts_ |= host(position) != host(pairing.foldPartner(position));
+    team.foldCrossesHosts |= host(position) != host(pairing.foldPartner(position));
   for (int mask = 1; mask < pairing.participants; mask *= 2) {
     bool crosses = false;
     for (int index = 0; index < pairing.participants; ++index)
       crosses |= host(pairing.positionOf(index)) != host(pairing.positionOf(index ^ mask));
-    exchangeCrossesHosts_.push_back(crosses);
+    team.crossesHosts.push_back(crosses);
   }
+  return team;
 }
 
 // As coll/host_tree.cc lays the trees: over the ring order, rootless.
@@ -249,9 +280,7 @@ double Model::treeTimeUs(Operation op, Protocol protocol, size_t bytes) const {
   const double half = static_cast<double>(bytes) / 2;  // each tree's share, its slots rounded up
   const double slots = 2 * std::max(1.0, std::ceil(half / slotBytes));
   const double slot = std::min(slotBytes, half);
-  const double latency = oversubscription() > 1 ? in_.latency.switchUs
-                         : treeCrossesHosts_    ? in_.latency.netHopUs
-                                                : in_.latency.hopUs;
+  const double latency = handoffUs(treeCrossesHosts_);
   // Up: two children's slots reduced; down: the result copied out and to two children.
   const double coreUs =
       (microseconds(2 * slot, in_.core.reduceGBs) + microseconds(3 * slot, in_.core.copyGBs)) *
@@ -259,56 +288,87 @@ double Model::treeTimeUs(Operation op, Protocol protocol, size_t bytes) const {
   // A NIC carries its host's ranks' slots at once, as in the recursive exchanges.
   const double linkUs =
       treeCrossesHosts_ ? microseconds(2 * slot * busiestHostRanks_, ringGBs_) : 0;
-  return in_.latency.callUs + slots * 2 * treeDepth_ * (latency + std::max(coreUs, linkUs));
+  return in_.latency.callUs + slots * 2 * treeDepth_ * (latency + coreAndLinkUs(coreUs, linkUs));
 }
 
-// Each exchange costs a handoff (a network one where it crosses hosts) and the longer of the
-// core's work and the link's, whose NIC the busiest host's ranks share at once. The core rates are
-// the ring's, whose steps do the same memory traffic: a piece copied into a slot, the partner's
-// reduced with this rank's values (or copied out).
 double Model::recursiveTimeUs(Operation op, Protocol protocol, size_t bytes, bool halving) const {
   // Two ranks make one exchange: the one-shot all-reduce's, which posts its pieces ahead.
   if (!in_.hostRanks || op != Operation::AllReduce || protocol != Protocol::Simple || nranks_ < 3 ||
-      exchangeCrossesHosts_.empty())
+      everyRank_.crossesHosts.empty())
     return kInfinity;
-  const bool oversubscribed = oversubscription() > 1;
+  return in_.latency.callUs + exchangesUs(everyRank_, bytes, halving);
+}
+
+// A handoff between two ranks: the network's where it crosses hosts, a core switch where busy
+// threads outnumber cores.
+double Model::handoffUs(bool crossesHosts) const {
+  const double hop = crossesHosts ? in_.latency.netHopUs : in_.latency.hopUs;
+  // A message to another host still takes the network's time where the receiver must first get
+  // a core; between ranks of a host the switch is the whole wait.
+  if (oversubscription() > 1) return in_.latency.switchUs + (crossesHosts ? hop : 0);
+  return hop;
+}
+
+// A NIC moves bytes while the cores reduce others: the longer of the two. Where the network is the
+// cores' own copies, both take the cores' time.
+double Model::coreAndLinkUs(double coreUs, double linkUs) const {
+  return in_.linkOnCores ? coreUs + linkUs : std::max(coreUs, linkUs);
+}
+
+// Each exchange costs a handoff and the longer of the core's work and the link's, whose NIC the
+// team's members of one host share at once. The core rates are the ring's, whose steps do the
+// same memory traffic: a piece copied into a slot, the partner's reduced with this rank's values
+// (or copied out).
+double Model::exchangesUs(const ExchangeTeam& team, size_t bytes, bool halving) const {
   auto exchangeUs = [&](bool crosses, double stepBytes, bool reduces) {
-    const double latency = oversubscribed ? in_.latency.switchUs
-                           : crosses      ? in_.latency.netHopUs
-                                          : in_.latency.hopUs;
     double coreUs = microseconds(stepBytes, reduces ? in_.core.reduceGBs : in_.core.copyGBs) *
                     crowding() / cacheSpeedup(bytes);
-    if (oversubscribed)
+    if (oversubscription() > 1)
       coreUs += stepBytes / static_cast<double>(in_.fifoBytes) * in_.latency.switchUs;
-    const double linkUs = crosses ? microseconds(stepBytes * busiestHostRanks_, ringGBs_) : 0;
-    return latency + std::max(coreUs, linkUs);
+    const double linkUs = crosses ? microseconds(stepBytes * team.nicSharers, ringGBs_) : 0;
+    return handoffUs(crosses) + coreAndLinkUs(coreUs, linkUs);
   };
   const double whole = static_cast<double>(bytes);
-  double us = in_.latency.callUs;
-  if (folds_)
-    us += exchangeUs(foldCrossesHosts_, whole, true) + exchangeUs(foldCrossesHosts_, whole, false);
+  double us = 0;
+  if (team.folds)
+    us += exchangeUs(team.foldCrossesHosts, whole, true) +
+          exchangeUs(team.foldCrossesHosts, whole, false);
   double piece = whole;
-  for (bool crosses : exchangeCrossesHosts_) {
+  for (bool crosses : team.crossesHosts) {
     if (halving) piece /= 2;
     us += exchangeUs(crosses, piece, true);
   }
   if (halving)
-    for (auto it = exchangeCrossesHosts_.rbegin(); it != exchangeCrossesHosts_.rend(); ++it) {
+    for (auto it = team.crossesHosts.rbegin(); it != team.crossesHosts.rend(); ++it) {
       us += exchangeUs(*it, piece, false);
       piece *= 2;
     }
   return us;
 }
 
+// The busiest host's leader takes each of its other ranks' inputs in turn (a handoff and a
+// reduction each), the leaders exchange, and the leader hands the result to each in turn.
+double Model::hierarchicalTimeUs(Operation op, Protocol protocol, size_t bytes,
+                                 bool halving) const {
+  // Two ranks: the one-shot all-reduce, as for the recursive exchanges.
+  if (!in_.hostRanks || op != Operation::AllReduce || protocol != Protocol::Simple || nranks_ < 3)
+    return kInfinity;
+  const double whole = static_cast<double>(bytes);
+  const double scale = crowding() / cacheSpeedup(bytes);
+  const double followers = busiestHostRanks_ - 1;
+  const double gatherUs =
+      followers * (handoffUs(false) + microseconds(whole, in_.core.reduceGBs) * scale);
+  const double handBackUs =
+      followers * (handoffUs(false) + microseconds(whole, in_.core.copyGBs) * scale);
+  return in_.latency.callUs + gatherUs + exchangesUs(leaders_, bytes, halving) + handBackUs;
+}
+
 double Model::stepLatencyUs(Protocol protocol) const {
   if (!in_.hostRanks) return protocol == Protocol::LL ? slowestHop_.llUs : slowestHop_.simpleUs;
-  // With more busy threads than cores, the rank a step hands off to is usually not running: the
-  // handoff waits for a core switch.
-  if (oversubscription() > 1) return in_.latency.switchUs;
-  // A ring of host ranks crosses the network once per host.
-  return hosts_ > 1
-             ? ((nranks_ - hosts_) * in_.latency.hopUs + hosts_ * in_.latency.netHopUs) / nranks_
-             : in_.latency.hopUs;
+  // A ring of host ranks crosses the network once per host: the average step, as handoffUs
+  // prices each.
+  return hosts_ > 1 ? ((nranks_ - hosts_) * handoffUs(false) + hosts_ * handoffUs(true)) / nranks_
+                    : handoffUs(false);
 }
 
 double Model::ringTimeUs(Operation op, Protocol protocol, size_t bytes) const {
@@ -337,7 +397,7 @@ double Model::ringTimeUs(Operation op, Protocol protocol, size_t bytes) const {
   if (share > 1)
     coreUs += (reduceBytes + copyBytes) / static_cast<double>(in_.fifoBytes) * in_.latency.switchUs;
   const double linkUs = microseconds(busBytes, ringGBs_);
-  return in_.latency.callUs + latency + std::max(coreUs, linkUs);
+  return in_.latency.callUs + latency + coreAndLinkUs(coreUs, linkUs);
 }
 
 // The core rates hold for data in memory. A call whose buffers and FIFOs fit in the cache runs
@@ -371,7 +431,8 @@ double Model::directTimeUs(Operation op, Protocol protocol, size_t bytes) const 
     const double messagesUs = oversubscription() > 1 ? (n - 1) * in_.latency.switchUs
                                                      : (n - 1) * in_.latency.netHopUs / 4;
     const double linkUs = microseconds(busiestNicMessages_ * static_cast<double>(bytes), ringGBs_);
-    return in_.latency.callUs + stepLatencyUs(protocol) + messagesUs + std::max(coreUs, linkUs);
+    return in_.latency.callUs + stepLatencyUs(protocol) + messagesUs +
+           coreAndLinkUs(coreUs, linkUs);
   }
   // The device engine (coll/direct_engine.h): all-reduce, reduce-scatter, all-gather, with plain
   // stores only. Each rank reads its share of every peer's input and writes its share of every
@@ -405,6 +466,8 @@ double Model::timeUs(Operation op, Algorithm algorithm, Protocol protocol, size_
     case Algorithm::Doubling: return recursiveTimeUs(op, protocol, bytes, false);
     case Algorithm::Halving: return recursiveTimeUs(op, protocol, bytes, true);
     case Algorithm::Tree: return treeTimeUs(op, protocol, bytes);
+    case Algorithm::HierDoubling: return hierarchicalTimeUs(op, protocol, bytes, false);
+    case Algorithm::HierHalving: return hierarchicalTimeUs(op, protocol, bytes, true);
   }
   return kInfinity;
 }

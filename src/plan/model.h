@@ -18,10 +18,13 @@ namespace braid::plan {
 enum class Operation : uint8_t { AllReduce, ReduceScatter, AllGather, Broadcast, Reduce, SendRecv };
 // Doubling and Halving are host ranks' all-reduces in log2(n) exchanges (coll/host_recursive.h):
 // recursive doubling, and recursive halving then doubling (Rabenseifner). Tree: host ranks'
-// all-reduce on the double binary tree (coll/host_tree.h).
-enum class Algorithm : uint8_t { Ring, Direct, Doubling, Halving, Tree };
-inline constexpr Algorithm kAlgorithms[] = {Algorithm::Ring, Algorithm::Direct, Algorithm::Doubling,
-                                            Algorithm::Halving, Algorithm::Tree};
+// all-reduce on the double binary tree (coll/host_tree.h). HierDoubling, HierHalving: host ranks'
+// hierarchical all-reduce, each host's ranks handing their inputs to its leader and only the
+// leaders exchanging across hosts, by recursive doubling or halving.
+enum class Algorithm : uint8_t { Ring, Direct, Doubling, Halving, Tree, HierDoubling, HierHalving };
+inline constexpr Algorithm kAlgorithms[] = {
+    Algorithm::Ring, Algorithm::Direct,       Algorithm::Doubling,   Algorithm::Halving,
+    Algorithm::Tree, Algorithm::HierDoubling, Algorithm::HierHalving};
 enum class Protocol : uint8_t { Simple, LL };
 
 const char* operationName(Operation op);
@@ -60,6 +63,9 @@ struct ModelInput {
   size_t slotBytes = 128 << 10;  // of those, one slot (a tree's step)
   double cacheBytes = 0;         // last-level cache the ranks of a machine can count on; 0: unknown
   size_t directMaxBytes = 0;     // the one-shot exchange holds at most this per peer
+  // Host ranks: the network between hosts is the machines' own TCP copies (virtual interfaces such
+  // as veth: namespace hosts), so its bytes take the cores' time instead of a link's beside it.
+  bool linkOnCores = false;
   // Device ranks only: every rank on one GPU (threads of one process), moving bytes through its
   // memory, which runs at deviceMemoryGBs (reads and writes together; 0: unknown, the plan's
   // links then stand in).
@@ -109,12 +115,25 @@ class Model {
  private:
   double ringTimeUs(Operation op, Protocol protocol, size_t bytes) const;
   double directTimeUs(Operation op, Protocol protocol, size_t bytes) const;
+  // The recursive exchanges of `team` (every rank, or the hosts' leaders).
+  struct ExchangeTeam {
+    // Whether the exchange with the partner at distance 2^k (among the power of two that take
+    // part) crosses hosts for some pair, and whether folding the surplus members in does.
+    std::vector<bool> crossesHosts;
+    bool folds = false;
+    bool foldCrossesHosts = false;
+    int nicSharers = 1;  // members that exchange through one host's NIC at once
+  };
   double recursiveTimeUs(Operation op, Protocol protocol, size_t bytes, bool halving) const;
+  double exchangesUs(const ExchangeTeam& team, size_t bytes, bool halving) const;
+  double handoffUs(bool crossesHosts) const;
+  double coreAndLinkUs(double coreUs, double linkUs) const;
+  double hierarchicalTimeUs(Operation op, Protocol protocol, size_t bytes, bool halving) const;
   double treeTimeUs(Operation op, Protocol protocol, size_t bytes) const;
   double stepLatencyUs(Protocol protocol) const;
   double oversubscription() const;  // busy threads per core on the most loaded machine, >= 1
   double crowding() const;          // how much slower a rank's core work runs for sharing it
-  void findRecursiveCrossings(const LinkGraph& graph, const std::vector<int>& order);
+  ExchangeTeam exchangeTeam(const LinkGraph& graph, const std::vector<int>& members) const;
   void findTreeCrossings(const LinkGraph& graph, const std::vector<int>& order);
   double cacheSpeedup(size_t bytes) const;
 
@@ -131,12 +150,9 @@ class Model {
   bool allPairsDirect_ = false;
   int busiestNicMessages_ = 0;  // host ranks: one-shot messages through the busiest host's NIC
   int busiestHostRanks_ = 0;    // ranks of the host with the most
-  // Host ranks, recursive exchanges: whether the exchange with the partner at distance 2^k (in
-  // ring positions, among the power of two that take part) crosses hosts for some pair, and
-  // whether folding the surplus ranks in does.
-  std::vector<bool> exchangeCrossesHosts_;
-  bool foldCrossesHosts_ = false;
-  bool folds_ = false;
+  // Host ranks, recursive exchanges: of every rank in ring order, and of the hosts' leaders (the
+  // first rank of each in ring order).
+  ExchangeTeam everyRank_, leaders_;
   // Host ranks, trees (base/binary_trees.h over the ring order): their depth, and whether an
   // edge of either crosses hosts.
   int treeDepth_ = 0;
@@ -145,9 +161,9 @@ class Model {
 };
 
 // The host figures and latencies of BRAID_MODEL_*, and the algorithms and protocols BRAID_ALGO and
-// BRAID_PROTO allow ("ring", "direct", "doubling", "halving", "tree", "ring,direct"; "simple",
-// "ll"; empty = all). Fails naming the variable and the accepted values. The caller fills in the
-// machine: cores, threads, FIFOs.
+// BRAID_PROTO allow ("ring", "direct", "doubling", "halving", "tree", "hier-doubling",
+// "hier-halving", "hier" for both, "ring,direct"; "simple", "ll"; empty = all). Fails naming the
+// variable and the accepted values. The caller fills in the machine: cores, threads, FIFOs.
 ModelInput modelInputFromParams();
 // The algorithms a list names ("ring,doubling"; empty: all), indexed by Algorithm; fails naming
 // `source` and the accepted names.

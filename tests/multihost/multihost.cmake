@@ -72,12 +72,16 @@ braid_multihost_test(multihost_grid_3hosts HOSTS 3
 # with 4 ranks, a rank's own input kept aside in place, shared memory inside host 0.
 braid_multihost_test(multihost_grid_3hosts_direct HOSTS 3
   COMMAND env BRAID_ALGO=direct ${grid} --gtest_filter=${case}4ranks_allreduce)
-# Recursive doubling and halving, and the double binary tree, across hosts, forced: partners (tree
-# neighbours) on one host and on others.
-foreach(algo doubling halving tree)
+# Recursive doubling and halving, the double binary tree, and the hierarchical forms across hosts,
+# forced: partners (tree neighbours) on one host and on others; hierarchical, host 0's second
+# rank hands over to its leader, and the 3 leaders fold one in (ring 0 3 1 2: leaders 0, 1, 2).
+foreach(algo doubling halving tree hier-doubling hier-halving)
   braid_multihost_test(multihost_grid_3hosts_${algo} HOSTS 3
     COMMAND env BRAID_ALGO=${algo} ${grid} --gtest_filter=${case}4ranks_allreduce)
 endforeach()
+# Hierarchical with 3, 3 and 2 ranks per host: two followers per leader, 3 leaders.
+braid_multihost_test(multihost_grid_3hosts_8ranks_hier HOSTS 3
+  COMMAND env BRAID_ALGO=hier ${grid} --gtest_filter=${case}8ranks_allreduce)
 # IPv6 only (no IPv4 address on the links); 2 and 1 ranks per host.
 braid_multihost_test(multihost_grid_ipv6 HOSTS 2 IPV6
   COMMAND ${grid} --gtest_filter=${case}3ranks_allreduce:${case}3ranks_sendrecv)

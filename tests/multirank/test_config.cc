@@ -102,7 +102,8 @@ TEST(Config, BadBoundsAndUnknownNetworksAreRefusedByName) {
       {ib, "config netName 'IB' is not a network braid has"},
       {tree,
        "rank 0: config algorithms=ring,bruck: unknown value 'bruck' (expected a comma-separated "
-       "list of ring, direct, doubling, halving, tree)"},
+       "list of ring, direct, doubling, halving, tree, hier-doubling, "
+       "hier-halving)"},
   };
   braidUniqueId id;
   ASSERT_EQ(braidGetUniqueId(&id), braidSuccess);

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "plan/host_graph.h"
 #include "plan/model.h"
@@ -229,6 +231,73 @@ TEST(PlanModel, SurplusRanksFoldInAndOut) {
   const double expected = 0.5 + (1.0 + core) + (1.0 + copy) + 2 * (20.0 + std::max(core, link));
   EXPECT_NEAR(model.timeUs(Operation::AllReduce, Algorithm::Doubling, Protocol::Simple, 8),
               expected, 1e-6);
+}
+
+// Namespace hosts of one machine: the network is the cores' own TCP copies, so a step's link time
+// adds to its core time rather than overlapping it.
+TEST(PlanModel, LinkOnCoresAddsTheNetworkToTheCores) {
+  ManyHosts m(4, 2, 16);
+  m.in.linkOnCores = true;
+  const Model model(m.graph, m.plan, m.in);
+  const double core = 8 / kReduce / 1e3, link = 2 * 8 / 1.0 / 1e3;
+  EXPECT_NEAR(model.timeUs(Operation::AllReduce, Algorithm::Doubling, Protocol::Simple, 8),
+              0.5 + (1.0 + core) + 2 * (20.0 + core + link), 1e-6);
+  // 4 namespace hosts x 2 ranks on one 2-core machine (bench/results/trees_vs_ring_vs_mpi.txt):
+  // recursive halving measured at 0.73-0.80 of the ring's time from 1 to 4 MiB, where the cores'
+  // time alone made the ring look the cheaper.
+  ManyHosts crowded(4, 2, 2);
+  crowded.in.ranksPerHost.assign(4, 8);
+  const Model overlapping(crowded.graph, crowded.plan, crowded.in);
+  crowded.in.linkOnCores = true;
+  const Model onCores(crowded.graph, crowded.plan, crowded.in);
+  for (size_t bytes : {size_t{1} << 20, size_t{4} << 20}) {
+    EXPECT_EQ(overlapping.best(Operation::AllReduce, bytes).algorithm, Algorithm::Ring) << bytes;
+    EXPECT_EQ(onCores.best(Operation::AllReduce, bytes).algorithm, Algorithm::Halving) << bytes;
+  }
+}
+
+// Hierarchical (coll/host_recursive.h): each host's second rank hands its input to its leader and
+// gets the result back (a handoff and the core's work each way); the 4 leaders exchange twice
+// across hosts, each alone on its NIC, where every rank's exchanges share it with its host's other.
+TEST(PlanModel, HierarchicalLeadersAloneCrossHosts) {
+  const ManyHosts m(4, 2, 16);
+  const Model model(m.graph, m.plan, m.in);
+  const double bytes = 8;
+  const double core = bytes / kReduce / 1e3, copy = bytes / kCopy / 1e3;
+  const double leaders = 2 * (20.0 + std::max(core, bytes * 1 / 1.0 / 1e3));
+  EXPECT_NEAR(model.timeUs(Operation::AllReduce, Algorithm::HierDoubling, Protocol::Simple, 8),
+              0.5 + (1.0 + core) + leaders + (1.0 + copy), 1e-6);
+  // Every rank's doubling: one exchange inside a host, two across it with 2 ranks on each NIC.
+  const double flat = 0.5 + (1.0 + core) + 2 * (20.0 + std::max(core, bytes * 2 / 1.0 / 1e3));
+  EXPECT_NEAR(model.timeUs(Operation::AllReduce, Algorithm::Doubling, Protocol::Simple, 8), flat,
+              1e-6);
+  // One rank per host: nothing to hand over, the leaders' exchanges are every rank's.
+  const ManyHosts alone(4, 1, 16);
+  const Model perHost(alone.graph, alone.plan, alone.in);
+  for (size_t b = 8; b <= (size_t{1} << 24); b *= 16)
+    EXPECT_NEAR(perHost.timeUs(Operation::AllReduce, Algorithm::HierHalving, Protocol::Simple, b),
+                perHost.timeUs(Operation::AllReduce, Algorithm::Halving, Protocol::Simple, b),
+                1e-6)
+        << b;
+  EXPECT_TRUE(
+      std::isinf(model.timeUs(Operation::AllGather, Algorithm::HierDoubling, Protocol::Simple, 8)));
+}
+
+// "hier" names both hierarchical forms, alone or beside others; unknown names still fail.
+TEST(PlanModel, HierNamesBothHierarchicalForms) {
+  auto allowed = [](const std::string& list) {
+    std::vector<std::string> names;
+    const std::vector<bool> a = allowedAlgorithms(list, "BRAID_ALGO");
+    for (Algorithm algorithm : kAlgorithms)
+      if (a[static_cast<int>(algorithm)]) names.push_back(algorithmName(algorithm));
+    return names;
+  };
+  using Names = std::vector<std::string>;
+  EXPECT_EQ(allowed("hier"), (Names{"hier-doubling", "hier-halving"}));
+  EXPECT_EQ(allowed("Ring,HIER"), (Names{"ring", "hier-doubling", "hier-halving"}));
+  EXPECT_EQ(allowed("hier-halving"), (Names{"hier-halving"}));
+  EXPECT_EQ(allowed("").size(), std::size(kAlgorithms));
+  EXPECT_THROW(allowed("hier,rings"), std::exception);
 }
 
 TEST(PlanModel, DeviceRingsPickLlForSmallAndSimpleForLarge) {
