@@ -3,8 +3,10 @@
 # (BRAID_ALGO), as braid-topo --plan prints them (issue 36, scope 4), in Markdown:
 #   - CPU ranks, one per host (this machine's live topology as each host, a NIC each);
 #   - GPU ranks, 8 per host, on Azure NDv5's topology file (the HGX H100 board as inferred).
-# Beside them, the network steps a double binary tree would pay (2 log2(hosts), NCCL's trees;
-# braid has no tree yet) at the model's own network hop. Usage: model_scale.sh [BUILD_DIR]
+#   - CPU ranks, 2 per host (this 2-core machine: a rank and its network proxy each, more busy
+#     threads than cores): the flat log-step forms beside the hierarchical ones.
+# Beside them, the network steps NCCL's double binary tree pays between hosts (2 log2(hosts)) at
+# the model's own network hop. Usage: model_scale.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 topo=${1:-build}/tools/braid-topo
@@ -31,8 +33,18 @@ echo
 echo "$header"
 echo "$rule"
 for hosts in 8 16 64 256 1024 4096; do
-  for algo in ring direct doubling halving; do
+  for algo in ring direct doubling halving tree; do
     echo "| $hosts | $algo$(row "$algo" --hosts "$hosts")"
+  done
+done
+echo
+echo "### CPU ranks, 2 per host on this 2-core machine (us, and the algorithm that ran)"
+echo
+echo "$header"
+echo "$rule"
+for hosts in 4 32 512 2048; do
+  for algo in ring doubling halving hier-doubling hier-halving; do
+    echo "| $((hosts * 2)) | $algo$(row "$algo" --ranks-per-host 2 --hosts "$hosts")"
   done
 done
 net=$(hop_us --hosts 8)
