@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 
@@ -88,9 +89,16 @@ void showPlan(const Topology& topology, const PlanRequest& request) {
     const plan::Prediction ar = model.best(plan::Operation::AllReduce, bytes, launch);
     const plan::Prediction rs = model.best(plan::Operation::ReduceScatter, bytes, launch);
     const plan::Prediction ag = model.best(plan::Operation::AllGather, bytes, launch);
-    fmt::print("  {:>12}  {:>10.1f} {:>8.2f}  {:>10.1f} {:>8.2f}  {:>10.1f} {:>8.2f}  {}/{}\n",
+    // Why: the next fastest algorithm and how much longer it would take.
+    const plan::Prediction next = model.runnerUp(plan::Operation::AllReduce, bytes, launch);
+    const std::string why =
+        std::isinf(next.us)
+            ? std::string("(the only one that runs)")
+            : fmt::format("(next: {}/{} {:.2f}x)", plan::algorithmName(next.algorithm),
+                          plan::protocolName(next.protocol), next.us / ar.us);
+    fmt::print("  {:>12}  {:>10.1f} {:>8.2f}  {:>10.1f} {:>8.2f}  {:>10.1f} {:>8.2f}  {}/{} {}\n",
                bytes, ar.us, ar.busBwGBs, rs.us, rs.busBwGBs, ag.us, ag.busBwGBs,
-               plan::algorithmName(ar.algorithm), plan::protocolName(ar.protocol));
+               plan::algorithmName(ar.algorithm), plan::protocolName(ar.protocol), why);
   }
 }
 

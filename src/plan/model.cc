@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "base/binary_trees.h"
@@ -472,12 +473,14 @@ double Model::timeUs(Operation op, Algorithm algorithm, Protocol protocol, size_
   return kInfinity;
 }
 
-Prediction Model::best(Operation op, size_t bytes, DeviceLaunch launch) const {
+// The fastest allowed algorithm and protocol, leaving out `skip`; infinite where none runs.
+Prediction Model::fastest(Operation op, size_t bytes, DeviceLaunch launch,
+                          std::optional<Algorithm> skip) const {
   const bool directPossible = launch != DeviceLaunch::Apart;
   Prediction best;
   best.us = kInfinity;
   for (Algorithm algorithm : kAlgorithms) {
-    if (!in_.allowedAlgorithms[static_cast<int>(algorithm)]) continue;
+    if (!in_.allowedAlgorithms[static_cast<int>(algorithm)] || algorithm == skip) continue;
     if (algorithm == Algorithm::Direct && !directPossible) continue;
     for (Protocol protocol : {Protocol::Simple, Protocol::LL}) {
       if (!in_.allowedProtocols[static_cast<int>(protocol)]) continue;
@@ -485,21 +488,35 @@ Prediction Model::best(Operation op, size_t bytes, DeviceLaunch launch) const {
       if (us < best.us) best = {algorithm, protocol, us, 0};
     }
   }
+  return best;
+}
+
+// Back to back, a device call takes at least what the host takes to issue it; one launch of
+// every rank is issued by one thread, rank after rank.
+Prediction Model::asIssued(Prediction p, Operation op, size_t bytes, DeviceLaunch launch) const {
+  if (!in_.hostRanks)
+    p.us = std::max(
+        p.us,
+        kDeviceIssueUs + (launch == DeviceLaunch::Together ? nranks_ * kDeviceIssuePerRankUs : 0));
+  p.busBwGBs = p.us > 0 && p.us < kInfinity
+                   ? busBandwidthFactor(op, nranks_) * static_cast<double>(bytes) / p.us / 1e3
+                   : 0;
+  return p;
+}
+
+Prediction Model::best(Operation op, size_t bytes, DeviceLaunch launch) const {
+  Prediction best = fastest(op, bytes, launch, std::nullopt);
   // An override that leaves nothing runnable falls back to the ring with the Simple protocol,
   // which runs everything.
   if (best.us == kInfinity)
     best = {Algorithm::Ring, Protocol::Simple, timeUs(op, Algorithm::Ring, Protocol::Simple, bytes),
             0};
-  // Back to back, a device call takes at least what the host takes to issue it; one launch of
-  // every rank is issued by one thread, rank after rank.
-  if (!in_.hostRanks)
-    best.us = std::max(
-        best.us,
-        kDeviceIssueUs + (launch == DeviceLaunch::Together ? nranks_ * kDeviceIssuePerRankUs : 0));
-  best.busBwGBs = best.us > 0
-                      ? busBandwidthFactor(op, nranks_) * static_cast<double>(bytes) / best.us / 1e3
-                      : 0;
-  return best;
+  return asIssued(best, op, bytes, launch);
+}
+
+Prediction Model::runnerUp(Operation op, size_t bytes, DeviceLaunch launch) const {
+  const Prediction first = best(op, bytes, launch);
+  return asIssued(fastest(op, bytes, launch, first.algorithm), op, bytes, launch);
 }
 
 std::string Model::describe() const {

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -109,10 +110,17 @@ class Model {
   // device call (timeUs is the device's part alone). Deterministic: every rank chooses the same.
   // `launch`: how a device call's ranks are launched (host ranks: Together, which changes nothing).
   Prediction best(Operation op, size_t bytes, DeviceLaunch launch = DeviceLaunch::Together) const;
+  // The fastest allowed algorithm other than best's (why best won, for braid-topo --plan); its
+  // time infinite where no other runs.
+  Prediction runnerUp(Operation op, size_t bytes,
+                      DeviceLaunch launch = DeviceLaunch::Together) const;
   // One line per term, for braid-topo --plan and docs.
   std::string describe() const;
 
  private:
+  Prediction fastest(Operation op, size_t bytes, DeviceLaunch launch,
+                     std::optional<Algorithm> skip) const;
+  Prediction asIssued(Prediction p, Operation op, size_t bytes, DeviceLaunch launch) const;
   double ringTimeUs(Operation op, Protocol protocol, size_t bytes) const;
   double directTimeUs(Operation op, Protocol protocol, size_t bytes) const;
   // The recursive exchanges of `team` (every rank, or the hosts' leaders).

@@ -256,6 +256,27 @@ TEST(PlanModel, LinkOnCoresAddsTheNetworkToTheCores) {
   }
 }
 
+// braid-topo --plan says why a size's algorithm won: the next fastest other algorithm, no faster;
+// none where the settings allow one algorithm alone.
+TEST(PlanModel, RunnerUpIsTheFastestOtherAlgorithm) {
+  const ManyHosts m(4, 2, 16);
+  const Model model(m.graph, m.plan, m.in);
+  for (size_t bytes = 8; bytes <= (size_t{1} << 28); bytes *= 8) {
+    const Prediction best = model.best(Operation::AllReduce, bytes);
+    const Prediction next = model.runnerUp(Operation::AllReduce, bytes);
+    EXPECT_NE(next.algorithm, best.algorithm) << bytes;
+    EXPECT_GE(next.us, best.us) << bytes;
+    for (Algorithm other : kAlgorithms)
+      if (other != best.algorithm)
+        EXPECT_LE(next.us,
+                  model.timeUs(Operation::AllReduce, other, Protocol::Simple, bytes) + 1e-9)
+            << bytes << " " << algorithmName(other);
+  }
+  ModelInput ringOnly = m.in;
+  ringOnly.allowedAlgorithms = allowedAlgorithms("ring", "BRAID_ALGO");
+  EXPECT_TRUE(std::isinf(Model(m.graph, m.plan, ringOnly).runnerUp(Operation::AllReduce, 8).us));
+}
+
 // Hierarchical (coll/host_recursive.h): each host's second rank hands its input to its leader and
 // gets the result back (a handoff and the core's work each way); the 4 leaders exchange twice
 // across hosts, each alone on its NIC, where every rank's exchanges share it with its host's other.
@@ -276,8 +297,7 @@ TEST(PlanModel, HierarchicalLeadersAloneCrossHosts) {
   const Model perHost(alone.graph, alone.plan, alone.in);
   for (size_t b = 8; b <= (size_t{1} << 24); b *= 16)
     EXPECT_NEAR(perHost.timeUs(Operation::AllReduce, Algorithm::HierHalving, Protocol::Simple, b),
-                perHost.timeUs(Operation::AllReduce, Algorithm::Halving, Protocol::Simple, b),
-                1e-6)
+                perHost.timeUs(Operation::AllReduce, Algorithm::Halving, Protocol::Simple, b), 1e-6)
         << b;
   EXPECT_TRUE(
       std::isinf(model.timeUs(Operation::AllGather, Algorithm::HierDoubling, Protocol::Simple, 8)));
