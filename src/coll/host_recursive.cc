@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "base/recursive_pairing.h"
-#include "coll/ring_engine.h"
 #include "kernels/host_reduce.h"
 
 namespace braid {
@@ -213,15 +212,9 @@ struct Hosts {
 
 Hosts hostsOf(const CollContext& ctx) {
   Hosts hosts;
-  const int mine = ctx.hostOfRank[ctx.rank];
-  std::vector<int> seen;
-  for (int rank : ctx.ringOrder) {
-    const int host = ctx.hostOfRank[rank];
-    if (host == mine) hosts.local.push_back(rank);
-    if (std::find(seen.begin(), seen.end(), host) != seen.end()) continue;
-    seen.push_back(host);
-    hosts.leaders.push_back(rank);
-  }
+  for (int rank : ctx.ringOrder)
+    if (ctx.hostOfRank[rank] == ctx.hostOfRank[ctx.rank]) hosts.local.push_back(rank);
+  hosts.leaders = hostLeaders(ctx.ringOrder, [&](int rank) { return ctx.hostOfRank[rank]; });
   return hosts;
 }
 

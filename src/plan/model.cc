@@ -129,22 +129,13 @@ size_t hostDirectMaxBytes(int hosts, size_t slotPayloadBytes, int slots) {
 std::vector<bool> allowedAlgorithms(const std::string& list, const char* source) {
   std::vector<const char*> names;
   for (Algorithm algorithm : kAlgorithms) names.push_back(algorithmName(algorithm));
-  // "hier" names both hierarchical forms.
-  std::string others, item;
-  std::stringstream items(list);
-  bool hier = false;
-  while (std::getline(items, item, ',')) {
-    std::transform(item.begin(), item.end(), item.begin(), ::tolower);
-    if (item == "hier")
-      hier = true;
-    else
-      others += (others.empty() ? "" : ",") + item;
+  names.push_back("hier");  // both hierarchical forms
+  std::vector<bool> allowed = parseChoice(list, source, names);
+  if (allowed.back()) {
+    allowed[static_cast<int>(Algorithm::HierDoubling)] = true;
+    allowed[static_cast<int>(Algorithm::HierHalving)] = true;
   }
-  if (!hier) return parseChoice(list, source, names);
-  std::vector<bool> allowed =
-      others.empty() ? std::vector<bool>(names.size(), false) : parseChoice(others, source, names);
-  allowed[static_cast<int>(Algorithm::HierDoubling)] = true;
-  allowed[static_cast<int>(Algorithm::HierHalving)] = true;
+  allowed.pop_back();
   return allowed;
 }
 
@@ -190,14 +181,8 @@ Model::Model(const LinkGraph& graph, const Plan& plan, ModelInput input)
     const std::vector<int>& order = plan.channels.front().order;
     everyRank_ = exchangeTeam(graph, order);
     everyRank_.nicSharers = busiestHostRanks_;
-    std::vector<int> leaders, hostsSeen;
-    for (int rank : order) {
-      const int host = graph.hostOfRank(rank);
-      if (std::find(hostsSeen.begin(), hostsSeen.end(), host) != hostsSeen.end()) continue;
-      hostsSeen.push_back(host);
-      leaders.push_back(rank);
-    }
-    leaders_ = exchangeTeam(graph, leaders);
+    leaders_ =
+        exchangeTeam(graph, hostLeaders(order, [&](int rank) { return graph.hostOfRank(rank); }));
     findTreeCrossings(graph, order);
   }
   if (!in_.hostRanks && in_.ranksShareDevice) {
@@ -352,15 +337,20 @@ double Model::exchangesUs(const ExchangeTeam& team, size_t bytes, bool halving) 
 double Model::hierarchicalTimeUs(Operation op, Protocol protocol, size_t bytes,
                                  bool halving) const {
   // Two ranks: the one-shot all-reduce, as for the recursive exchanges.
-  if (!in_.hostRanks || op != Operation::AllReduce || protocol != Protocol::Simple || nranks_ < 3)
+  if (!in_.hostRanks || op != Operation::AllReduce || protocol != Protocol::Simple || nranks_ < 3 ||
+      everyRank_.crossesHosts.empty())
     return kInfinity;
   const double whole = static_cast<double>(bytes);
   const double scale = crowding() / cacheSpeedup(bytes);
+  // Each whole vector through a FIFO: oversubscribed, a core switch per window, as in exchanges.
+  const double windowsUs = oversubscription() > 1
+                               ? whole / static_cast<double>(in_.fifoBytes) * in_.latency.switchUs
+                               : 0;
   const double followers = busiestHostRanks_ - 1;
   const double gatherUs =
-      followers * (handoffUs(false) + microseconds(whole, in_.core.reduceGBs) * scale);
+      followers * (handoffUs(false) + microseconds(whole, in_.core.reduceGBs) * scale + windowsUs);
   const double handBackUs =
-      followers * (handoffUs(false) + microseconds(whole, in_.core.copyGBs) * scale);
+      followers * (handoffUs(false) + microseconds(whole, in_.core.copyGBs) * scale + windowsUs);
   return in_.latency.callUs + gatherUs + exchangesUs(leaders_, bytes, halving) + handBackUs;
 }
 
@@ -531,6 +521,8 @@ std::string Model::describe() const {
         "us",
         in_.core.reduceGBs, in_.core.copyGBs, oversubscription(), in_.latency.callUs,
         in_.latency.hopUs, in_.latency.netHopUs, in_.latency.switchUs);
+  if (in_.linkOnCores)
+    out += "; the network is the cores' own TCP copies (virtual interfaces)";
   else
     out += fmt::format(
         "; device protocols simple/ll, slowest hop {:.1f}/{:.1f} us, rings {:.1f}/{:.1f} "

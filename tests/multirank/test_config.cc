@@ -103,7 +103,7 @@ TEST(Config, BadBoundsAndUnknownNetworksAreRefusedByName) {
       {tree,
        "rank 0: config algorithms=ring,bruck: unknown value 'bruck' (expected a comma-separated "
        "list of ring, direct, doubling, halving, tree, hier-doubling, "
-       "hier-halving)"},
+       "hier-halving, hier)"},
   };
   braidUniqueId id;
   ASSERT_EQ(braidGetUniqueId(&id), braidSuccess);
