@@ -8,6 +8,7 @@
 
 #include <poll.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "base/wait.h"
 
 namespace braid::net {
@@ -47,6 +49,38 @@ constexpr int kMaxLinksPerPeer = 256;
 
 // Up to this many requests may be in flight on one comm.
 constexpr int kMaxRequests = 32;
+
+// A comm's requests in flight, handed out and reported done in posting order, at most
+// kMaxRequests at once. RequestT has a `seq`: its number among the comm's requests.
+template <typename RequestT>
+class RequestRing {
+ public:
+  bool full() const { return posted_ - reported_ >= kMaxRequests; }
+  // The next request, cleared and numbered.
+  RequestT& next() {
+    RequestT& r = at(posted_);
+    r = RequestT{};
+    r.seq = posted_++;
+    return r;
+  }
+  // Request `seq` (posted, not yet reported: the caller knows it is in flight).
+  RequestT& at(uint64_t seq) { return requests_[seq % kMaxRequests]; }
+  const RequestT& at(uint64_t seq) const { return requests_[seq % kMaxRequests]; }
+  // Requests are tested in posting order: `r` must be the next to report. `activity` names the
+  // comm.
+  void checkTestOrder(const RequestT& r, const std::string& activity) const {
+    if (r.seq != reported_)
+      fail(braidInternalError, "{}: request #{} tested before #{}", activity, r.seq, reported_);
+  }
+  void reportDone() { ++reported_; }
+  uint64_t posted() const { return posted_; }      // requests handed out
+  uint64_t reported() const { return reported_; }  // requests test() reported done
+
+ private:
+  std::array<RequestT, kMaxRequests> requests_{};
+  uint64_t posted_ = 0;
+  uint64_t reported_ = 0;
+};
 
 // At most this much of a failed rank's reason crosses to its peers (SendComm::abort): what a
 // RankControl holds for the ranks on its host.

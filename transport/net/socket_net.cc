@@ -158,27 +158,14 @@ class SocketComm {
     otherDirection_.clear();
     return sockets;
   }
-  bool full() const { return posted_ - reported_ >= kMaxRequests; }
-  RequestT& nextRequest() {
-    RequestT& r = requests_[posted_ % kMaxRequests];
-    r = RequestT{};
-    r.seq = posted_++;
-    return r;
-  }
   // Requests are tested in posting order; test() calls this before reporting one done.
-  void checkTestOrder(const RequestT& r) const {
-    if (r.seq != reported_)
-      fail(braidInternalError, "{}: request #{} tested before #{}", lanes_[0].activity, r.seq,
-           reported_);
-  }
+  void checkTestOrder(const RequestT& r) const { requests_.checkTestOrder(r, lanes_[0].activity); }
 
   int keepaliveMs_;
   std::vector<LaneT> lanes_;
   std::vector<Socket> otherDirection_;
   bool otherDirectionTaken_ = false;
-  std::array<RequestT, kMaxRequests> requests_;
-  uint64_t posted_ = 0;    // requests handed out
-  uint64_t reported_ = 0;  // requests test() reported done
+  RequestRing<RequestT> requests_;
 };
 
 // A message is a head and a body that follows it (isendGather); isend's has no body.
@@ -258,8 +245,8 @@ class SocketSendComm final : public SendComm, SocketComm<SendRequest, SendLane> 
   // The parts' system calls gather the head and the body: nothing is copied.
   Request* isendGather(void* head, size_t headBytes, const void* body, size_t bodyBytes,
                        MemoryRegion*) override {
-    if (full()) return nullptr;
-    SendRequest& r = nextRequest();
+    if (requests_.full()) return nullptr;
+    SendRequest& r = requests_.next();
     r.head = static_cast<const uint8_t*>(head);
     r.headBytes = headBytes;
     r.body = static_cast<const uint8_t*>(body);
@@ -275,7 +262,7 @@ class SocketSendComm final : public SendComm, SocketComm<SendRequest, SendLane> 
     for (const SendLane& lane : lanes_)
       if (lane.cursor <= r.seq) return false;
     *bytes = r.bytes;
-    ++reported_;
+    requests_.reportDone();
     return true;
   }
 
@@ -303,8 +290,8 @@ class SocketSendComm final : public SendComm, SocketComm<SendRequest, SendLane> 
   // Starts this socket's part of the next message that has one; false when none is posted.
   bool startFrame(int index) {
     SendLane& lane = lanes_[index];
-    for (; lane.cursor < posted_; ++lane.cursor) {
-      const SendRequest& r = requests_[lane.cursor % kMaxRequests];
+    for (; lane.cursor < requests_.posted(); ++lane.cursor) {
+      const SendRequest& r = requests_.at(lane.cursor);
       const std::optional<wire::PartRange> part = partOn(r, index);
       if (!part) continue;
       const wire::PartRange range = *part;
@@ -417,8 +404,8 @@ class SocketRecvComm final : public RecvComm, SocketComm<RecvRequest, RecvLane> 
   }
 
   Request* irecv(void* data, size_t capacity, MemoryRegion*) override {
-    if (full()) return nullptr;
-    RecvRequest& r = nextRequest();
+    if (requests_.full()) return nullptr;
+    RecvRequest& r = requests_.next();
     r.data = static_cast<uint8_t*>(data);
     r.capacity = capacity;
     return &r;
@@ -432,7 +419,7 @@ class SocketRecvComm final : public RecvComm, SocketComm<RecvRequest, RecvLane> 
         if (!lanes_[i].ended) progress(i);
     if (!done(r)) return false;
     *bytes = r.messageBytes;
-    ++reported_;
+    requests_.reportDone();
     return true;
   }
 
@@ -488,7 +475,7 @@ class SocketRecvComm final : public RecvComm, SocketComm<RecvRequest, RecvLane> 
     }
     if (h.flags != 0)
       fail(braidRemoteError, "{}: a frame with unknown flags 0x{:x}", lane.activity, h.flags);
-    if (h.seq < reported_)
+    if (h.seq < requests_.reported())
       fail(braidRemoteError, "{}: a frame of message #{}, which is already complete", lane.activity,
            h.seq);
     if (lane.anyFrame && h.seq <= lane.lastSeq)
@@ -563,9 +550,9 @@ class SocketRecvComm final : public RecvComm, SocketComm<RecvRequest, RecvLane> 
       // A failed rank's reason needs no posted buffer: nothing follows it.
       if (h.flags == wire::kRankFailed) return readReason(lane);
       // Later messages wait in the socket until their buffer is posted: memory stays bounded.
-      lane.stalled = h.seq >= posted_;
+      lane.stalled = h.seq >= requests_.posted();
       if (lane.stalled) return;
-      RecvRequest& r = requests_[h.seq % kMaxRequests];
+      RecvRequest& r = requests_.at(h.seq);
       if (!lane.placed) {
         place(index, r);
         lane.placed = true;

@@ -686,13 +686,6 @@ class UcxComm {
     mappings_.push_back(std::make_shared<UcxMapping>(std::move(worker), data, bytes));
     return std::make_unique<UcxMemoryRegion>(mappings_.back());
   }
-  bool full() const { return posted_ - reported_ >= kMaxRequests; }
-  UcxRequest& nextRequest() {
-    UcxRequest& r = requests_[posted_ % kMaxRequests];
-    r = UcxRequest{};
-    r.seq = posted_++;
-    return r;
-  }
   // A data message's tag: its connection's, and its number there.
   uint64_t tagOf(const UcxRequest& r) const { return connection_ | (r.seq & kSeqMask); }
   ucp_request_param_t param(size_t bytes, MemoryRegion* region) const {
@@ -705,13 +698,12 @@ class UcxComm {
   }
   // Reports `request` done once its operation ends; throws if it failed.
   bool finished(UcxRequest& r, size_t* bytes, bool receive) {
-    if (r.seq != reported_)
-      fail(braidInternalError, "{}: request #{} tested before #{}", activity_, r.seq, reported_);
+    requests_.checkTestOrder(r, activity_);
     const ucs_status_t status = r.operation.poll(receive ? &r.info : nullptr);
     if (status == UCS_INPROGRESS) return false;
     if (status != UCS_OK) failTransfer(activity_, status, endpoint_->worker().keepaliveMs);
     *bytes = receive ? r.info.length : r.bytes;
-    ++reported_;
+    requests_.reportDone();
     return true;
   }
   // Requests are destroyed (their operations released) before the endpoint closes. It is shared
@@ -721,9 +713,7 @@ class UcxComm {
   std::string activity_;  // "sending to 10.0.0.2:4000", for errors
   // Registered with this comm; outlive its requests, which are ended (cancelled) first.
   std::vector<std::shared_ptr<UcxMapping>> mappings_;
-  std::array<UcxRequest, kMaxRequests> requests_;
-  uint64_t posted_ = 0;
-  uint64_t reported_ = 0;
+  RequestRing<UcxRequest> requests_;
 
  public:
   // A send cannot be cancelled: one still queued goes out when the endpoint closes, which may be
@@ -731,8 +721,8 @@ class UcxComm {
   // then.
   ~UcxComm() {
     for (const auto& mapping : mappings_) endpoint_->hold(mapping);
-    for (const UcxRequest& r : requests_)
-      if (r.iov != nullptr && r.seq >= reported_ && r.seq < posted_) endpoint_->hold(r.iov);
+    for (uint64_t seq = requests_.reported(); seq < requests_.posted(); ++seq)
+      if (requests_.at(seq).iov != nullptr) endpoint_->hold(requests_.at(seq).iov);
   }
 };
 
@@ -763,7 +753,7 @@ class UcxSendComm final : public SendComm, UcxComm {
   Request* isend(const void* data, size_t bytes, MemoryRegion* region) override {
     if (!readyToSend()) return nullptr;
     const ucp_ep_h endpoint = endpointFor(bytes);
-    UcxRequest& r = nextRequest();
+    UcxRequest& r = requests_.next();
     r.bytes = bytes;
     const ucp_request_param_t p = param(bytes, region);
     r.operation = Operation(worker_->worker, ucp_tag_send_nbx(endpoint, data, bytes, tagOf(r), &p));
@@ -779,7 +769,7 @@ class UcxSendComm final : public SendComm, UcxComm {
       return SendComm::isendGather(head, headBytes, body, bodyBytes, region);
     if (!readyToSend()) return nullptr;
     const ucp_ep_h endpoint = endpointFor(headBytes + bodyBytes);
-    UcxRequest& r = nextRequest();
+    UcxRequest& r = requests_.next();
     r.bytes = headBytes + bodyBytes;
     r.iov = std::make_shared<std::array<ucp_dt_iov_t, 2>>(
         std::array<ucp_dt_iov_t, 2>{{{head, headBytes}, {const_cast<void*>(body), bodyBytes}}});
@@ -835,7 +825,7 @@ class UcxSendComm final : public SendComm, UcxComm {
   // it: messages queued while the endpoint is still being wired up may overtake each other (seen
   // with UCX 1.13 over TCP: a connection's second message matched before its first).
   bool readyToSend() {
-    if (full()) return false;
+    if (requests_.full()) return false;
     if (hello_.poll() == UCS_INPROGRESS) {
       worker_->progress();
       if (hello_.poll() == UCS_INPROGRESS) return false;
@@ -903,8 +893,8 @@ class UcxRecvComm final : public RecvComm, UcxComm {
   }
 
   Request* irecv(void* data, size_t capacity, MemoryRegion* region) override {
-    if (full()) return nullptr;
-    UcxRequest& r = nextRequest();
+    if (requests_.full()) return nullptr;
+    UcxRequest& r = requests_.next();
     // Always a handle to test, which then says what arrived: UCX 1.13 leaves recv_info unset for
     // some receives that complete at once.
     ucp_request_param_t p = param(capacity, region);
