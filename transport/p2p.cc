@@ -235,8 +235,8 @@ std::unique_ptr<P2pLinks> P2pLinks::connect(int rank, int nranks, const DeviceRa
   if (const cudaError_t e = cudaIpcGetMemHandle(&cards[rank].handle, links->own_);
       e != cudaSuccess) {
     cudaGetLastError();
-    std::snprintf(cards[rank].handleError, sizeof cards[rank].handleError, "%s (%s)",
-                  cudaGetErrorName(e), cudaGetErrorString(e));
+    std::snprintf(cards[rank].handleError, sizeof cards[rank].handleError, "%s",
+                  cudaErrorText(e).c_str());
   }
   allGather(cards.data(), sizeof(DeviceCard));
 
@@ -308,7 +308,7 @@ void P2pLinks::abort() {
     const cudaError_t e = cudaMemsetAsync(const_cast<uint32_t*>(word), 1, sizeof(uint32_t), stream);
     if (e != cudaSuccess)
       BRAID_WARN(log::kInit, "rank {}: abort could not reach a device FIFO: {}", rank_,
-                 cudaGetErrorString(e));
+                 cudaErrorText(e));
   };
   // The FIFOs on this host, in GPU memory (a block waiting for send credit reads the one it
   // sends on).

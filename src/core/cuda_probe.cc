@@ -1,9 +1,9 @@
 #include "core/cuda_probe.h"
 
-#include <fmt/format.h>
-
 #if BRAID_HAVE_CUDA
 #include <cuda_runtime_api.h>
+
+#include "transport/cuda_check.h"
 #endif
 
 namespace braid {
@@ -14,9 +14,7 @@ std::string askTheRuntime() {
 #if BRAID_HAVE_CUDA
   int devices = 0;
   const cudaError_t error = cudaGetDeviceCount(&devices);
-  if (error != cudaSuccess)
-    return fmt::format("cudaGetDeviceCount failed with {} ({})", cudaGetErrorName(error),
-                       cudaGetErrorString(error));
+  if (error != cudaSuccess) return "cudaGetDeviceCount failed with " + cudaErrorText(error);
   return devices == 0 ? "the CUDA runtime finds no device" : "";
 #else
   return "this build of braid has no CUDA (no nvcc was found when it was built)";
