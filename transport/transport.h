@@ -1,7 +1,9 @@
 // Connecting a rank to its peers: every pair of ranks gets a FIFO in each direction, through the
-// first transport of the registry (priority order: inproc > p2p > shm > net) that can connect
-// them. Transports plug in by joining the registry (transport.cc); the communicator sees only
-// PeerLinks and the LinkServices they hold.
+// first transport of the registry (priority order: inproc > shm > net) that can connect them.
+// Transports plug in by joining the registry (transport.cc); the communicator sees only PeerLinks
+// and the LinkServices they hold. A CUDA communicator's device FIFOs are not in it yet: CudaComm
+// connects them itself (transport/p2p.h), network hops included (issue 37 makes P2P a registry
+// transport).
 #pragma once
 
 #include <atomic>
