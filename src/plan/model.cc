@@ -183,6 +183,7 @@ Model::Model(const LinkGraph& graph, const Plan& plan, ModelInput input)
     everyRank_.nicSharers = busiestHostRanks_;
     leaders_ =
         exchangeTeam(graph, hostLeaders(order, [&](int rank) { return graph.hostOfRank(rank); }));
+    leaders_.busyShare = static_cast<double>(hosts_) / nranks_;
     findTreeCrossings(graph, order);
   }
   if (!in_.hostRanks && in_.ranksShareDevice) {
@@ -211,17 +212,17 @@ Model::Model(const LinkGraph& graph, const Plan& plan, ModelInput input)
   }
 }
 
-double Model::oversubscription() const {
+double Model::oversubscription(double busyShare) const {
   const int threadsPerRank = hosts_ > 1 ? 2 : 1;  // a rank, and its network proxy
   double worst = 1;
   for (size_t h = 0; h < in_.ranksPerHost.size() && h < in_.coresPerHost.size(); ++h)
-    worst = std::max(worst, static_cast<double>(in_.ranksPerHost[h] * threadsPerRank) /
-                                std::max(1, in_.coresPerHost[h]));
+    worst = std::max(
+        worst, in_.ranksPerHost[h] * busyShare * threadsPerRank / std::max(1, in_.coresPerHost[h]));
   return worst;
 }
 
-double Model::crowding() const {
-  const double share = oversubscription();
+double Model::crowding(double busyShare) const {
+  const double share = oversubscription(busyShare);
   return share > 1 ? std::ceil(share) * in_.core.sharedCoreCost : 1;
 }
 
@@ -287,11 +288,11 @@ double Model::recursiveTimeUs(Operation op, Protocol protocol, size_t bytes, boo
 
 // A handoff between two ranks: the network's where it crosses hosts, a core switch where busy
 // threads outnumber cores.
-double Model::handoffUs(bool crossesHosts) const {
+double Model::handoffUs(bool crossesHosts, double busyShare) const {
   const double hop = crossesHosts ? in_.latency.netHopUs : in_.latency.hopUs;
   // A message to another host still takes the network's time where the receiver must first get
   // a core; between ranks of a host the switch is the whole wait.
-  if (oversubscription() > 1) return in_.latency.switchUs + (crossesHosts ? hop : 0);
+  if (oversubscription(busyShare) > 1) return in_.latency.switchUs + (crossesHosts ? hop : 0);
   return hop;
 }
 
@@ -304,15 +305,16 @@ double Model::coreAndLinkUs(double coreUs, double linkUs) const {
 // Each exchange costs a handoff and the longer of the core's work and the link's, whose NIC the
 // team's members of one host share at once. The core rates are the ring's, whose steps do the
 // same memory traffic: a piece copied into a slot, the partner's reduced with this rank's values
-// (or copied out).
+// (or copied out). Only the team's members are busy meanwhile (the other ranks of the
+// hierarchical form wait asleep for their leader), so the cores are that much less crowded.
 double Model::exchangesUs(const ExchangeTeam& team, size_t bytes, bool halving) const {
   auto exchangeUs = [&](bool crosses, double stepBytes, bool reduces) {
     double coreUs = microseconds(stepBytes, reduces ? in_.core.reduceGBs : in_.core.copyGBs) *
-                    crowding() / cacheSpeedup(bytes);
-    if (oversubscription() > 1)
+                    crowding(team.busyShare) / cacheSpeedup(bytes);
+    if (oversubscription(team.busyShare) > 1)
       coreUs += stepBytes / static_cast<double>(in_.fifoBytes) * in_.latency.switchUs;
     const double linkUs = crosses ? microseconds(stepBytes * team.nicSharers, ringGBs_) : 0;
-    return handoffUs(crosses) + coreAndLinkUs(coreUs, linkUs);
+    return handoffUs(crosses, team.busyShare) + coreAndLinkUs(coreUs, linkUs);
   };
   const double whole = static_cast<double>(bytes);
   double us = 0;

@@ -130,17 +130,20 @@ class Model {
     std::vector<bool> crossesHosts;
     bool folds = false;
     bool foldCrossesHosts = false;
-    int nicSharers = 1;  // members that exchange through one host's NIC at once
+    int nicSharers = 1;    // members that exchange through one host's NIC at once
+    double busyShare = 1;  // of the ranks, those busy during the exchanges (the members)
   };
   double recursiveTimeUs(Operation op, Protocol protocol, size_t bytes, bool halving) const;
   double exchangesUs(const ExchangeTeam& team, size_t bytes, bool halving) const;
-  double handoffUs(bool crossesHosts) const;
+  double handoffUs(bool crossesHosts, double busyShare = 1) const;
   double coreAndLinkUs(double coreUs, double linkUs) const;
   double hierarchicalTimeUs(Operation op, Protocol protocol, size_t bytes, bool halving) const;
   double treeTimeUs(Operation op, Protocol protocol, size_t bytes) const;
   double stepLatencyUs(Protocol protocol) const;
-  double oversubscription() const;  // busy threads per core on the most loaded machine, >= 1
-  double crowding() const;          // how much slower a rank's core work runs for sharing it
+  // Busy threads per core on the most loaded machine, >= 1, where `busyShare` of the ranks work.
+  double oversubscription(double busyShare = 1) const;
+  // How much slower a rank's core work runs for sharing its core.
+  double crowding(double busyShare = 1) const;
   ExchangeTeam exchangeTeam(const LinkGraph& graph, const std::vector<int>& members) const;
   void findTreeCrossings(const LinkGraph& graph, const std::vector<int>& order);
   double cacheSpeedup(size_t bytes) const;

@@ -256,6 +256,31 @@ TEST(PlanModel, LinkOnCoresAddsTheNetworkToTheCores) {
   }
 }
 
+// While the leaders of the hierarchical form exchange, the other ranks sleep: on crowded cores the
+// leaders' steps run as if half the threads were gone. Measured on 4 namespace hosts x 2 ranks
+// of one 2-core machine (alternating runs, 3 each): at 64 KiB hier-doubling took 0.48-0.62 of the
+// ring's time, halving 0.63-0.69; at 128 KiB halving 0.61-0.75, hier-doubling 0.56-0.85.
+TEST(PlanModel, CrowdedHostsLetTheLeadersRunAlone) {
+  ManyHosts crowded(4, 2, 2);
+  crowded.in.ranksPerHost.assign(4, 8);
+  crowded.in.linkOnCores = true;
+  // The constants the communicator runs with (BRAID_MODEL_* defaults), as in that run.
+  const ModelInput defaults = modelInputFromParams();
+  crowded.in.core = defaults.core;
+  crowded.in.latency = defaults.latency;
+  crowded.in.cacheBytes = 16 << 20;  // half its 32 MiB last-level cache
+  const Model model(crowded.graph, crowded.plan, crowded.in);
+  EXPECT_EQ(model.best(Operation::AllReduce, 64 << 10).algorithm, Algorithm::HierDoubling);
+  EXPECT_EQ(model.best(Operation::AllReduce, 1 << 20).algorithm, Algorithm::Halving);
+  // One rank per host: every rank a leader, none asleep, the flat form's time.
+  ManyHosts alone(8, 1, 2);
+  alone.in.ranksPerHost.assign(8, 8);
+  alone.in.linkOnCores = true;
+  const Model perHost(alone.graph, alone.plan, alone.in);
+  EXPECT_NEAR(perHost.timeUs(Operation::AllReduce, Algorithm::HierDoubling, Protocol::Simple, 8),
+              perHost.timeUs(Operation::AllReduce, Algorithm::Doubling, Protocol::Simple, 8), 1e-6);
+}
+
 // braid-topo --plan says why a size's algorithm won: the next fastest other algorithm, no faster;
 // none where the settings allow one algorithm alone.
 TEST(PlanModel, RunnerUpIsTheFastestOtherAlgorithm) {
