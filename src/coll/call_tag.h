@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "coll/host_executor.h"
+#include "coll/call.h"
 #include "transport/connector.h"
 
 namespace braid {

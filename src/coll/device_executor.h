@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <span>
 
+#include "coll/call.h"
 #include "coll/device_launch.h"
-#include "coll/host_executor.h"
 #include "transport/p2p.h"
 
 namespace braid {

@@ -12,24 +12,12 @@
 
 #include "base/wait.h"
 #include "braid/braid.h"
+#include "coll/call.h"
 #include "coll/schedule.h"
 #include "coll/slot_stores.h"
 #include "transport/connector.h"
 
 namespace braid {
-
-struct CollArgs {
-  Collective coll = Collective::AllReduce;
-  const void* sendbuff = nullptr;
-  void* recvbuff = nullptr;
-  size_t count = 0;  // the user's count argument (recvcount, sendcount, ...)
-  braidDataType_t type = braidFloat32;
-  braidRedOp_t op = braidSum;
-  int root = 0;  // root of broadcast/reduce, peer of send/recv
-  // The op the caller named where it differs from `op` (a PreMulSum operator runs as a sum of
-  // scaled inputs): what the call's tag carries, so a rank using it against one using Sum fails.
-  int namedOp = -1;
-};
 
 // How a host all-reduce runs; the communicator's model chooses per size.
 // HierDoubling and HierHalving: the hierarchical all-reduce (coll/host_recursive.h), its leaders

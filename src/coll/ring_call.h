@@ -1,7 +1,7 @@
 // A call of the C API (CollArgs) as one rank's RingCall, for the host and the device executors.
 #pragma once
 
-#include "coll/host_executor.h"
+#include "coll/call.h"
 #include "coll/ring_engine.h"
 
 namespace braid {

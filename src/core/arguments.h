@@ -5,7 +5,7 @@
 #include <cstddef>
 
 #include "braid/braid.h"
-#include "coll/host_executor.h"
+#include "coll/call.h"
 #include "core/comm.h"
 
 namespace braid::api {

@@ -15,8 +15,8 @@
 
 #include "base/error.h"
 #include "base/wait.h"
+#include "coll/call.h"
 #include "coll/device_launch.h"
-#include "coll/host_executor.h"
 #include "core/window_table.h"
 
 namespace braid {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "braid/braid.h"
-#include "coll/host_executor.h"
+#include "coll/call.h"
 #include "core/bootstrap.h"
 #include "core/comm.h"
 

@@ -15,7 +15,7 @@
 #include <optional>
 #include <vector>
 
-#include "coll/host_executor.h"
+#include "coll/call.h"
 
 namespace braid {
 

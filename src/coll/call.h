@@ -1,0 +1,27 @@
+// A collective or send/recv call as braid's C API takes it: what the layers above the executors
+// pass around (checked by core/arguments.cc, tagged by coll/call_tag.h, grouped by core/groups.cc)
+// and what the host executor (coll/host_executor.h) and the device executor
+// (coll/device_executor.h) run. Its own header, so that describing a call needs neither executor.
+#pragma once
+
+#include <cstddef>
+
+#include "braid/braid.h"
+#include "coll/schedule.h"
+
+namespace braid {
+
+struct CollArgs {
+  Collective coll = Collective::AllReduce;
+  const void* sendbuff = nullptr;
+  void* recvbuff = nullptr;
+  size_t count = 0;  // the user's count argument (recvcount, sendcount, ...)
+  braidDataType_t type = braidFloat32;
+  braidRedOp_t op = braidSum;
+  int root = 0;  // root of broadcast/reduce, peer of send/recv
+  // The op the caller named where it differs from `op` (a PreMulSum operator runs as a sum of
+  // scaled inputs): what the call's tag carries, so a rank using it against one using Sum fails.
+  int namedOp = -1;
+};
+
+}  // namespace braid
