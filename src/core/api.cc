@@ -243,33 +243,16 @@ braidResult_t personalized(Personalized kind, const char* fn, const void* sendbu
   return guarded(comm, [&] {
     checkComm(comm, fn);
     const int n = comm->nranks(), rank = comm->rank();
-    const size_t elem = braid::kernels::typeSize(type);
-    if (elem == 0)
-      fail(braidInvalidArgument,
-           "{} on rank {}: datatype {} is not a braidDataType_t (expected 0..{})", fn, rank,
-           static_cast<int>(type), braidNumTypes - 1);
-    if (kind != Personalized::AlltoAll && (root < 0 || root >= n))
-      fail(braidInvalidArgument, "{} on rank {}: root {} is out of range (expected 0..{})", fn,
-           rank, root, n - 1);
-    if (count > SIZE_MAX / elem / static_cast<size_t>(n))
-      fail(braidInvalidArgument, "{} on rank {}: count {} overflows the address space", fn, rank,
-           count);
+    const size_t elem = checkTypeAndCount(comm, fn, type, count, static_cast<size_t>(n));
+    if (kind != Personalized::AlltoAll) checkRank(comm, fn, "root", root);
     checkStream(comm, fn, stream);
     const size_t bytes = count * elem;
     const bool sends = kind != Personalized::Scatter || rank == root;
     const bool receives = kind != Personalized::Gather || rank == root;
     const size_t sendBytes = kind == Personalized::Gather ? bytes : bytes * n;
     const size_t recvBytes = kind == Personalized::Scatter ? bytes : bytes * n;
-    if (count != 0 && sends && sendbuff == nullptr)
-      fail(braidInvalidArgument,
-           "{} on rank {}: sendbuff is NULL but count is {} (expected {} bytes)", fn, rank, count,
-           sendBytes);
-    if (count != 0 && receives && recvbuff == nullptr)
-      fail(braidInvalidArgument,
-           "{} on rank {}: recvbuff is NULL but count is {} (expected {} bytes)", fn, rank, count,
-           recvBytes);
-    if (count != 0 && sends) comm->checkBuffer(fn, "sendbuff", sendbuff);
-    if (count != 0 && receives) comm->checkBuffer(fn, "recvbuff", recvbuff);
+    if (count != 0 && sends) checkBuffer(comm, fn, "sendbuff", sendbuff, count, sendBytes);
+    if (count != 0 && receives) checkBuffer(comm, fn, "recvbuff", recvbuff, count, recvBytes);
     if (kind == Personalized::AlltoAll && overlaps(sendbuff, sendBytes, recvbuff, recvBytes))
       fail(braidInvalidArgument,
            "{} on rank {}: sendbuff and recvbuff overlap (expected disjoint buffers: AlltoAll has "

@@ -29,15 +29,41 @@ void checkStream(const braidComm* comm, const char* fn, braidStream_t stream) {
          fn, comm->rank(), stream);
 }
 
+size_t checkTypeAndCount(const braidComm* comm, const char* fn, braidDataType_t type, size_t count,
+                         size_t blocks) {
+  const size_t elem = braid::kernels::typeSize(type);
+  if (elem == 0)
+    fail(braidInvalidArgument,
+         "{} on rank {}: datatype {} is not a braidDataType_t (expected 0..{})", fn, comm->rank(),
+         static_cast<int>(type), braidNumTypes - 1);
+  const size_t maxCount = SIZE_MAX / elem / blocks;
+  if (count > maxCount)
+    fail(braidInvalidArgument, "{} on rank {}: count {} overflows the address space (at most {})",
+         fn, comm->rank(), count, maxCount);
+  return elem;
+}
+
+void checkRank(const braidComm* comm, const char* fn, const char* what, int value) {
+  if (value < 0 || value >= comm->nranks())
+    fail(braidInvalidArgument, "{} on rank {}: {} {} is out of range (expected 0..{})", fn,
+         comm->rank(), what, value, comm->nranks() - 1);
+}
+
+void checkBuffer(const braidComm* comm, const char* fn, const char* name, const void* buffer,
+                 size_t count, size_t bytes) {
+  if (buffer == nullptr)
+    fail(braidInvalidArgument, "{} on rank {}: {} is NULL but count is {} (expected {} bytes)", fn,
+         comm->rank(), name, count, bytes);
+  comm->checkBuffer(fn, name, buffer);
+}
+
 void validate(const braidComm* comm, const CollArgs& a, braidStream_t stream) {
   const char* fn = apiName(a.coll);
   checkComm(comm, fn);
   const int rank = comm->rank(), n = comm->nranks();
-  const size_t elem = braid::kernels::typeSize(a.type);
-  if (elem == 0)
-    fail(braidInvalidArgument,
-         "{} on rank {}: datatype {} is not a braidDataType_t (expected 0..{})", fn, rank,
-         static_cast<int>(a.type), braidNumTypes - 1);
+  const bool perRank = a.coll == Collective::ReduceScatter || a.coll == Collective::AllGather;
+  const size_t elem =
+      checkTypeAndCount(comm, fn, a.type, a.count, perRank ? static_cast<size_t>(n) : 1);
   const bool reduces = a.coll == Collective::AllReduce || a.coll == Collective::ReduceScatter ||
                        a.coll == Collective::Reduce;
   if (reduces &&
@@ -48,14 +74,7 @@ void validate(const braidComm* comm, const CollArgs& a, braidStream_t stream) {
          fn, rank, static_cast<int>(a.op), braidNumOps - 1, static_cast<int>(a.type));
   const bool rooted = a.coll == Collective::Broadcast || a.coll == Collective::Reduce;
   const bool p2p = a.coll == Collective::Send || a.coll == Collective::Recv;
-  if ((rooted || p2p) && (a.root < 0 || a.root >= n))
-    fail(braidInvalidArgument, "{} on rank {}: {} {} is out of range (expected 0..{})", fn, rank,
-         p2p ? "peer" : "root", a.root, n - 1);
-  const bool perRank = a.coll == Collective::ReduceScatter || a.coll == Collective::AllGather;
-  const size_t maxCount = SIZE_MAX / elem / (perRank ? static_cast<size_t>(n) : 1);
-  if (a.count > maxCount)
-    fail(braidInvalidArgument, "{} on rank {}: count {} overflows the address space (at most {})",
-         fn, rank, a.count, maxCount);
+  if (rooted || p2p) checkRank(comm, fn, p2p ? "peer" : "root", a.root);
   checkStream(comm, fn, stream);
   if (a.count == 0) return;
 
@@ -66,16 +85,8 @@ void validate(const braidComm* comm, const CollArgs& a, braidStream_t stream) {
       a.coll != Collective::Recv && (a.coll != Collective::Broadcast || rank == a.root);
   const bool needRecv =
       a.coll != Collective::Send && (a.coll != Collective::Reduce || rank == a.root);
-  if (needSend && a.sendbuff == nullptr)
-    fail(braidInvalidArgument,
-         "{} on rank {}: sendbuff is NULL but count is {} (expected {} bytes)", fn, rank, a.count,
-         sendBytes);
-  if (needRecv && a.recvbuff == nullptr)
-    fail(braidInvalidArgument,
-         "{} on rank {}: recvbuff is NULL but count is {} (expected {} bytes)", fn, rank, a.count,
-         recvBytes);
-  if (needSend) comm->checkBuffer(fn, "sendbuff", a.sendbuff);
-  if (needRecv) comm->checkBuffer(fn, "recvbuff", a.recvbuff);
+  if (needSend) checkBuffer(comm, fn, "sendbuff", a.sendbuff, a.count, sendBytes);
+  if (needRecv) checkBuffer(comm, fn, "recvbuff", a.recvbuff, a.count, recvBytes);
   if (!needSend || !needRecv || a.sendbuff == a.recvbuff) {
     // Equal pointers are the in-place form of reduce-scatter and all-gather on rank 0 only.
     if (perRank && needSend && needRecv && rank != 0)

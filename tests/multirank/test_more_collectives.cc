@@ -220,6 +220,28 @@ TEST(Management, ScalableInitThenRevokeStopsAWaitingPeer) {
   for (braidComm_t comm : comms) braidCommDestroy(comm);
 }
 
+// All-to-all, gather and scatter share the other calls' checks and their words.
+TEST(Personalized, BadArgumentsAreNamed) {
+  braidComm_t comm = nullptr;
+  ASSERT_EQ(braidCommInitAll(&comm, 1, nullptr), braidSuccess);
+  int32_t value = 1, other = 2;
+  auto expectNamed = [&](braidResult_t result, const char* words) {
+    EXPECT_EQ(result, braidInvalidArgument) << words;
+    EXPECT_NE(std::string(braidGetLastError(comm)).find(words), std::string::npos)
+        << braidGetLastError(comm);
+  };
+  expectNamed(braidAlltoAll(nullptr, &value, 1, braidInt32, comm, nullptr),
+              "braidAlltoAll on rank 0: sendbuff is NULL but count is 1 (expected 4 bytes)");
+  expectNamed(braidScatter(&value, &other, 1, static_cast<braidDataType_t>(99), 0, comm, nullptr),
+              "braidScatter on rank 0: datatype 99 is not a braidDataType_t");
+  expectNamed(braidGather(&value, &other, SIZE_MAX / 2, braidInt32, 0, comm, nullptr),
+              "braidGather on rank 0: count 9223372036854775807 overflows the address space (at "
+              "most");
+  expectNamed(braidAlltoAll(&value, &value, 1, braidInt32, comm, nullptr),
+              "braidAlltoAll on rank 0: sendbuff and recvbuff overlap");
+  braidCommDestroy(comm);
+}
+
 TEST(CommSplit, BadArgumentsAreNamed) {
   braidComm_t comm = nullptr;
   ASSERT_EQ(braidCommInitAll(&comm, 1, nullptr), braidSuccess);
