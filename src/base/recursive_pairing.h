@@ -30,8 +30,9 @@ struct RecursivePairing {
   int positionOf(int index) const { return index < surplus ? 2 * index : index + surplus; }
 };
 
-// The hierarchical all-reduce's leaders: the first rank of each host in `order` (the ring's), in
-// that order; hostOf(rank) names a rank's host.
+// The hierarchical all-reduce's leaders (the communicator hands them to the executor; the model
+// prices them): the first rank of each host in `order` (the ring's), in that order; hostOf(rank)
+// names a rank's host.
 template <class Order, class HostOf>
 std::vector<int> hostLeaders(const Order& order, HostOf hostOf) {
   std::vector<int> leaders, hosts;

@@ -39,8 +39,11 @@ size_t sizeClass(size_t bytes);
 struct CollContext {
   int rank = 0;
   int nranks = 1;
-  std::span<const int> ringOrder;            // ranks in ring order
-  std::span<const int> hostOfRank;           // the host of each rank (the hierarchical all-reduce)
+  std::span<const int> ringOrder;  // ranks in ring order
+  // The hierarchical all-reduce's: every host's leader (its first rank in ring order), and this
+  // rank's host's ranks, both in ring order (base/recursive_pairing.h's hostLeaders).
+  std::span<const int> hostLeaders;
+  std::span<const int> hostRanks;
   std::span<SendConnector* const> sendTo;    // indexed by peer rank
   std::span<RecvConnector* const> recvFrom;  // indexed by peer rank
   Watchdog* dog = nullptr;

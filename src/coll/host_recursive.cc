@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
-#include <utility>
+#include <span>
 #include <vector>
 
 #include "base/recursive_pairing.h"
@@ -15,12 +15,12 @@ namespace {
 // hierarchical all-reduce the leader of each host), this rank's place among them, and the ranks
 // the pairing (base/recursive_pairing.h) names.
 struct Team {
-  std::vector<int> members;
+  std::span<const int> members;
   int position;
   RecursivePairing pairing;
 
-  explicit Team(std::vector<int> ranks, int rank)
-      : members(std::move(ranks)),
+  Team(std::span<const int> ranks, int rank)
+      : members(ranks),
         position(
             static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin())),
         pairing(static_cast<int>(members.size())) {}
@@ -33,7 +33,7 @@ struct Team {
 };
 
 Team everyRank(const CollContext& ctx) {
-  return Team({ctx.ringOrder.begin(), ctx.ringOrder.end()}, ctx.rank);
+  return Team(ctx.ringOrder, ctx.rank);
 }
 
 // Sends `sendBytes` from `send` to `peer` while receiving `recvBytes` from it, a FIFO slot at a
@@ -202,29 +202,13 @@ void runTeam(CollContext& ctx, const CallTag& tag, const Team& team, const Reduc
   handBackFolded(ctx, tag, team, r);
 }
 
-// The ranks of this rank's host in ring order, its leader (the first) among them, and every
-// host's leader in ring order.
-struct Hosts {
-  std::vector<int> local;
-  std::vector<int> leaders;
-  int leader() const { return local.front(); }
-};
-
-Hosts hostsOf(const CollContext& ctx) {
-  Hosts hosts;
-  for (int rank : ctx.ringOrder)
-    if (ctx.hostOfRank[rank] == ctx.hostOfRank[ctx.rank]) hosts.local.push_back(rank);
-  hosts.leaders = hostLeaders(ctx.ringOrder, [&](int rank) { return ctx.hostOfRank[rank]; });
-  return hosts;
-}
-
 // A host's leader: its ranks' inputs reduced into its output (leader first, the rest in ring
 // order), which is the call's result where it is the only host (Avg divided by the last).
-void gatherHost(CollContext& ctx, const CallTag& tag, const Hosts& hosts, const Reduction& r) {
+void gatherHost(CollContext& ctx, const CallTag& tag, const Reduction& r) {
   const uint8_t* mine = r.input;
-  for (size_t i = 1; i < hosts.local.size(); ++i) {
-    const bool last = hosts.leaders.size() == 1 && i + 1 == hosts.local.size();
-    exchange(ctx, tag, hosts.local[i], nullptr, 0, r.bytes(), r.elemBytes,
+  for (size_t i = 1; i < ctx.hostRanks.size(); ++i) {
+    const bool last = ctx.hostLeaders.size() == 1 && i + 1 == ctx.hostRanks.size();
+    exchange(ctx, tag, ctx.hostRanks[i], nullptr, 0, r.bytes(), r.elemBytes,
              [&](const uint8_t* slot, size_t at, size_t bytes) {
                r.combine(at, mine + at, slot, bytes, true, last);
              });
@@ -245,18 +229,18 @@ void runHalvingAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag
 
 void runHierarchicalAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag,
                               bool halving) {
-  const Hosts hosts = hostsOf(ctx);
   const Reduction r(a, ctx.nranks);
-  if (ctx.rank != hosts.leader()) return handOver(ctx, tag, hosts.leader(), r);
-  gatherHost(ctx, tag, hosts, r);
-  if (hosts.leaders.size() > 1) {
+  const int leader = ctx.hostRanks.front();
+  if (ctx.rank != leader) return handOver(ctx, tag, leader, r);
+  gatherHost(ctx, tag, r);
+  if (ctx.hostLeaders.size() > 1) {
     Reduction partial = r;  // the leader's values are its host's, in its output
     partial.input = r.output;
-    runTeam(ctx, tag, Team(hosts.leaders, ctx.rank), partial,
+    runTeam(ctx, tag, Team(ctx.hostLeaders, ctx.rank), partial,
             halving ? halvingSteps : doublingSteps);
   }
-  for (size_t i = 1; i < hosts.local.size(); ++i)
-    exchange(ctx, tag, hosts.local[i], r.output, r.bytes(), 0, r.elemBytes, kTakeNothing);
+  for (size_t i = 1; i < ctx.hostRanks.size(); ++i)
+    exchange(ctx, tag, ctx.hostRanks[i], r.output, r.bytes(), 0, r.elemBytes, kTakeNothing);
 }
 
 }  // namespace braid

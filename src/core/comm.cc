@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/params.h"
 #include "base/random.h"
+#include "base/recursive_pairing.h"
 #include "base/socket.h"
 #include "core/window_table.h"
 #include "kernels/host_reduce.h"
@@ -569,8 +570,11 @@ void braidComm::planRings(const braid::FifoGeometry& geometry) {
   }
   plan::validate(planGraph_, plan_);
   ringOrder_ = plan_.channels.front().order;
-  hostOfRank_.clear();
-  for (int r = 0; r < nranks_; ++r) hostOfRank_.push_back(planGraph_.hostOfRank(r));
+  auto hostOf = [&](int rank) { return planGraph_.hostOfRank(rank); };
+  hostLeaders_ = braid::hostLeaders(ringOrder_, hostOf);
+  hostRanks_.clear();
+  for (int rank : ringOrder_)
+    if (hostOf(rank) == hostOf(rank_)) hostRanks_.push_back(rank);
   if (plan_.channels.size() > 1)
     BRAID_INFO(braid::log::kInit,
                "rank {}: {} channels planned; the host executor runs one, channel 0", rank_,
@@ -723,7 +727,8 @@ braid::CollContext braidComm::context() {
   ctx.rank = rank_;
   ctx.nranks = nranks_;
   ctx.ringOrder = ringOrder_;
-  ctx.hostOfRank = hostOfRank_;
+  ctx.hostLeaders = hostLeaders_;
+  ctx.hostRanks = hostRanks_;
   ctx.sendTo = sendTo_;
   ctx.recvFrom = recvFrom_;
   ctx.dog = this;

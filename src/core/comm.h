@@ -181,9 +181,10 @@ struct braidComm : public braid::Watchdog {
   braid::plan::LinkGraph planGraph_;
   braid::plan::Plan plan_;
   std::unique_ptr<braid::plan::Model> model_;
-  std::string planText_;         // the plan and the model, as braidCommDescribePlan gives them
-  std::vector<int> ringOrder_;   // channel 0 of the plan: the host executor runs one channel
-  std::vector<int> hostOfRank_;  // the plan's host of each rank (the hierarchical all-reduce)
+  std::string planText_;        // the plan and the model, as braidCommDescribePlan gives them
+  std::vector<int> ringOrder_;  // channel 0 of the plan: the host executor runs one channel
+  // The hierarchical all-reduce's leaders and this rank's host's ranks (CollContext).
+  std::vector<int> hostLeaders_, hostRanks_;
   std::vector<unsigned char> scratch_;
   // A PreMulSum's scaled input. A member, not a local: a network link may send from it (the
   // one-shot all-reduce's postFrom), and after a failure, until the links are gone.

@@ -516,16 +516,15 @@ std::string Model::describe() const {
       fmt::format("model: {} ranks on {} host(s), {}", nranks_, hosts_,
                   ringGBs_ >= kSharedMemoryGBs ? std::string("rings bound by cores, not links")
                                                : fmt::format("rings {:.1f} GB/s", ringGBs_));
-  if (in_.hostRanks)
+  if (in_.hostRanks) {
     out += fmt::format(
         "; host cores: reduce {:.1f} GB/s, forward {:.1f} GB/s per rank, {:.2f} busy threads per "
         "core; latency: call {:.2f} us, hop {:.2f} us, network hop {:.1f} us, core switch {:.0f} "
         "us",
         in_.core.reduceGBs, in_.core.copyGBs, oversubscription(), in_.latency.callUs,
         in_.latency.hopUs, in_.latency.netHopUs, in_.latency.switchUs);
-  if (in_.linkOnCores)
-    out += "; the network is the cores' own TCP copies (virtual interfaces)";
-  else
+    if (in_.linkOnCores) out += "; the network is the cores' own TCP copies (virtual interfaces)";
+  } else
     out += fmt::format(
         "; device protocols simple/ll, slowest hop {:.1f}/{:.1f} us, rings {:.1f}/{:.1f} "
         "GB/s{}{}{}",

@@ -281,6 +281,26 @@ TEST(PlanModel, CrowdedHostsLetTheLeadersRunAlone) {
               perHost.timeUs(Operation::AllReduce, Algorithm::Doubling, Protocol::Simple, 8), 1e-6);
 }
 
+// The model's line names the terms of the ranks it prices: host cores for host ranks (and the
+// network on them where hosts are namespaces), device protocols for device ranks, never both.
+TEST(PlanModel, DescriptionNamesTheRanksTerms) {
+  ManyHosts m(2, 2, 16);
+  const std::string host = Model(m.graph, m.plan, m.in).describe();
+  EXPECT_NE(host.find("host cores"), std::string::npos) << host;
+  EXPECT_EQ(host.find("device protocols"), std::string::npos) << host;
+  EXPECT_EQ(host.find("TCP copies"), std::string::npos) << host;
+  m.in.linkOnCores = true;
+  const std::string namespaces = Model(m.graph, m.plan, m.in).describe();
+  EXPECT_NE(namespaces.find("the network is the cores' own TCP copies"), std::string::npos)
+      << namespaces;
+  EXPECT_EQ(namespaces.find("device protocols"), std::string::npos) << namespaces;
+  m.in.hostRanks = false;
+  m.in.linkOnCores = false;
+  const std::string device = Model(m.graph, m.plan, m.in).describe();
+  EXPECT_NE(device.find("device protocols"), std::string::npos) << device;
+  EXPECT_EQ(device.find("host cores"), std::string::npos) << device;
+}
+
 // braid-topo --plan says why a size's algorithm won: the next fastest other algorithm, no faster;
 // none where the settings allow one algorithm alone.
 TEST(PlanModel, RunnerUpIsTheFastestOtherAlgorithm) {

@@ -65,7 +65,6 @@ class RequestRing {
   }
   // Request `seq` (posted, not yet reported: the caller knows it is in flight).
   RequestT& at(uint64_t seq) { return requests_[seq % kMaxRequests]; }
-  const RequestT& at(uint64_t seq) const { return requests_[seq % kMaxRequests]; }
   // Requests are tested in posting order: `r` must be the next to report. `activity` names the
   // comm.
   void checkTestOrder(const RequestT& r, const std::string& activity) const {
