@@ -120,6 +120,9 @@ for ranks in ${GPU_CHECK_RANKS:-2 8}; do
     done
   done
 done | tee "$out/perf.txt"
+# The device tree's all-reduce beside the chosen algorithms above: 8 ranks as threads, to 4 MiB.
+BRAID_ALGO=tree perf perf-allreduce-8ranks-float-threads-tree -t 8 -b 8 -e 4M -f 4 \
+  | tee -a "$out/perf.txt"
 # Every stream in one hardware queue, 8 ranks as threads, calls back to back: the hazard that
 # likely stalled run 3 (docs/cuda.md) laid bare; the ranks' rounds must carry it through.
 CUDA_DEVICE_MAX_CONNECTIONS=1 perf perf-allreduce-8ranks-float-threads-1queue -t 8 -b 8 -e 1M \
@@ -143,6 +146,10 @@ BRAID_LAUNCH_ROUNDS=0 CUDA_DEVICE_MAX_CONNECTIONS=1 \
   wait
   BRAID_ALGO=ring gtest comm-onelaunch-ring test_gpu_comm "$limit" \
     --gtest_filter=CudaComm.OneThreadDrivesEveryRankInOneLaunch &
+  # The device tree on every all-reduce (the other collectives keep the ring).
+  BRAID_ALGO=tree gtest comm-onelaunch-tree test_gpu_comm "$limit" \
+    --gtest_filter=CudaComm.OneThreadDrivesEveryRankInOneLaunch &
+  BRAID_ALGO=tree gtest comm-ranks-tree test_gpu_comm "$limit" --gtest_filter='*CudaCommRanks*' &
   gtest ipc test_gpu_ipc "$limit" &
   gtest dp test_gpu_dp "$limit" &
   wait

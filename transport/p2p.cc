@@ -42,14 +42,24 @@ size_t P2pLinks::llFifoBytes() const {
   return fifoBytes(geometry_.llSlotBytes, geometry_.llSlots);
 }
 
-size_t P2pLinks::directOffset() const {
+size_t P2pLinks::treeFifoBytes() const {
+  return fifoBytes(geometry_.simpleSlotBytes, kTreeSlots);
+}
+
+size_t P2pLinks::treeOffset() const {
   return static_cast<size_t>(geometry_.channels) * (simpleFifoBytes() + llFifoBytes()) +
          static_cast<size_t>(nranks_) * simpleFifoBytes();
 }
 
+size_t P2pLinks::directOffset() const {
+  return treeOffset() +
+         static_cast<size_t>(treeChannels()) * BinaryTrees::kNeighbourEnds * treeFifoBytes();
+}
+
 // A rank's allocation: per channel its Simple then its low-latency ring FIFO, then one Simple
-// FIFO per sending peer, then the direct engine's words: per channel a line per rank, then the
-// abort word on a line of its own.
+// FIFO per sending peer, then per tree channel one Simple FIFO of kTreeSlots per neighbour's end
+// (parent, first child, second child), then the direct engine's words: per channel a line per rank,
+// then the abort word on a line of its own.
 DeviceFifo P2pLinks::ringFifo(int receiver, int channel, DeviceProtocol protocol) const {
   const size_t offset = static_cast<size_t>(channel) * (simpleFifoBytes() + llFifoBytes());
   if (protocol == DeviceProtocol::Simple)
@@ -62,6 +72,56 @@ DeviceFifo P2pLinks::pairFifo(int receiver, int sender) const {
       static_cast<size_t>(geometry_.channels) * (simpleFifoBytes() + llFifoBytes()) +
       static_cast<size_t>(sender) * simpleFifoBytes();
   return fifoAt(receiver, offset, geometry_.simpleSlotBytes, geometry_.simpleSlots);
+}
+
+DeviceFifo P2pLinks::treeFifo(int receiver, int channel, int sender) const {
+  const size_t index = static_cast<size_t>(channel) * BinaryTrees::kNeighbourEnds +
+                       static_cast<size_t>(treeEnd(channel, receiver, sender));
+  return fifoAt(receiver, treeOffset() + index * treeFifoBytes(), geometry_.simpleSlotBytes,
+                kTreeSlots);
+}
+
+int P2pLinks::treeChannels() const {
+  return geometry_.channels == 1 ? 1 : std::min(geometry_.channels / 2 * 2, kMaxTreeChannels);
+}
+
+int P2pLinks::ringPosition(int channel, int rank) const {
+  const std::vector<int>& order = hostRingOrders_[channel];
+  return static_cast<int>(std::find(order.begin(), order.end(), rank) - order.begin());
+}
+
+int P2pLinks::treeEnd(int channel, int rank, int neighbour) const {
+  const int end = BinaryTrees(nranks_).neighbourEnd(channel % 2, ringPosition(channel, rank),
+                                                    ringPosition(channel, neighbour));
+  if (end < 0)
+    fail(braidInternalError, "rank {}: ranks {} and {} are not neighbours on tree channel {}",
+         rank_, rank, neighbour, channel);
+  return end;
+}
+
+TreeNode P2pLinks::treeNode(int channel) const {
+  TreeNode node = BinaryTrees(nranks_).node(channel % 2, ringPosition(channel, rank_));
+  const std::vector<int>& order = hostRingOrders_[channel];
+  if (node.parent >= 0) node.parent = order[node.parent];
+  for (int c = 0; c < node.nChildren; ++c) node.children[c] = order[node.children[c]];
+  return node;
+}
+
+size_t P2pLinks::netTreeIndex(int channel, int peer) const {
+  return static_cast<size_t>(channel) * BinaryTrees::kNeighbourEnds +
+         static_cast<size_t>(treeEnd(channel, rank_, peer));
+}
+
+DeviceFifo P2pLinks::treeRecv(int channel, int peer) const {
+  const size_t index = netTreeIndex(channel, peer);
+  return netTreeRecv_[index].words != nullptr ? netTreeRecv_[index]
+                                              : treeFifo(rank_, channel, peer);
+}
+
+DeviceFifo P2pLinks::treeSend(int channel, int peer) const {
+  const size_t index = netTreeIndex(channel, peer);
+  return netTreeSend_[index].words != nullptr ? netTreeSend_[index]
+                                              : treeFifo(peer, channel, rank_);
 }
 
 DeviceFifo P2pLinks::ringEnd(int channel, DeviceProtocol protocol, bool sending) const {
@@ -136,12 +196,19 @@ void P2pLinks::connectNetwork(const std::vector<bool>& remote,
                               const std::function<void(void*, size_t)>& allGather,
                               Clock::time_point deadline) {
   const int channels = geometry_.channels;
+  // Keys: ring channel c, then the sends and receives (channels), then tree channel t
+  // (channels + 1 + t).
   std::vector<net::NetLinkKey> keys;
   for (int peer = 0; peer < nranks_; ++peer) {
     if (!remote[peer]) continue;
     for (int c = 0; c < channels; ++c)
       if (ringNext(c) == peer || ringPrev(c) == peer) keys.push_back({peer, c});
     keys.push_back({peer, channels});
+    for (int t = 0; t < treeChannels(); ++t) {
+      const TreeNode node = treeNode(t);
+      if (peer == node.parent || peer == node.children[0] || peer == node.children[1])
+        keys.push_back({peer, channels + 1 + t});
+    }
   }
   net::NetLinks connected = net::connectNetLinks(rank_, nranks_, keys, allGather, deadline);
   const int rank = rank_;
@@ -159,6 +226,8 @@ void P2pLinks::connectNetwork(const std::vector<bool>& remote,
   netRingRecv_.assign(channels, {});
   netPairSend_.assign(nranks_, {});
   netPairRecv_.assign(nranks_, {});
+  netTreeSend_.assign(static_cast<size_t>(treeChannels()) * BinaryTrees::kNeighbourEnds, {});
+  netTreeRecv_.assign(netTreeSend_.size(), {});
   for (const net::NetLinkKey& key : keys) {
     auto& [send, recv] = connected.links[key];
     const net::Proxy::Fifos fifos = proxy_->addPeer(key.peer, std::move(send), std::move(recv));
@@ -167,6 +236,12 @@ void P2pLinks::connectNetwork(const std::vector<bool>& remote,
     if (key.index == channels) {
       netPairSend_[key.peer] = onDevice(fifos.send, true);
       netPairRecv_[key.peer] = onDevice(fifos.recv, false);
+      continue;
+    }
+    if (key.index > channels) {
+      const size_t index = netTreeIndex(key.index - channels - 1, key.peer);
+      netTreeSend_[index] = onDevice(fifos.send, true);
+      netTreeRecv_[index] = onDevice(fifos.recv, false);
       continue;
     }
     if (ringNext(key.index) == key.peer) netRingSend_[key.index] = onDevice(fifos.send, true);
@@ -289,6 +364,9 @@ std::unique_ptr<P2pLinks> P2pLinks::connect(int rank, int nranks, const DeviceRa
   links->netRingRecv_.assign(geometry.channels, {});
   links->netPairSend_.assign(nranks, {});
   links->netPairRecv_.assign(nranks, {});
+  links->netTreeSend_.assign(
+      static_cast<size_t>(links->treeChannels()) * BinaryTrees::kNeighbourEnds, {});
+  links->netTreeRecv_.assign(links->netTreeSend_.size(), {});
   if (std::find(remote.begin(), remote.end(), true) != remote.end())
     links->connectNetwork(remote, allGather, deadline);
   // No rank returns before every rank has made its allocations and mappings: one made while a
@@ -320,6 +398,15 @@ void P2pLinks::abort() {
   for (int peer = 0; peer < nranks_; ++peer) {
     if (netPairRecv_[peer].words == nullptr) set(&pairFifo(rank_, peer).words->abort);
     if (netPairSend_[peer].words == nullptr) set(&pairFifo(peer, rank_).words->abort);
+  }
+  for (int t = 0; t < treeChannels(); ++t) {
+    const TreeNode node = treeNode(t);
+    for (int peer : {node.parent, node.children[0], node.children[1]}) {
+      if (peer < 0) continue;
+      const size_t index = netTreeIndex(t, peer);
+      if (netTreeRecv_[index].words == nullptr) set(&treeFifo(rank_, t, peer).words->abort);
+      if (netTreeSend_[index].words == nullptr) set(&treeFifo(peer, t, rank_).words->abort);
+    }
   }
   if (areas_[0] != nullptr) set(directAbort());  // rank 0's allocation, on this host
   // The network's, in pinned host memory: the host's own stores.

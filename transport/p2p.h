@@ -2,7 +2,9 @@
 // kernel and read by the receiving rank's. Each rank allocates every FIFO it receives on in one
 // device allocation: per channel a ring FIFO for each protocol (the Simple protocol's slots and
 // the low-latency protocol's lines never share a buffer: stale Simple bytes could look like a
-// flag), per peer a FIFO for sends and receives, and the direct engine's barrier words (used in
+// flag), per peer a FIFO for sends and receives, per tree channel a FIFO from each tree
+// neighbour (a tree slot on the sends' FIFO could land between the parts of a user's message),
+// and the direct engine's barrier words (used in
 // rank 0's allocation only, so that every rank of a launch meets on the same words). Ranks of one
 // process reach a peer's allocation by its pointer, ranks of another process on the same host by a
 // CUDA IPC handle; where the two GPUs differ, peer access is enabled. Ranks on other hosts are not
@@ -18,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "base/binary_trees.h"
 #include "base/wait.h"
 #include "transport/connector.h"
 #include "transport/fifo_view.h"
@@ -90,6 +93,21 @@ class P2pLinks {
   // The FIFOs of sends and receives: from `sender` to this rank, from this rank to `receiver`.
   DeviceFifo pairRecv(int sender) const;
   DeviceFifo pairSend(int receiver) const;
+  // Tree channels, for the all-reduce on the double binary tree: channel c runs tree c % 2 of
+  // base/binary_trees.h over channel c's ring order (so the trees leave a host through the NICs
+  // the rings do). One where the communicator has one channel, else an even number, at most
+  // kMaxTreeChannels: trees serve small and mid-size calls, where more blocks buy little.
+  static constexpr int kMaxTreeChannels = 8;
+  // Slots of a tree FIFO on this host: a tree's FIFO holds at most one slot of a call at a time
+  // (coll/tree_engine.h), the second lets the next call's first slot in early.
+  static constexpr uint32_t kTreeSlots = 2;
+  int treeChannels() const;
+  // This rank's neighbours on tree channel `channel`, as ranks.
+  TreeNode treeNode(int channel) const;
+  // The FIFOs between this rank and its neighbour `peer` on tree channel `channel`: the one
+  // `peer` writes and this rank reads, the one this rank writes and `peer` reads.
+  DeviceFifo treeRecv(int channel, int peer) const;
+  DeviceFifo treeSend(int channel, int peer) const;
   // The ring order of `channel` in device memory (nranks ints), and who follows this rank on it.
   const int* ringOrder(int channel) const;
   int ringNext(int channel) const;
@@ -119,6 +137,14 @@ class P2pLinks {
   // The FIFOs in `receiver`'s device allocation.
   DeviceFifo ringFifo(int receiver, int channel, DeviceProtocol protocol) const;
   DeviceFifo pairFifo(int receiver, int sender) const;
+  // The FIFO of `receiver` that its tree neighbour `sender` writes on tree channel `channel`.
+  DeviceFifo treeFifo(int receiver, int channel, int sender) const;
+  // Where `rank` meets `neighbour` on tree channel `channel` (BinaryTrees::neighbourEnd); fails
+  // where they are not neighbours there.
+  int treeEnd(int channel, int rank, int neighbour) const;
+  int ringPosition(int channel, int rank) const;
+  // This rank's index into netTreeSend_ and netTreeRecv_ for `peer` on tree channel `channel`.
+  size_t netTreeIndex(int channel, int peer) const;
   DeviceFifo fifoAt(int receiver, size_t offset, size_t slotBytes, uint32_t slots) const;
   DeviceFifo ringEnd(int channel, DeviceProtocol protocol, bool sending) const;
   int ringPrev(int channel) const;
@@ -128,6 +154,8 @@ class P2pLinks {
   DeviceFifo onDevice(const FifoDesc& hostFifo, bool sending) const;
   size_t simpleFifoBytes() const;
   size_t llFifoBytes() const;
+  size_t treeFifoBytes() const;
+  size_t treeOffset() const;    // where the tree FIFOs start in an allocation
   size_t directOffset() const;  // where the direct engine's words start in an allocation
 
   int rank_ = 0;
@@ -142,10 +170,11 @@ class P2pLinks {
   int* ringOrders_ = nullptr;    // channels x nranks, device memory
   void* abortStream_ = nullptr;  // cudaStream_t for abort()'s stores
   // Hops to other hosts: the proxy that moves them (it owns their pinned FIFOs), and by channel
-  // (ring) or peer (sends and receives) the FIFOs this rank's kernels write and read; a FIFO
-  // without words is a hop on this host.
+  // (ring), peer (sends and receives) or tree channel and this rank's end (trees) the FIFOs this
+  // rank's kernels write and read; a FIFO without words is a hop on this host.
   std::shared_ptr<net::Proxy> proxy_;
   std::vector<DeviceFifo> netRingSend_, netRingRecv_, netPairSend_, netPairRecv_;
+  std::vector<DeviceFifo> netTreeSend_, netTreeRecv_;  // [channel * kNeighbourEnds + end]
   std::vector<FifoWords*> netHostWords_;  // their words as the host reaches them (abort)
 };
 

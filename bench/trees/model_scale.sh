@@ -60,5 +60,7 @@ echo
 echo "$header"
 echo "$rule"
 for hosts in 1 2 8 32 128 512; do
-  echo "| $((hosts * 8)) | ring$(row ring --file "$ndv5" --hosts "$hosts")"
+  for algo in ring tree; do
+    echo "| $((hosts * 8)) | $algo$(row "$algo" --file "$ndv5" --hosts "$hosts")"
+  done
 done

@@ -52,6 +52,17 @@ class BinaryTrees {
     if (right <= n_) node.children[node.nChildren++] = positionOf(tree, right);
     return node;
   }
+  // Which of `position`'s neighbours on `tree` `neighbour` is: 0 its parent, 1 + c its child c;
+  // -1 none. Each neighbour of a rank writes to a FIFO of its own there (transport/p2p.h).
+  int neighbourEnd(int tree, int position, int neighbour) const {
+    const TreeNode n = node(tree, position);
+    if (neighbour < 0) return -1;
+    if (neighbour == n.parent) return 0;
+    for (int c = 0; c < n.nChildren; ++c)
+      if (neighbour == n.children[c]) return 1 + c;
+    return -1;
+  }
+  static constexpr int kNeighbourEnds = 3;
 
  private:
   static int lowBit(int l) { return l & -l; }

@@ -44,6 +44,14 @@ void launch(const void* kernel, int blocks, int threads, void* params, void* str
             fmt::format("rank {}: {}: cudaLaunchKernel", rank, what));
 }
 
+// PreMulSum's scalar of a ring or tree block: where the kernel reads it, or its value.
+template <class Block>
+void takeScale(Block& block, const DeviceScale* scale) {
+  if (scale == nullptr) return;
+  block.scale = static_cast<decltype(block.scale)>(scale->onDevice);
+  std::memcpy(&block.scaleValue, &scale->bits, sizeof(block.scaleValue));
+}
+
 template <class T, class Ports>
 void launchRing(std::span<const DeviceRankCall> ranks, DeviceProtocol protocol, const void* kernel,
                 void* stream) {
@@ -60,14 +68,49 @@ void launchRing(std::span<const DeviceRankCall> ranks, DeviceProtocol protocol, 
       block.nChannels = channels;
       block.ports.in = links.ringRecv(ch, protocol).recvView();
       block.ports.out = links.ringSend(ch, protocol).sendView();
-      if (r.scale != nullptr) {
-        block.scale = static_cast<const T*>(r.scale->onDevice);
-        std::memcpy(&block.scaleValue, &r.scale->bits, sizeof(T));
-      }
+      takeScale(block, r.scale);
       block.failed = r.ctx->failed + ch;
     }
   }
   launch(kernel, blocks, ranks.front().ctx->threads, &params, stream, "collective",
+         ranks.front().ctx->links->rank());
+}
+
+// The all-reduce on the trees: each tree channel of each rank a block with its share of the
+// elements, on tree channel % 2 (P2pLinks::treeNode).
+template <class T>
+void launchTree(std::span<const DeviceRankCall> ranks, const void* kernel, void* stream) {
+  TreeLaunch<T> params{};
+  params.timeoutNs = ranks.front().ctx->timeoutNs;
+  int blocks = 0;
+  for (const DeviceRankCall& r : ranks) {
+    const P2pLinks& links = *r.ctx->links;
+    const int channels = links.treeChannels();
+    for (int ch = 0; ch < channels; ++ch) {
+      TreeBlock<T>& block = params.blocks[blocks++];
+      const TreeNode node = links.treeNode(ch);
+      const size_t begin = shareBegin<T>(r.args.count, ch, channels);
+      const size_t end = shareBegin<T>(r.args.count, ch + 1, channels);
+      block.call = {Collective::AllReduce,
+                    static_cast<const T*>(r.args.sendbuff) + begin,
+                    static_cast<T*>(r.args.recvbuff) + begin,
+                    end - begin,
+                    r.args.op == braidAvg ? links.nranks() : 1,
+                    node.parent >= 0,
+                    node.nChildren};
+      auto portsTo = [&](int peer) {
+        FifoViewPorts ports{};
+        ports.in = links.treeRecv(ch, peer).recvView();
+        ports.out = links.treeSend(ch, peer).sendView();
+        return ports;
+      };
+      if (node.parent >= 0) block.ports.parent = portsTo(node.parent);
+      for (int c = 0; c < node.nChildren; ++c) block.ports.children[c] = portsTo(node.children[c]);
+      takeScale(block, r.scale);
+      block.failed = r.ctx->failed + ch;
+    }
+  }
+  launch(kernel, blocks, ranks.front().ctx->threads, &params, stream, "tree all-reduce",
          ranks.front().ctx->links->rank());
 }
 
@@ -131,8 +174,8 @@ void loadDeviceKernels(int device) {
   static std::set<int> loaded;
   const std::lock_guard<std::mutex> lock(mutex);
   if (loaded.contains(device)) return;
-  for (DeviceAlgorithm algorithm :
-       {DeviceAlgorithm::Simple, DeviceAlgorithm::LowLatency, DeviceAlgorithm::Direct})
+  for (DeviceAlgorithm algorithm : {DeviceAlgorithm::Simple, DeviceAlgorithm::LowLatency,
+                                    DeviceAlgorithm::Direct, DeviceAlgorithm::Tree})
     for (int type = 0; type < braidNumTypes; ++type)
       for (int op = 0; op < braidNumOps; ++op)
         for (bool prescaled : {false, true})
@@ -156,8 +199,12 @@ void launchCollective(std::span<const DeviceRankCall> ranks, DeviceAlgorithm alg
   const DeviceRankCall& first = ranks.front();
   const CollArgs& a = first.args;
   int blocks = 0;
+  if (algorithm == DeviceAlgorithm::Tree && a.coll != Collective::AllReduce)
+    fail(braidInternalError, "rank {}: the device tree runs all-reduces only",
+         first.ctx->links->rank());
   for (const DeviceRankCall& r : ranks) {
-    blocks += r.ctx->links->geometry().channels;
+    const P2pLinks& links = *r.ctx->links;
+    blocks += algorithm == DeviceAlgorithm::Tree ? links.treeChannels() : links.geometry().channels;
     if (r.args.coll != a.coll || r.args.type != a.type || r.args.op != a.op ||
         r.args.count != a.count || (r.scale == nullptr) != (first.scale == nullptr))
       fail(braidInternalError, "rank {}: ranks of one launch make different calls",
@@ -175,6 +222,7 @@ void launchCollective(std::span<const DeviceRankCall> ranks, DeviceAlgorithm alg
     using T = decltype(element);
     switch (algorithm) {
       case DeviceAlgorithm::Direct: return launchDirect<T>(ranks, kernel, stream);
+      case DeviceAlgorithm::Tree: return launchTree<T>(ranks, kernel, stream);
       case DeviceAlgorithm::LowLatency:
         return launchRing<T, LlPorts>(ranks, DeviceProtocol::LowLatency, kernel, stream);
       case DeviceAlgorithm::Simple:

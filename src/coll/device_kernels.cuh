@@ -1,16 +1,17 @@
 // The collectives as CUDA kernels: the engines' device form (coll/ring_engine.h,
-// coll/direct_engine.h) with a thread block as the thread group. One launch covers every block
-// the call needs: a channel of one rank per block, and may carry several ranks (CUDA does not
-// promise that separately launched kernels run at the same time, and these blocks wait for each
-// other; a CUDA communicator launches a kernel per rank so far: docs/cuda.md). Each block's work
-// comes in the launch's parameters (__grid_constant__), so a call allocates nothing and copies
-// nothing before it runs, and a CUDA graph can capture it.
+// coll/tree_engine.h, coll/direct_engine.h) with a thread block as the thread group. One launch
+// covers every block the call needs: a channel of one rank per block, and may carry several ranks
+// (CUDA does not promise that separately launched kernels run at the same time, and these blocks
+// wait for each other; a CUDA communicator launches a kernel per rank so far: docs/cuda.md). Each
+// block's work comes in the launch's parameters (__grid_constant__), so a call allocates nothing
+// and copies nothing before it runs, and a CUDA graph can capture it.
 #pragma once
 
 #include <cuda/std/cstdint>
 
 #include "coll/direct_engine.h"
 #include "coll/ring_engine.h"
+#include "coll/tree_engine.h"
 #include "kernels/element_reduce.h"
 
 namespace braid {
@@ -72,6 +73,23 @@ struct RingLaunch {
   RingBlock<T, Ports> blocks[kMaxLaunchBlocks];
 };
 
+// One block of a tree launch: a rank's share of an all-reduce on one tree channel, through the
+// FIFOs to and from its tree neighbours.
+template <class T>
+struct TreeBlock {
+  TreeCall<T> call;
+  TreePorts<FifoViewPorts> ports;
+  const T* scale;  // PreMulSum, as in RingBlock
+  T scaleValue;
+  int* failed;
+};
+
+template <class T>
+struct TreeLaunch {
+  uint64_t timeoutNs;
+  TreeBlock<T> blocks[kMaxLaunchBlocks];
+};
+
 // One block of a direct launch: a rank's call on one channel, the barrier words of that channel.
 struct DirectBlock {
   Collective collective;
@@ -105,6 +123,17 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock, 1)
   if (!runChannelOnViews<R, kPrescaled>(group, block.call, block.channel, block.nChannels,
                                         block.ports, scale) &&
       threadIdx.x == 0)
+    *block.failed = kGaveUp;
+}
+
+// The all-reduce on the double binary tree (Simple protocol).
+template <class R, bool kPrescaled>
+__global__ void __launch_bounds__(kMaxThreadsPerBlock, 1)
+    treeKernel(const __grid_constant__ TreeLaunch<typename R::Storage> launch) {
+  const auto& block = launch.blocks[blockIdx.x];
+  BlockGroup group(launch.timeoutNs);
+  const typename R::Storage scale = block.scale != nullptr ? *block.scale : block.scaleValue;
+  if (!runTreeOnViews<R, kPrescaled>(group, block.call, block.ports, scale) && threadIdx.x == 0)
     *block.failed = kGaveUp;
 }
 

@@ -1,6 +1,7 @@
 // The device kernels (coll/device_kernels.cu) by what they compute, for host code that launches
-// them with cudaLaunchKernel: one parameter, the launch's RingLaunch<T, Ports> or DirectLaunch<T>
-// (coll/device_kernels.cuh), and one block per entry of its `blocks`. Built only where nvcc is.
+// them with cudaLaunchKernel: one parameter, the launch's RingLaunch<T, Ports>, TreeLaunch<T> or
+// DirectLaunch<T> (coll/device_kernels.cuh), and one block per entry of its `blocks`. Built only
+// where nvcc is.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@ enum class DeviceAlgorithm : uint8_t {
   Simple,      // the ring, slots published by tail (RingLaunch<T, FifoViewPorts>)
   LowLatency,  // the ring, flagged 8-byte lines (RingLaunch<T, LlPorts>)
   Direct,      // all-pairs, every rank's buffers reached directly (DirectLaunch<T>)
+  Tree,        // the all-reduce on the double binary tree, Simple slots (TreeLaunch<T>)
 };
 
 // The kernel for (algorithm, datatype, op); PreMulSum when `prescaled` (op is then braidSum).

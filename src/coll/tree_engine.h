@@ -37,6 +37,16 @@ struct TreePorts {
   P children[2];
 };
 
+// Calls f on each child's port in order. The bound is fixed so the compiler unrolls the loop and
+// every port stays in registers: an index it cannot resolve would put the ports in local memory
+// (tests/device/check_sass.sh fails on any).
+template <class P, class F>
+BRAID_HD void forEachChild(TreePorts<P>& ports, int nChildren, F&& f) {
+  BRAID_UNROLL
+  for (int c = 0; c < 2; ++c)
+    if (c < nChildren) f(ports.children[c]);
+}
+
 // The mover without PreMulSum's scaling: the second child's slot is combined with a partial
 // result that holds this rank's scaled input already. The host's movers never scale.
 template <class R, bool kPrescaled>
@@ -56,8 +66,8 @@ BRAID_HD bool reduceUp(G& group, const M& move, const TreeCall<typename M::Stora
   using T = typename M::Storage;
   const size_t bytes = n * sizeof(T);
   bool ready = true;
-  for (int c = 0; c < call.nChildren && ready; ++c)
-    ready = ports.children[c].waitRecv(group, bytes);
+  forEachChild(ports, call.nChildren,
+               [&](P& child) { ready = ready && child.waitRecv(group, bytes); });
   if (ready && call.hasParent) ready = ports.parent.waitSend(group);
   if (ready) {
     T* out = call.hasParent ? nullptr : call.output + at;
@@ -76,7 +86,7 @@ BRAID_HD bool reduceUp(G& group, const M& move, const TreeCall<typename M::Stora
   }
   if (group.any(!ready)) return false;
   if (call.hasParent) ports.parent.post(group, bytes);
-  for (int c = 0; c < call.nChildren; ++c) ports.children[c].release(group);
+  forEachChild(ports, call.nChildren, [&](P& child) { child.release(group); });
   return true;
 }
 
@@ -89,7 +99,7 @@ BRAID_HD bool broadcastDown(G& group, const M& move, const TreeCall<typename M::
   const auto copy = unscaled(move);
   const size_t bytes = n * sizeof(T);
   bool ready = !call.hasParent || ports.parent.waitRecv(group, bytes);
-  for (int c = 0; c < call.nChildren && ready; ++c) ready = ports.children[c].waitSend(group);
+  forEachChild(ports, call.nChildren, [&](P& child) { ready = ready && child.waitSend(group); });
   if (ready) {
     const bool fromInput = !call.hasParent && call.collective == Collective::Broadcast;
     const T* from = call.hasParent ? static_cast<const T*>(ports.parent.recvSlot())
@@ -104,7 +114,7 @@ BRAID_HD bool broadcastDown(G& group, const M& move, const TreeCall<typename M::
     if (call.nChildren > 1) copy(group, from, nullptr, nullptr, slot(1), n, 1);
   }
   if (group.any(!ready)) return false;
-  for (int c = 0; c < call.nChildren; ++c) ports.children[c].post(group, bytes);
+  forEachChild(ports, call.nChildren, [&](P& child) { child.post(group, bytes); });
   if (call.hasParent) ports.parent.release(group);
   return true;
 }
@@ -116,9 +126,10 @@ BRAID_HD bool runTree(G& group, const M& move, const TreeCall<typename M::Storag
   using T = typename M::Storage;
   // Slots of whole 16-byte packs; a rank alone moves its share at once.
   const bool alone = !call.hasParent && call.nChildren == 0;
-  P& any = call.hasParent ? ports.parent : ports.children[0];
+  const size_t slotBytes =
+      call.hasParent ? ports.parent.slotBytes() : ports.children[0].slotBytes();
   const size_t chunk =
-      alone ? call.count : any.slotBytes() / sizeof(Pack16) * (sizeof(Pack16) / sizeof(T));
+      alone ? call.count : slotBytes / sizeof(Pack16) * (sizeof(Pack16) / sizeof(T));
   if (chunk == 0 && call.count > 0) return false;  // a slot smaller than a pack: nothing fits
   for (size_t at = 0; at < call.count; at += chunk) {
     const size_t n = call.count - at < chunk ? call.count - at : chunk;
@@ -137,7 +148,7 @@ template <class R, bool kPrescaled = false, class G>
 BRAID_HD bool runTreeOnViews(G& group, const TreeCall<typename R::Storage>& call,
                              TreePorts<FifoViewPorts> ports, typename R::Storage scale = {}) {
   if (call.hasParent) ports.parent.resume(group);
-  for (int c = 0; c < call.nChildren; ++c) ports.children[c].resume(group);
+  forEachChild(ports, call.nChildren, [&](FifoViewPorts& child) { child.resume(group); });
   return runTree(group, ElementMover<R, kPrescaled>{scale}, call, ports);
 }
 

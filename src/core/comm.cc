@@ -154,9 +154,11 @@ std::string choiceSettings(const CommOptions& options) {
 // BRAID_MODEL_* and BRAID_ALGO, the config's algorithms taking BRAID_ALGO's place.
 braid::plan::ModelInput modelInputFor(const CommOptions& options) {
   braid::plan::ModelInput input = braid::plan::modelInputFromParams();
-  if (!options.algorithms.empty())
+  if (!options.algorithms.empty()) {
     input.allowedAlgorithms =
         braid::plan::allowedAlgorithms(options.algorithms, "config algorithms");
+    input.deviceTreeNamed = input.allowedAlgorithms[static_cast<int>(braid::plan::Algorithm::Tree)];
+  }
   return input;
 }
 
@@ -488,9 +490,15 @@ braid::DeviceAlgorithm braidComm::deviceAlgorithm(const braid::CollArgs& a,
                                                   braid::plan::DeviceLaunch launch) {
   const braid::ModelCall m = braid::modelCallOf(a, nranks_);
   const braid::plan::Prediction choice = model_->best(m.operation, m.bytes, launch);
-  return choice.algorithm == braid::plan::Algorithm::Direct ? braid::DeviceAlgorithm::Direct
-         : choice.protocol == braid::plan::Protocol::LL     ? braid::DeviceAlgorithm::LowLatency
-                                                            : braid::DeviceAlgorithm::Simple;
+  switch (choice.algorithm) {
+    case braid::plan::Algorithm::Direct: return braid::DeviceAlgorithm::Direct;
+    case braid::plan::Algorithm::Tree:  // all-reduces only: one rank prices every algorithm alike
+      if (a.coll == braid::Collective::AllReduce) return braid::DeviceAlgorithm::Tree;
+      return braid::DeviceAlgorithm::Simple;
+    default:
+      return choice.protocol == braid::plan::Protocol::LL ? braid::DeviceAlgorithm::LowLatency
+                                                          : braid::DeviceAlgorithm::Simple;
+  }
 }
 
 bool braidComm::canLaunchTogether(std::span<braidComm* const> comms,

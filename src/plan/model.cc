@@ -150,6 +150,8 @@ ModelInput modelInputFromParams() {
                    .netHopUs = param::ModelNetHopUs(),
                    .switchUs = param::ModelSwitchUs()};
   input.allowedAlgorithms = allowedAlgorithms(param::Algo(), "BRAID_ALGO");
+  input.deviceTreeNamed =
+      !param::Algo().empty() && input.allowedAlgorithms[static_cast<int>(Algorithm::Tree)];
   input.allowedProtocols = parseChoice(param::Proto(), "BRAID_PROTO", {"simple", "ll"});
   return input;
 }
@@ -196,7 +198,9 @@ Model::Model(const LinkGraph& graph, const Plan& plan, ModelInput input)
       directGBs_ = ringGBs_ = in_.deviceMemoryGBs / (2.0 * nranks_);
     }
     slowestHop_ = deviceHopLatency(HopKind::NvLink);
-  } else if (!in_.hostRanks) {
+  }
+  if (!in_.hostRanks && !plan.channels.empty()) findDeviceTreePaths(graph, plan.channels.front());
+  if (!in_.hostRanks && !in_.ranksShareDevice) {
     for (int a = 0; a < nranks_ && allPairsDirect_; ++a)
       for (int b = 0; b < nranks_ && allPairsDirect_; ++b) {
         if (a == b) continue;
@@ -256,12 +260,62 @@ void Model::findTreeCrossings(const LinkGraph& graph, const std::vector<int>& or
     }
 }
 
+// The device trees (transport/p2p.h: tree channel c on tree c % 2 over channel c's order; priced
+// over channel 0's): the slowest path from the top to a leaf, summing each edge's hop latency (a
+// network hop where it crosses hosts, else the slowest of the ring's hops on a host).
+void Model::findDeviceTreePaths(const LinkGraph& graph, const Channel& channel) {
+  const std::vector<int>& order = channel.order;
+  const BinaryTrees trees(static_cast<int>(order.size()));
+  treeDepth_ = trees.depth();
+  DeviceLatency onHost = deviceHopLatency(HopKind::NvLink);
+  if (!in_.ranksShareDevice)
+    for (const Hop& hop : channel.hops)
+      if (hop.kind != HopKind::Network && deviceHopLatency(hop.kind).simpleUs > onHost.simpleUs)
+        onHost = deviceHopLatency(hop.kind);
+  const DeviceLatency network = deviceHopLatency(HopKind::Network);
+  for (int tree = 0; tree < 2; ++tree)
+    for (int position = 0; position < trees.positions(); ++position) {
+      DeviceLatency path;
+      for (int p = position, parent = trees.node(tree, p).parent; parent >= 0;
+           p = parent, parent = trees.node(tree, p).parent) {
+        const bool crosses = graph.hostOfRank(order[p]) != graph.hostOfRank(order[parent]);
+        const DeviceLatency& hop = crosses ? network : onHost;
+        path.simpleUs += hop.simpleUs;
+        path.llUs += hop.llUs;
+        treeCrossesHosts_ |= crosses;
+      }
+      if (path.simpleUs > treePath_.simpleUs) treePath_ = path;
+    }
+}
+
+// The device tree all-reduce (coll/tree_engine.h in treeKernel): each tree channel's block takes
+// its share a slot at a time, and a slot goes up the tree and its result down before the next goes
+// up: per slot, the slowest path up and down, and at every level a block's move of the slot (at
+// its own rate and its share of the links' together).
+double Model::deviceTreeTimeUs(Operation op, Protocol protocol, size_t bytes) const {
+  if (op != Operation::AllReduce || protocol != Protocol::Simple || nranks_ < 2 || treeDepth_ == 0)
+    return kInfinity;
+  // As P2pLinks::treeChannels: one, or an even number up to 8; two where the count is unknown.
+  const int channels = in_.deviceChannels == 1   ? 1
+                       : in_.deviceChannels <= 0 ? 2
+                                                 : std::min(in_.deviceChannels / 2 * 2, 8);
+  const double share = static_cast<double>(bytes) / channels;
+  const double slotBytes = static_cast<double>(in_.slotBytes);
+  const double slots = std::max(1.0, std::ceil(share / slotBytes));
+  const double slot = std::min(slotBytes, share);
+  // A block's move, bounded by its channel's share of the links too.
+  const double moveUs = microseconds(
+      slot,
+      combinedGBs(kDeviceChannelGBs[static_cast<int>(Protocol::Simple)], ringGBs_ / channels));
+  return kDeviceKernelUs + slots * 2 * (treePath_.simpleUs + treeDepth_ * moveUs);
+}
+
 // The host's trees run one after the other, each on half the bytes, a FIFO slot at a time, and a
 // slot goes up and its result down before the next goes up: per slot, 2 x depth handoffs (a
 // network one where the trees cross hosts) and the core's work on it at every level.
 double Model::treeTimeUs(Operation op, Protocol protocol, size_t bytes) const {
-  if (!in_.hostRanks || op != Operation::AllReduce || protocol != Protocol::Simple || nranks_ < 2 ||
-      treeDepth_ == 0)
+  if (!in_.hostRanks) return deviceTreeTimeUs(op, protocol, bytes);
+  if (op != Operation::AllReduce || protocol != Protocol::Simple || nranks_ < 2 || treeDepth_ == 0)
     return kInfinity;
   const double slotBytes = static_cast<double>(in_.slotBytes);
   const double half = static_cast<double>(bytes) / 2;  // each tree's share, its slots rounded up
@@ -474,6 +528,7 @@ Prediction Model::fastest(Operation op, size_t bytes, DeviceLaunch launch,
   for (Algorithm algorithm : kAlgorithms) {
     if (!in_.allowedAlgorithms[static_cast<int>(algorithm)] || algorithm == skip) continue;
     if (algorithm == Algorithm::Direct && !directPossible) continue;
+    if (algorithm == Algorithm::Tree && !in_.hostRanks && !in_.deviceTreeNamed) continue;
     for (Protocol protocol : {Protocol::Simple, Protocol::LL}) {
       if (!in_.allowedProtocols[static_cast<int>(protocol)]) continue;
       const double us = timeUs(op, algorithm, protocol, bytes);
@@ -537,6 +592,9 @@ std::string Model::describe() const {
             : "",
         allPairsDirect_ ? fmt::format(", all pairs direct ({:.1f} GB/s)", deviceDirectGBs())
                         : std::string());
+  if (!in_.hostRanks && treeDepth_ > 0)
+    out += fmt::format("; trees of depth {}, slowest path {:.1f}/{:.1f} us (simple/ll)", treeDepth_,
+                       treePath_.simpleUs, treePath_.llUs);
   return out;
 }
 

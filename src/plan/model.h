@@ -77,6 +77,9 @@ struct ModelInput {
   int deviceChannels = 0;
   // Indexed by Algorithm (BRAID_ALGO).
   std::vector<bool> allowedAlgorithms = std::vector<bool>(std::size(kAlgorithms), true);
+  // Device ranks choose the tree only where the algorithms are named and name it (BRAID_ALGO or a
+  // config's): it has not run on a GPU yet (docs/engine.md); until it has, no default takes it.
+  bool deviceTreeNamed = false;
   std::vector<bool> allowedProtocols = {true, true};  // indexed by Protocol (BRAID_PROTO)
 };
 
@@ -139,6 +142,7 @@ class Model {
   double coreAndLinkUs(double coreUs, double linkUs) const;
   double hierarchicalTimeUs(Operation op, Protocol protocol, size_t bytes, bool halving) const;
   double treeTimeUs(Operation op, Protocol protocol, size_t bytes) const;
+  double deviceTreeTimeUs(Operation op, Protocol protocol, size_t bytes) const;
   double stepLatencyUs(Protocol protocol) const;
   // Busy threads per core on the most loaded machine, >= 1, where `busyShare` of the ranks work.
   double oversubscription(double busyShare = 1) const;
@@ -146,6 +150,7 @@ class Model {
   double crowding(double busyShare = 1) const;
   ExchangeTeam exchangeTeam(const LinkGraph& graph, const std::vector<int>& members) const;
   void findTreeCrossings(const LinkGraph& graph, const std::vector<int>& order);
+  void findDeviceTreePaths(const LinkGraph& graph, const Channel& channel);
   double cacheSpeedup(size_t bytes) const;
 
   int nranks_ = 1;
@@ -164,10 +169,11 @@ class Model {
   // Host ranks, recursive exchanges: of every rank in ring order, and of the hosts' leaders (the
   // first rank of each in ring order).
   ExchangeTeam everyRank_, leaders_;
-  // Host ranks, trees (base/binary_trees.h over the ring order): their depth, and whether an
-  // edge of either crosses hosts.
+  // Trees (base/binary_trees.h over the ring order): their depth, and whether an edge of either
+  // crosses hosts.
   int treeDepth_ = 0;
   bool treeCrossesHosts_ = false;
+  DeviceLatency treePath_;  // device ranks: the trees' slowest path from the top to a leaf
   ModelInput in_;
 };
 

@@ -89,4 +89,30 @@ TEST(BinaryTrees, ANamedRootIsTheTopOfBothTrees) {
     }
 }
 
+// Each rank's neighbours write to FIFOs of their own, found by neighbourEnd on both sides: a
+// parent and its children name each other's ends alike, and no two neighbours share one.
+TEST(BinaryTrees, NeighbourEndsAreDistinctAndAgreeOnBothSides) {
+  for (int n = 1; n <= 70; ++n) {
+    const BinaryTrees trees(n);
+    for (int tree = 0; tree < 2; ++tree)
+      for (int p = 0; p < n; ++p) {
+        const braid::TreeNode node = trees.node(tree, p);
+        std::vector<int> neighbours(node.children, node.children + node.nChildren);
+        if (node.parent >= 0) neighbours.push_back(node.parent);
+        std::vector<bool> taken(BinaryTrees::kNeighbourEnds, false);
+        for (int q : neighbours) {
+          const int end = trees.neighbourEnd(tree, p, q);
+          ASSERT_GE(end, 0) << "n " << n << " tree " << tree << " position " << p << " from " << q;
+          EXPECT_FALSE(taken[end]) << "n " << n << " position " << p << " end " << end;
+          taken[end] = true;
+          // The neighbour's view: p is its parent where q is p's child, and the other way round.
+          const int back = trees.neighbourEnd(tree, q, p);
+          EXPECT_EQ(back == 0, q != node.parent) << "n " << n << " " << p << " <-> " << q;
+          EXPECT_GE(back, 0);
+        }
+        EXPECT_EQ(trees.neighbourEnd(tree, p, p), -1);
+      }
+  }
+}
+
 }  // namespace

@@ -204,7 +204,7 @@ TEST(PlanModel, ManyOversubscribedHostsChooseLogStepsOverRingAndOneShot) {
 }
 
 // The tree (host ranks' all-reduce, coll/host_tree.h): 2 x depth handoffs per slot, each tree's
-// share its own slots; never chosen over recursive doubling where both run; no device pricing yet.
+// share its own slots; never chosen over recursive doubling where both run.
 TEST(PlanModel, TreesPayTwoHandoffsPerLevelPerSlot) {
   const ManyHosts m(4, 2, 16);  // trees of 8 over the ring order: depth 3, crossing hosts
   const Model model(m.graph, m.plan, m.in);
@@ -215,11 +215,46 @@ TEST(PlanModel, TreesPayTwoHandoffsPerLevelPerSlot) {
               0.5 + 2 * 2 * 3 * (20.0 + std::max(coreUs, linkUs)), 1e-6);
   for (size_t bytes = 8; bytes <= (size_t{1} << 26); bytes *= 4)
     EXPECT_NE(model.best(Operation::AllReduce, bytes).algorithm, Algorithm::Tree) << bytes;
+}
+
+// Device ranks' tree (treeKernel): per slot the trees' slowest path up and down plus a block's move
+// of the slot at every level. 2 hosts x 4 ranks in the ring order 0..7 (positions 0-3 on host 0):
+// tree 1 has its top at position 1, and position 4 (host 1) climbs through 3 (host 0) and 5
+// (host 1) to it, crossing hosts at every level: three network hops of 14 us (tree 0's worst
+// path crosses twice).
+TEST(PlanModel, DeviceTreesPayTheirSlowestPathPerSlot) {
   ManyHosts devices(2, 4, 16);
   devices.in.hostRanks = false;
-  EXPECT_EQ(Model(devices.graph, devices.plan, devices.in)
-                .timeUs(Operation::AllReduce, Algorithm::Tree, Protocol::Simple, 8),
-            std::numeric_limits<double>::infinity());
+  devices.plan.channels.front().order = {0, 1, 2, 3, 4, 5, 6, 7};
+  const Model model(devices.graph, devices.plan, devices.in);
+  EXPECT_NE(model.describe().find("trees of depth 3, slowest path 42.0/"), std::string::npos)
+      << model.describe();
+  // 8 bytes on 2 tree channels (the channel count unknown): 4 bytes each, one slot, moved at the
+  // block's 12.3 GB/s and the channel's half of the 1 GB/s links together.
+  auto moveUs = [](double bytes, int channels) {
+    return bytes / 12.3 / 1e3 + bytes / (1.0 / channels) / 1e3;
+  };
+  const double move = moveUs(4, 2);
+  EXPECT_NEAR(model.timeUs(Operation::AllReduce, Algorithm::Tree, Protocol::Simple, 8),
+              2.0 + 2 * (42.0 + 3 * move), 1e-6);
+  // 4 MiB on 8 tree channels of 128 KiB slots: 4 slots each.
+  devices.in.deviceChannels = 8;
+  const Model eight(devices.graph, devices.plan, devices.in);
+  const double slotMove = moveUs(128 << 10, 8);
+  EXPECT_NEAR(eight.timeUs(Operation::AllReduce, Algorithm::Tree, Protocol::Simple, 4 << 20),
+              2.0 + 4 * 2 * (42.0 + 3 * slotMove), 1e-6);
+  // Not chosen unless named (it has not run on a GPU yet); named, small all-reduces take the tree
+  // (the ring pays 14 network-bound steps) and large ones the ring; only all-reduces run on it,
+  // and only Simple slots.
+  EXPECT_EQ(model.best(Operation::AllReduce, 8, DeviceLaunch::Apart).algorithm, Algorithm::Ring);
+  devices.in.deviceChannels = 0;
+  devices.in.deviceTreeNamed = true;
+  const Model named(devices.graph, devices.plan, devices.in);
+  EXPECT_EQ(named.best(Operation::AllReduce, 8, DeviceLaunch::Apart).algorithm, Algorithm::Tree);
+  EXPECT_EQ(named.best(Operation::AllReduce, size_t{1} << 30, DeviceLaunch::Apart).algorithm,
+            Algorithm::Ring);
+  EXPECT_TRUE(std::isinf(model.timeUs(Operation::Broadcast, Algorithm::Tree, Protocol::Simple, 8)));
+  EXPECT_TRUE(std::isinf(model.timeUs(Operation::AllReduce, Algorithm::Tree, Protocol::LL, 8)));
 }
 
 TEST(PlanModel, SurplusRanksFoldInAndOut) {
