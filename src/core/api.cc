@@ -324,14 +324,14 @@ braidResult_t braidRedOpCreatePreMulSum(braidRedOp_t* op, void* scalar, braidDat
            "braidRedOpCreatePreMulSum on rank {}: residence {} (expected braidScalarDevice or "
            "braidScalarHostImmediate)",
            comm->rank(), static_cast<int>(residence));
-    *op = comm->createPreMulSum(scalar, datatype, residence == braidScalarHostImmediate);
+    *op = comm->reductionOps().create(scalar, datatype, residence == braidScalarHostImmediate);
   });
 }
 
 braidResult_t braidRedOpDestroy(braidRedOp_t op, braidComm_t comm) {
   return guarded(comm, [&] {
     checkComm(comm, "braidRedOpDestroy");
-    comm->destroyOp(op);
+    comm->reductionOps().destroy(op);
   });
 }
 

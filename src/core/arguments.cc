@@ -66,8 +66,8 @@ void validate(const braidComm* comm, const CollArgs& a, braidStream_t stream) {
       checkTypeAndCount(comm, fn, a.type, a.count, perRank ? static_cast<size_t>(n) : 1);
   const bool reduces = a.coll == Collective::AllReduce || a.coll == Collective::ReduceScatter ||
                        a.coll == Collective::Reduce;
-  if (reduces &&
-      (static_cast<int>(a.op) < 0 || (a.op >= braidNumOps && !comm->hasOp(a.op, a.type))))
+  if (reduces && (static_cast<int>(a.op) < 0 ||
+                  (a.op >= braidNumOps && !comm->reductionOps().has(a.op, a.type))))
     fail(braidInvalidArgument,
          "{} on rank {}: op {} is not a braidRedOp_t (expected 0..{}, or an operator "
          "braidRedOpCreatePreMulSum made on this communicator for datatype {})",

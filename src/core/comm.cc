@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstring>
 #include <fstream>
 
@@ -471,11 +470,7 @@ braid::CudaCall braidComm::deviceCall(const braid::CollArgs& a, braidStream_t st
                                       braid::CudaScalar& scalar) {
   braid::CudaCall call{cuda_.get(), a, nullptr, stream};
   if (a.op >= braidNumOps) {
-    PreMulSum op;
-    {
-      std::lock_guard<std::mutex> lock(opsMutex_);
-      op = ops_.at(static_cast<int>(a.op));  // the API checked that it exists
-    }
+    const braid::ReductionOps::PreMulSum op = ops_.get(a.op);
     if (op.isImmediate)
       std::memcpy(&scalar.bits, op.immediate, braid::kernels::typeSize(op.type));
     else
@@ -756,61 +751,14 @@ void braidComm::run(const braid::CollArgs& args) {
     if (args.op < braidNumOps) return braid::runCollective(ctx, args);
     // PreMulSum: this rank's input times its scalar, then a sum.
     braid::CollArgs sum = args;
-    sum.sendbuff = scaledInput(args, preMulSumInput_);
+    const size_t count = args.count * (args.coll == braid::Collective::ReduceScatter ? nranks_ : 1);
+    sum.sendbuff = ops_.scaled(args.op, args.sendbuff, count, preMulSumInput_);
     sum.op = braidSum;
     sum.namedOp = args.op;
     braid::runCollective(ctx, sum);
     // Sent and done: an input larger than the one-shot exchange's is not kept.
     if (preMulSumInput_.capacity() > directMaxBytes_) preMulSumInput_ = {};
   });
-}
-
-braidRedOp_t braidComm::createPreMulSum(const void* scalar, braidDataType_t type, bool immediate) {
-  PreMulSum op{type, scalar, {}, immediate};
-  std::memcpy(op.immediate, scalar, braid::kernels::typeSize(type));
-  std::lock_guard<std::mutex> lock(opsMutex_);
-  if (nextOp_ == INT_MAX)
-    fail(braidInternalError, "rank {}: no reduction operator ids left", rank_);
-  ops_[nextOp_] = op;
-  return static_cast<braidRedOp_t>(nextOp_++);
-}
-
-void braidComm::destroyOp(braidRedOp_t op) {
-  std::lock_guard<std::mutex> lock(opsMutex_);
-  if (ops_.erase(static_cast<int>(op)) == 0)
-    fail(braidInvalidArgument,
-         "braidRedOpDestroy on rank {}: op {} is not an operator of this communicator (expected "
-         "one braidRedOpCreatePreMulSum made and that was not destroyed)",
-         rank_, static_cast<int>(op));
-}
-
-bool braidComm::hasOp(braidRedOp_t op, braidDataType_t type) const {
-  std::lock_guard<std::mutex> lock(opsMutex_);
-  auto it = ops_.find(static_cast<int>(op));
-  return it != ops_.end() && it->second.type == type;
-}
-
-const void* braidComm::scaledInput(const braid::CollArgs& args, std::vector<uint8_t>& scaled) {
-  PreMulSum op;
-  {
-    std::lock_guard<std::mutex> lock(opsMutex_);
-    op = ops_.at(static_cast<int>(args.op));  // the API checked that it exists
-  }
-  const size_t elem = braid::kernels::typeSize(op.type);
-  const size_t count = args.count * (args.coll == braid::Collective::ReduceScatter ? nranks_ : 1);
-  // A block of scalars, so that the product kernel scales the input block by block.
-  constexpr size_t kBlock = 1024;
-  std::vector<uint8_t> scalars(kBlock * elem);
-  const void* scalar = op.isImmediate ? op.immediate : op.scalar;
-  for (size_t i = 0; i < kBlock; ++i) std::memcpy(scalars.data() + i * elem, scalar, elem);
-  scaled.resize(count * elem);
-  const braid::kernels::ReduceFn multiply = braid::kernels::reduceFn(op.type, braidProd);
-  const auto* in = static_cast<const uint8_t*>(args.sendbuff);
-  for (size_t done = 0; done < count; done += kBlock) {
-    const size_t n = std::min(kBlock, count - done);
-    multiply(scaled.data() + done * elem, nullptr, in + done * elem, scalars.data(), n, 1);
-  }
-  return scaled.data();
 }
 
 void braidComm::runSendRecv(std::span<const braid::CollArgs> ops) {

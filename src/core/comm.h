@@ -21,6 +21,7 @@
 #include "core/bootstrap.h"
 #include "core/cuda_comm.h"
 #include "core/launch_rounds.h"
+#include "core/reduction_ops.h"
 #include "plan/model.h"
 #include "plan/plan.h"
 #include "transport/transport.h"
@@ -117,11 +118,9 @@ struct braidComm : public braid::Watchdog {
   // braidCommRevoke) and waits for its operation in flight to stop.
   void abort(const char* call);
 
-  // PreMulSum operators of this communicator (braidRedOpCreatePreMulSum): ids from braidNumOps up.
-  braidRedOp_t createPreMulSum(const void* scalar, braidDataType_t type, bool immediate);
-  void destroyOp(braidRedOp_t op);
-  // Whether `op` is one of this communicator's operators for `type`.
-  bool hasOp(braidRedOp_t op, braidDataType_t type) const;
+  // PreMulSum operators of this communicator (braidRedOpCreatePreMulSum).
+  braid::ReductionOps& reductionOps() { return ops_; }
+  const braid::ReductionOps& reductionOps() const { return ops_; }
 
   // Registered buffers (braidCommRegister, braidCommWindowRegister): a handle per registration,
   // valid until deregistered or the communicator is destroyed. A window of a CUDA communicator is
@@ -210,17 +209,7 @@ struct braidComm : public braid::Watchdog {
   std::mutex queuedMutex_;
   std::condition_variable queuedCv_;
 
-  struct PreMulSum {
-    braidDataType_t type;
-    const void* scalar;    // read at every call (braidScalarDevice)
-    uint8_t immediate[8];  // the scalar, read at creation (braidScalarHostImmediate)
-    bool isImmediate;
-  };
-  // The input of a PreMulSum call, each element multiplied by this rank's scalar.
-  const void* scaledInput(const braid::CollArgs& args, std::vector<uint8_t>& scaled);
-  mutable std::mutex opsMutex_;
-  std::map<int, PreMulSum> ops_;
-  int nextOp_ = braidNumOps;
+  braid::ReductionOps ops_{rank_};
 
   struct Registration {
     void* buff;
