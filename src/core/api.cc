@@ -580,7 +580,7 @@ braidResult_t braidCommFinalize(braidComm_t comm) {
 braidResult_t braidCommDestroy(braidComm_t comm) {
   return guarded(nullptr, [&] {
     if (comm == nullptr) return;  // as nccl: destroying NULL is a no-op
-    comm->waitQueuedDrained();
+    comm->pending().waitDrained();
     try {
       comm->waitReady();
     } catch (const Error&) {

@@ -13,12 +13,10 @@
 #include "base/log.h"
 #include "base/params.h"
 #include "base/random.h"
-#include "base/recursive_pairing.h"
 #include "base/socket.h"
 #include "core/window_table.h"
 #include "kernels/host_reduce.h"
 #include "plan/host_graph.h"
-#include "plan/plan_file.h"
 
 using braid::Clock;
 using braid::Error;
@@ -104,24 +102,6 @@ void ownCpus(uint64_t (&mask)[16]) {
     if (CPU_ISSET(c, &set)) mask[c / 64] |= uint64_t{1} << (c % 64);
 }
 
-int ranksOnMachine(const std::vector<braid::PeerInfo>& peers, uint64_t machine) {
-  return static_cast<int>(std::count_if(peers.begin(), peers.end(), [&](const braid::PeerInfo& p) {
-    return p.machineHash == machine;
-  }));
-}
-
-// Cores of a machine: every CPU any of its ranks may run on (ranks bound to one core each still
-// share the machine's other cores with nobody).
-int machineCores(const std::vector<braid::PeerInfo>& peers, uint64_t machine) {
-  uint64_t all[16] = {};
-  for (const braid::PeerInfo& p : peers)
-    if (p.machineHash == machine)
-      for (int w = 0; w < 16; ++w) all[w] |= p.cpus[w];
-  int cores = 0;
-  for (uint64_t word : all) cores += __builtin_popcountll(word);
-  return std::max(1, cores);
-}
-
 braid::FifoGeometry fifoGeometry() {
   const int64_t slots = braid::param::FifoSlots();
   const int64_t buffSize = braid::param::fifoBytes();
@@ -161,25 +141,10 @@ braid::plan::ModelInput modelInputFor(const CommOptions& options) {
   return input;
 }
 
-braid::HostAllReduce hostAllReduce(braid::plan::Algorithm algorithm) {
-  switch (algorithm) {
-    case braid::plan::Algorithm::Ring: return braid::HostAllReduce::Ring;
-    case braid::plan::Algorithm::Direct: return braid::HostAllReduce::OneShot;
-    case braid::plan::Algorithm::Doubling: return braid::HostAllReduce::Doubling;
-    case braid::plan::Algorithm::Halving: return braid::HostAllReduce::Halving;
-    case braid::plan::Algorithm::Tree: return braid::HostAllReduce::Tree;
-    case braid::plan::Algorithm::HierDoubling: return braid::HostAllReduce::HierDoubling;
-    case braid::plan::Algorithm::HierHalving: return braid::HostAllReduce::HierHalving;
-  }
-  return braid::HostAllReduce::Ring;
-}
-
 }  // namespace
 
 braidComm::braidComm(int rank, int nranks, CommOptions options)
-    : rank_(rank), nranks_(nranks), options_(std::move(options)) {
-  asyncError_ = braidInProgress;
-}
+    : rank_(rank), nranks_(nranks), options_(std::move(options)) {}
 
 braidComm::~braidComm() = default;
 
@@ -197,6 +162,7 @@ Clock::time_point braidComm::deadlineFromNow() const {
 
 void braidComm::initialize(const braid::BootstrapId& id, const braidComm* shareFrom,
                            const std::vector<int>& parentRanks) {
+  std::optional<Error> initError;
   try {
     braid::log::setThreadRank(rank_);
     const Clock::time_point deadline = deadlineFromNow();
@@ -261,31 +227,26 @@ void braidComm::initialize(const braid::BootstrapId& id, const braidComm* shareF
     // With more than the cores, a spinning wait would take the core its producer needs.
     int threadsPerRank = 1;
     for (const auto& service : share_->links.services) threadsPerRank += service->busyThreads();
-    const int busyThreads = ranksOnMachine(peers_, self.machineHash) * threadsPerRank;
-    if (busyThreads > machineCores(peers_, self.machineHash))
+    const int busyThreads = braid::ranksOnMachine(peers_, self.machineHash) * threadsPerRank;
+    if (busyThreads > braid::machineCores(peers_, self.machineHash))
       spins = std::min(spins, kOversubscribedSpins);
     else if (!share_->links.services.empty() && !options_.cuda && !braid::param::YieldCountIsSet())
       yields = std::max(yields, kNetworkYields);
-    planRings(geometry);
-    scratch_.resize(directMaxBytes_);
+    braid::plan::SearchOptions search;
+    search.minChannels = options_.minChannels;
+    search.maxChannels = options_.maxChannels;
+    selection_ = std::make_unique<braid::Selection>(rank_, peers_, geometry, search,
+                                                    modelInputFor(options_));
+    scratch_.resize(selection_->directMaxBytes());
     if (options_.cuda) connectDevice(deadline);
     // Chooses the host kernels now, so a bad BRAID_SIMD fails init rather than a collective.
     const char* isa = braid::kernels::isaName();
     BRAID_INFO(braid::log::kInit, "rank {}/{} ready{}{}, host kernels {}", rank_, nranks_,
                options_.name.empty() ? "" : " comm ", options_.name, isa);
-    asyncError_ = braidSuccess;
   } catch (...) {
-    initError_ = braid::currentError(fmt::format("rank {}: init", rank_));
+    initError = braid::currentError(fmt::format("rank {}: init", rank_));
   }
-  if (initError_) {
-    recordError(*initError_);
-    asyncError_ = initError_->code();
-  }
-  {
-    std::lock_guard<std::mutex> lock(readyMutex_);
-    ready_.store(true, std::memory_order_release);
-  }
-  readyCv_.notify_all();
+  status_.markReady(initError);
 }
 
 // A CUDA communicator's channels, a thread block each: the planner's rings, repeated where it made
@@ -325,7 +286,8 @@ void braidComm::connectDevice(const Clock::time_point& deadline) {
   setup.device = options_.cudaDevice;
   setup.channels = channels;
   for (int ch = 0; ch < channels; ++ch)
-    setup.ringOrders.push_back(plan_.channels[ch % plan_.channels.size()].order);
+    setup.ringOrders.push_back(
+        selection_->plan().channels[ch % selection_->plan().channels.size()].order);
   setup.timeoutMs = options_.timeoutMs;
   setup.allGather = [&](void* data, size_t bytes) { bootstrap_->allGather(data, bytes, deadline); };
   setup.deadline = deadline;
@@ -346,8 +308,7 @@ void braidComm::connectDevice(const Clock::time_point& deadline) {
   input.ranksShareDevice = cuda_->ranksShareDevice();
   input.deviceMemoryGBs = cuda_->memoryGBs();
   input.deviceChannels = deviceChannels_;
-  model_ = std::make_unique<plan::Model>(planGraph_, plan_, input);
-  planText_ = plan::describe(planGraph_, plan_) + model_->describe() + "\n";
+  selection_->useDeviceModel(input);
 }
 
 int braidComm::cudaDevice() {
@@ -363,16 +324,16 @@ void braidComm::checkBuffer(const char* fn, const char* name, const void* p) con
   braid::checkHostBuffer(fn, rank_, name, p);
 }
 
-// asyncError_ turns braidSuccess only after init has set cuda_, so reading it first is safe while
+// The status turns braidSuccess only after init has set cuda_, so reading it first is safe while
 // a non-blocking init still runs.
 braidResult_t braidComm::asyncError() {
-  if (asyncError_.load() == braidSuccess && cuda_ != nullptr)
+  if (status_.code() == braidSuccess && cuda_ != nullptr)
     if (std::optional<Error> failure = cuda_->failure()) {
-      recordError(*failure);
+      status_.record(*failure);
       markFailed(failure->what());
-      asyncError_ = failure->code();
+      status_.fail(failure->code());
     }
-  return asyncError_.load();
+  return status_.code();
 }
 
 void braidComm::failIfDeviceFailed(const char* opName) {
@@ -417,10 +378,10 @@ struct CountedInRounds {
 class LaunchInFlight {
  public:
   explicit LaunchInFlight(std::span<braidComm* const> comms) : comms_(comms) {
-    for (braidComm* comm : comms_) comm->beginQueued();
+    for (braidComm* comm : comms_) comm->pending().begin();
   }
   ~LaunchInFlight() {
-    for (braidComm* comm : comms_) comm->endQueued();
+    for (braidComm* comm : comms_) comm->pending().end();
   }
   LaunchInFlight(const LaunchInFlight&) = delete;
   LaunchInFlight& operator=(const LaunchInFlight&) = delete;
@@ -484,7 +445,7 @@ braid::CudaCall braidComm::deviceCall(const braid::CollArgs& a, braidStream_t st
 braid::DeviceAlgorithm braidComm::deviceAlgorithm(const braid::CollArgs& a,
                                                   braid::plan::DeviceLaunch launch) {
   const braid::ModelCall m = braid::modelCallOf(a, nranks_);
-  const braid::plan::Prediction choice = model_->best(m.operation, m.bytes, launch);
+  const braid::plan::Prediction choice = selection_->best(m.operation, m.bytes, launch);
   switch (choice.algorithm) {
     case braid::plan::Algorithm::Direct: return braid::DeviceAlgorithm::Direct;
     case braid::plan::Algorithm::Tree:  // all-reduces only: one rank prices every algorithm alike
@@ -538,95 +499,6 @@ void braidComm::launchTogether(std::span<braidComm* const> comms,
   braid::launchCollectives(launch);
 }
 
-namespace {
-
-std::string readPlanFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in)
-    braid::failErrno(braidInvalidArgument, "BRAID_PLAN_FILE=" + path + ": cannot read", errno);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-}  // namespace
-
-// Every rank plans from the same gathered facts, so every rank gets the same plan and the same
-// choice of algorithm for every call without talking about it.
-void braidComm::planRings(const braid::FifoGeometry& geometry) {
-  namespace plan = braid::plan;
-  std::vector<plan::HostRankInfo> ranks;
-  for (const braid::PeerInfo& p : peers_)
-    ranks.push_back({.host = p.hostHash,
-                     .machine = p.machineHash,
-                     .numa = p.numa,
-                     .nicNuma = p.nicNuma,
-                     .nicGBs = p.nicGBs,
-                     .virtualNic = p.virtualNic != 0});
-  planGraph_ = plan::hostGraph(ranks);
-  const std::string& planFile = braid::param::PlanFile();
-  if (!planFile.empty()) {
-    plan_ = plan::fromJson(readPlanFile(planFile), planGraph_, planFile);
-  } else {
-    plan::SearchOptions options;
-    options.minChannels = options_.minChannels;
-    options.maxChannels = options_.maxChannels;
-    plan_ = plan::search(planGraph_, options);
-  }
-  plan::validate(planGraph_, plan_);
-  ringOrder_ = plan_.channels.front().order;
-  auto hostOf = [&](int rank) { return planGraph_.hostOfRank(rank); };
-  hostLeaders_ = braid::hostLeaders(ringOrder_, hostOf);
-  hostRanks_.clear();
-  for (int rank : ringOrder_)
-    if (hostOf(rank) == hostOf(rank_)) hostRanks_.push_back(rank);
-  if (plan_.channels.size() > 1)
-    BRAID_INFO(braid::log::kInit,
-               "rank {}: {} channels planned; the host executor runs one, channel 0", rank_,
-               plan_.channels.size());
-
-  plan::ModelInput input = modelInputFor(options_);
-  input.hostRanks = true;
-  // Per host of the plan: the cores and the ranks of its machine (namespaces standing in for
-  // hosts share one machine's cores).
-  input.coresPerHost.assign(planGraph_.hosts, 0);
-  input.ranksPerHost.assign(planGraph_.hosts, 0);
-  for (int r = 0; r < nranks_; ++r) {
-    const int host = planGraph_.hostOfRank(r);
-    input.coresPerHost[host] = machineCores(peers_, peers_[r].machineHash);
-    input.ranksPerHost[host] = ranksOnMachine(peers_, peers_[r].machineHash);
-  }
-  input.fifoBytes = geometry.slotBytes * geometry.nSlots;
-  input.slotBytes = geometry.slotBytes;
-  for (const braid::PeerInfo& p : peers_) input.linkOnCores |= planGraph_.hosts > 1 && p.virtualNic;
-  // Half the last-level cache: the rest holds what else runs (and other tenants of a VM's host).
-  input.cacheBytes = peers_[0].llcBytes / 2;
-  for (const braid::PeerInfo& p : peers_)
-    input.cacheBytes = std::min(input.cacheBytes, p.llcBytes / 2);
-  input.directMaxBytes = plan::hostDirectMaxBytes(
-      planGraph_.hosts, geometry.slotBytes - sizeof(braid::SlotHeader), geometry.nSlots);
-  model_ = std::make_unique<plan::Model>(planGraph_, plan_, input);
-
-  // Each size class of all-reduce gets the algorithm the model gives its largest size; the
-  // one-shot exchange's scratch holds the largest it takes.
-  directMaxBytes_ = 0;
-  for (size_t k = 0; k < allReduce_.size(); ++k) {
-    const size_t bytes = size_t{1} << std::min<size_t>(k, 47);
-    allReduce_[k] = hostAllReduce(model_->best(plan::Operation::AllReduce, bytes).algorithm);
-    if (allReduce_[k] == braid::HostAllReduce::OneShot && bytes <= input.directMaxBytes)
-      directMaxBytes_ = bytes;
-  }
-
-  if (rank_ == 0 && !braid::param::PlanDumpFile().empty()) {
-    const std::string path = braid::log::expandPath(braid::param::PlanDumpFile());
-    std::ofstream out(path);
-    out << plan::toJson(planGraph_, plan_);
-    if (!out)
-      braid::failErrno(braidSystemError, "BRAID_PLAN_DUMP_FILE=" + path + ": cannot write", errno);
-  }
-  planText_ = plan::describe(planGraph_, plan_) + model_->describe() + "\n";
-  BRAID_INFO(braid::log::kInit, "rank {}: one-shot all-reduce up to {} bytes; plan:\n{}", rank_,
-             directMaxBytes_, std::string_view(planText_).substr(0, planText_.size() - 1));
-}
-
 namespace braid {
 ModelCall modelCallOf(const CollArgs& a, int nranks) {
   const size_t bytes = a.count * kernels::typeSize(a.type);
@@ -649,37 +521,20 @@ braid::plan::Prediction braidComm::predict(braid::plan::Operation op, size_t byt
   // A CUDA communicator runs the direct engine only in a launch of every rank, which ranks on one
   // GPU can make (one thread driving them), or on windows (which this question does not name).
   namespace plan = braid::plan;
-  return model_->best(op, bytes,
-                      cuda_ == nullptr || cuda_->ranksShareDevice() ? plan::DeviceLaunch::Together
-                                                                    : plan::DeviceLaunch::Apart);
+  return selection_->best(op, bytes,
+                          cuda_ == nullptr || cuda_->ranksShareDevice()
+                              ? plan::DeviceLaunch::Together
+                              : plan::DeviceLaunch::Apart);
 }
 
 const std::string& braidComm::describePlan() {
   waitReady();
-  return planText_;
-}
-
-void braidComm::waitReady() {
-  if (!ready_.load(std::memory_order_acquire)) {
-    std::unique_lock<std::mutex> lock(readyMutex_);
-    readyCv_.wait(lock, [&] { return ready_.load(); });
-  }
-  if (initError_) throw *initError_;
-}
-
-void braidComm::recordError(const Error& e) {
-  std::lock_guard<std::mutex> lock(errorMutex_);
-  lastError_ = e.what();
-}
-
-std::string braidComm::lastError() const {
-  std::lock_guard<std::mutex> lock(errorMutex_);
-  return lastError_;
+  return selection_->description();
 }
 
 void braidComm::markFailed(const std::string& reason) {
   // The ranks sharing its GPU may wait for collectives of this rank that will not come.
-  if (ready_.load(std::memory_order_acquire) && rounds_ != nullptr) rounds_->release(reason);
+  if (status_.ready() && rounds_ != nullptr) rounds_->release(reason);
   braid::RankControl* own =
       share_ == nullptr || share_->links.control.empty() ? nullptr : control(rank_);
   if (own == nullptr || own->failed.load() != 0) return;
@@ -695,7 +550,7 @@ template <typename Body>
 void braidComm::runOperation(const char* opName, Body&& body) {
   waitReady();
   std::lock_guard<std::mutex> lock(share_->opMutex);
-  const braidResult_t earlier = asyncError_.load();
+  const braidResult_t earlier = status_.code();
   if (earlier != braidSuccess)
     fail(earlier, "rank {}: the communicator failed earlier and cannot run {}; the first error: {}",
          rank_, opName, control(rank_)->reason);
@@ -720,7 +575,7 @@ void braidComm::runOperation(const char* opName, Body&& body) {
   } catch (...) {
     const Error e = braid::currentError(fmt::format("rank {}: {} #{}", rank_, opName, opSeq_));
     markFailed(e.what());
-    asyncError_ = e.code();
+    status_.fail(e.code());
     throw e;
   }
 }
@@ -729,14 +584,14 @@ braid::CollContext braidComm::context() {
   braid::CollContext ctx;
   ctx.rank = rank_;
   ctx.nranks = nranks_;
-  ctx.ringOrder = ringOrder_;
-  ctx.hostLeaders = hostLeaders_;
-  ctx.hostRanks = hostRanks_;
+  ctx.ringOrder = selection_->ringOrder();
+  ctx.hostLeaders = selection_->hostLeaders();
+  ctx.hostRanks = selection_->hostRanks();
   ctx.sendTo = sendTo_;
   ctx.recvFrom = recvFrom_;
   ctx.dog = this;
-  ctx.allReduce = allReduce_;
-  ctx.directMaxBytes = directMaxBytes_;
+  ctx.allReduce = selection_->allReduceTable();
+  ctx.directMaxBytes = selection_->directMaxBytes();
   ctx.streamingMinBytes =
       static_cast<size_t>(std::max<int64_t>(0, braid::param::StreamingMinBytes()));
   ctx.scratch = scratch_.data();
@@ -757,7 +612,7 @@ void braidComm::run(const braid::CollArgs& args) {
     sum.namedOp = args.op;
     braid::runCollective(ctx, sum);
     // Sent and done: an input larger than the one-shot exchange's is not kept.
-    if (preMulSumInput_.capacity() > directMaxBytes_) preMulSumInput_ = {};
+    if (preMulSumInput_.capacity() > selection_->directMaxBytes()) preMulSumInput_ = {};
   });
 }
 
@@ -819,18 +674,6 @@ void braidComm::poll(int peer, const char* waitingFor) {
   }
 }
 
-void braidComm::endQueued() {
-  if (queued_.fetch_sub(1) == 1) {
-    std::lock_guard<std::mutex> lock(queuedMutex_);
-    queuedCv_.notify_all();
-  }
-}
-
-void braidComm::waitQueuedDrained() {
-  std::unique_lock<std::mutex> lock(queuedMutex_);
-  queuedCv_.wait(lock, [&] { return queued_.load() == 0; });
-}
-
 void braidComm::allGatherOutOfBand(void* data, size_t bytes) {
   waitReady();
   std::lock_guard<std::mutex> lock(share_->opMutex);  // the bootstrap ring: one exchange at a time
@@ -846,10 +689,7 @@ braid::BootstrapId braidComm::shrunkId(const std::vector<int>& survivors) {
 
 void* braidComm::registerBuffer(void* buff, size_t size, bool window) {
   const uint64_t windowId = window && onDevice() ? registerWindow(buff, size) : 0;
-  std::lock_guard<std::mutex> lock(registrationsMutex_);
-  registrations_.push_back(
-      std::make_unique<Registration>(Registration{buff, size, window, windowId}));
-  return registrations_.back().get();
+  return registrations_.add(buff, size, window, windowId);
 }
 
 // Collective, as ncclCommWindowRegister: the k-th window of every rank is one window, of one size.
@@ -894,34 +734,19 @@ uint64_t braidComm::registerWindow(void* buff, size_t size) {
   return id;
 }
 
-std::vector<std::unique_ptr<braidComm::Registration>>::iterator braidComm::findRegistration(
-    void* handle, bool window, const char* fn) {
-  auto it = std::find_if(registrations_.begin(), registrations_.end(),
-                         [&](const auto& r) { return r.get() == handle && r->window == window; });
-  if (it == registrations_.end())
-    fail(braidInvalidArgument,
-         "{} on rank {}: handle {} is not a registration of this communicator (expected one that "
-         "{} returned and that was not deregistered)",
-         fn, rank_, handle, window ? "braidCommWindowRegister" : "braidCommRegister");
-  return it;
-}
-
 // Local: a peer's later call in the window no longer meets this rank's, and its barrier says so
 // (or its deadline) before it reads or writes anything here.
 void braidComm::deregisterBuffer(void* handle, bool window, const char* fn) {
-  std::lock_guard<std::mutex> lock(registrationsMutex_);
-  const auto it = findRegistration(handle, window, fn);
-  if (windows_ != nullptr && (*it)->windowId != 0) windows_->remove((*it)->windowId);
-  registrations_.erase(it);
+  const uint64_t windowId = registrations_.remove(handle, window, fn);
+  if (windows_ != nullptr && windowId != 0) windows_->remove(windowId);
 }
 
 void* braidComm::registeredBuffer(void* handle, bool window, const char* fn) {
-  std::lock_guard<std::mutex> lock(registrationsMutex_);
-  return (*findRegistration(handle, window, fn))->buff;
+  return registrations_.buffer(handle, window, fn);
 }
 
 void braidComm::finalize() {
-  waitQueuedDrained();
+  pending_.waitDrained();
   waitReady();
   if (cuda_ != nullptr) cuda_->synchronize();
   bootstrap_->barrier(deadlineFromNow());
@@ -929,9 +754,9 @@ void braidComm::finalize() {
 
 void braidComm::abort(const char* call) {
   markFailed(fmt::format("rank {} called {}", rank_, call));
-  asyncError_ = braidRemoteError;
-  if (ready_.load(std::memory_order_acquire) && cuda_ != nullptr) cuda_->abort();
-  waitQueuedDrained();
+  status_.fail(braidRemoteError);
+  if (status_.ready() && cuda_ != nullptr) cuda_->abort();
+  pending_.waitDrained();
   // An operation running on another thread sees the failure flag at its next poll and returns;
   // the communicator must outlive it.
   if (share_ != nullptr) std::lock_guard<std::mutex> lock(share_->opMutex);

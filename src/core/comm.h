@@ -19,9 +19,12 @@
 #include "braid/braid.h"
 #include "coll/host_executor.h"
 #include "core/bootstrap.h"
+#include "core/comm_status.h"
 #include "core/cuda_comm.h"
 #include "core/launch_rounds.h"
 #include "core/reduction_ops.h"
+#include "core/registrations.h"
+#include "core/selection.h"
 #include "plan/model.h"
 #include "plan/plan.h"
 #include "transport/transport.h"
@@ -59,7 +62,7 @@ struct braidComm : public braid::Watchdog {
   void initialize(const braid::BootstrapId& id, const braidComm* shareFrom = nullptr,
                   const std::vector<int>& parentRanks = {});
   // For non-blocking init: blocks until initialize() has finished, then fails like it did.
-  void waitReady();
+  void waitReady() { status_.waitReady(); }
 
   int rank() const { return rank_; }
   // Whether this communicator and `other` share their links (splitShare): they take turns.
@@ -109,9 +112,7 @@ struct braidComm : public braid::Watchdog {
 
   // Operations queued on host streams but not finished, or being launched on a device (a launch
   // may wait for its turn); finalize, abort and destroy wait for them.
-  void beginQueued() { queued_.fetch_add(1); }
-  void endQueued();
-  void waitQueuedDrained();
+  braid::PendingOperations& pending() { return pending_; }
 
   void finalize();
   // Marks the communicator failed (its peers see why: `call` names braidCommAbort or
@@ -132,8 +133,8 @@ struct braidComm : public braid::Watchdog {
   void* registeredBuffer(void* handle, bool window, const char* fn);
 
   braidResult_t asyncError();
-  void recordError(const braid::Error& e);
-  std::string lastError() const;
+  void recordError(const braid::Error& e) { status_.record(e); }
+  std::string lastError() const { return status_.lastError(); }
 
   // What the planner expects of one call, and the plan as text (braidCommPredict/DescribePlan).
   braid::plan::Prediction predict(braid::plan::Operation op, size_t bytes);
@@ -148,7 +149,6 @@ struct braidComm : public braid::Watchdog {
   template <typename Body>
   void runOperation(const char* opName, Body&& body);
   braid::CollContext context();
-  void planRings(const braid::FifoGeometry& geometry);
   void markFailed(const std::string& reason);
   std::string laggingPeers() const;
   braid::Clock::time_point deadlineFromNow() const;
@@ -177,26 +177,15 @@ struct braidComm : public braid::Watchdog {
   std::vector<braid::SendConnector*> sendTo_;    // by rank of this communicator
   std::vector<braid::RecvConnector*> recvFrom_;  // by rank of this communicator
   braid::RankControl* control(int r) const { return share_->links.control[linkIndex_[r]]; }
-  braid::plan::LinkGraph planGraph_;
-  braid::plan::Plan plan_;
-  std::unique_ptr<braid::plan::Model> model_;
-  std::string planText_;        // the plan and the model, as braidCommDescribePlan gives them
-  std::vector<int> ringOrder_;  // channel 0 of the plan: the host executor runs one channel
-  // The hierarchical all-reduce's leaders and this rank's host's ranks (CollContext).
-  std::vector<int> hostLeaders_, hostRanks_;
+  std::unique_ptr<braid::Selection> selection_;  // the plan and the model, once ready
   std::vector<unsigned char> scratch_;
   // A PreMulSum's scaled input. A member, not a local: a network link may send from it (the
   // one-shot all-reduce's postFrom), and after a failure, until the links are gone.
   std::vector<uint8_t> preMulSumInput_;
-  size_t directMaxBytes_ = 0;              // all-reduces up to this size use the one-shot exchange
-  braid::HostAllReduceTable allReduce_{};  // the host all-reduce of each size class
   braid::SlotStoreChooser slotStores_{braid::param::SlotStores()};
 
-  // Init state (non-blocking init runs initialize() on another thread).
-  std::mutex readyMutex_;
-  std::condition_variable readyCv_;
-  std::atomic<bool> ready_{false};  // read without the mutex on every operation
-  std::optional<braid::Error> initError_;
+  braid::CommStatus status_;  // init's outcome and the error that ended the communicator
+  braid::PendingOperations pending_;
 
   uint64_t opSeq_ = 0;  // the running operation's number (share_->opSeq when it started)
   std::map<std::vector<int>, uint64_t> shrinks_;  // per survivor set, under the op mutex
@@ -205,28 +194,14 @@ struct braidComm : public braid::Watchdog {
   const char* opName_ = "";
   braid::Clock::time_point deadline_;
 
-  std::atomic<int> queued_{0};
-  std::mutex queuedMutex_;
-  std::condition_variable queuedCv_;
-
   braid::ReductionOps ops_{rank_};
 
-  struct Registration {
-    void* buff;
-    size_t size;
-    bool window;
-    uint64_t windowId;  // a CUDA communicator's window (windows_), the same on every rank
-  };
-  // Every rank's part of a window registered now, gathered; its id.
+  // Every rank's part of a window registered now, gathered; its id (the same on every rank).
   uint64_t registerWindow(void* buff, size_t size);
   uint64_t windowsRegistered_ = 0;  // under share_->opMutex
   // Windows every rank reaches (a CUDA communicator whose ranks share a GPU in this process).
   std::unique_ptr<braid::WindowTable> windows_;
-  std::mutex registrationsMutex_;
-  std::vector<std::unique_ptr<Registration>> registrations_;
-  // Where `handle` is in registrations_ (the caller holds registrationsMutex_).
-  std::vector<std::unique_ptr<Registration>>::iterator findRegistration(void* handle, bool window,
-                                                                        const char* fn);
+  braid::Registrations registrations_{rank_};
 
   std::unique_ptr<braid::CudaComm> cuda_;  // a CUDA communicator's device side, once ready
   std::unique_ptr<braid::LaunchRounds> rounds_;
@@ -246,8 +221,4 @@ struct braidComm : public braid::Watchdog {
   braid::DeviceAlgorithm deviceAlgorithm(const braid::CollArgs& args,
                                          braid::plan::DeviceLaunch launch);
   void failIfDeviceFailed(const char* opName);
-
-  std::atomic<braidResult_t> asyncError_{braidSuccess};
-  mutable std::mutex errorMutex_;
-  std::string lastError_;
 };

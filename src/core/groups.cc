@@ -35,11 +35,11 @@ void runBatch(braidComm* comm, const std::vector<CollArgs>& ops) {
 
 void submitToStream(Batch batch) {
   braidComm* comm = batch.comm;
-  comm->beginQueued();
+  comm->pending().begin();
   static_cast<braid::HostStream*>(batch.stream)->enqueue([batch = std::move(batch)] {
     struct Done {
       braidComm* comm;
-      ~Done() { comm->endQueued(); }
+      ~Done() { comm->pending().end(); }
     } done{batch.comm};
     try {
       runBatch(batch.comm, batch.ops);

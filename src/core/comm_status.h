@@ -1,0 +1,57 @@
+// A communicator's state as its callers see it: whether init has finished and how, the error that
+// ended it (braidCommGetAsyncError, braidGetLastError), and the operations queued on host streams
+// or being launched that finalize, abort and destroy wait for. Thread-safe: init may run on a
+// thread of its own (non-blocking init) while others ask.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "base/error.h"
+#include "braid/braid.h"
+
+namespace braid {
+
+class CommStatus {
+ public:
+  // Init has finished: successfully where `initError` is empty. Wakes waitReady().
+  void markReady(const std::optional<Error>& initError);
+  bool ready() const { return ready_.load(std::memory_order_acquire); }
+  // Blocks until markReady(), then throws init's error if it had one.
+  void waitReady();
+
+  // braidInProgress until init has finished, then braidSuccess until something fails.
+  braidResult_t code() const { return code_.load(); }
+  // The communicator failed with `code` (the first failure's sentence: record()).
+  void fail(braidResult_t code) { code_ = code; }
+  // The sentence braidGetLastError gives for this communicator.
+  void record(const Error& e);
+  std::string lastError() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable readyCv_;
+  std::atomic<bool> ready_{false};  // read without the mutex on every operation
+  std::optional<Error> initError_;
+  std::atomic<braidResult_t> code_{braidInProgress};
+  std::string lastError_;
+};
+
+// Operations queued on host streams but not finished, or being launched on a device.
+class PendingOperations {
+ public:
+  void begin() { count_.fetch_add(1); }
+  void end();
+  // Blocks until none is pending (each is bounded by its own deadline).
+  void waitDrained();
+
+ private:
+  std::atomic<int> count_{0};
+  std::mutex mutex_;
+  std::condition_variable drained_;
+};
+
+}  // namespace braid

@@ -1,0 +1,135 @@
+#include "core/selection.h"
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/params.h"
+#include "base/recursive_pairing.h"
+#include "plan/host_graph.h"
+#include "plan/plan_file.h"
+
+namespace braid {
+namespace {
+
+std::string readPlanFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) failErrno(braidInvalidArgument, "BRAID_PLAN_FILE=" + path + ": cannot read", errno);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+HostAllReduce hostAllReduce(plan::Algorithm algorithm) {
+  switch (algorithm) {
+    case plan::Algorithm::Ring: return HostAllReduce::Ring;
+    case plan::Algorithm::Direct: return HostAllReduce::OneShot;
+    case plan::Algorithm::Doubling: return HostAllReduce::Doubling;
+    case plan::Algorithm::Halving: return HostAllReduce::Halving;
+    case plan::Algorithm::Tree: return HostAllReduce::Tree;
+    case plan::Algorithm::HierDoubling: return HostAllReduce::HierDoubling;
+    case plan::Algorithm::HierHalving: return HostAllReduce::HierHalving;
+  }
+  return HostAllReduce::Ring;
+}
+
+plan::LinkGraph graphOf(const std::vector<PeerInfo>& peers) {
+  std::vector<plan::HostRankInfo> ranks;
+  for (const PeerInfo& p : peers)
+    ranks.push_back({.host = p.hostHash,
+                     .machine = p.machineHash,
+                     .numa = p.numa,
+                     .nicNuma = p.nicNuma,
+                     .nicGBs = p.nicGBs,
+                     .virtualNic = p.virtualNic != 0});
+  return plan::hostGraph(ranks);
+}
+
+}  // namespace
+
+int ranksOnMachine(const std::vector<PeerInfo>& peers, uint64_t machine) {
+  return static_cast<int>(std::count_if(
+      peers.begin(), peers.end(), [&](const PeerInfo& p) { return p.machineHash == machine; }));
+}
+
+// Cores of a machine: every CPU any of its ranks may run on (ranks bound to one core each still
+// share the machine's other cores with nobody).
+int machineCores(const std::vector<PeerInfo>& peers, uint64_t machine) {
+  uint64_t all[16] = {};
+  for (const PeerInfo& p : peers)
+    if (p.machineHash == machine)
+      for (int w = 0; w < 16; ++w) all[w] |= p.cpus[w];
+  int cores = 0;
+  for (uint64_t word : all) cores += __builtin_popcountll(word);
+  return std::max(1, cores);
+}
+
+Selection::Selection(int rank, const std::vector<PeerInfo>& peers, const FifoGeometry& geometry,
+                     const plan::SearchOptions& search, plan::ModelInput input)
+    : rank_(rank), graph_(graphOf(peers)) {
+  const std::string& planFile = param::PlanFile();
+  plan_ = planFile.empty() ? plan::search(graph_, search)
+                           : plan::fromJson(readPlanFile(planFile), graph_, planFile);
+  plan::validate(graph_, plan_);
+  ringOrder_ = plan_.channels.front().order;
+  auto hostOf = [&](int r) { return graph_.hostOfRank(r); };
+  hostLeaders_ = braid::hostLeaders(ringOrder_, hostOf);
+  for (int r : ringOrder_)
+    if (hostOf(r) == hostOf(rank_)) hostRanks_.push_back(r);
+  if (plan_.channels.size() > 1)
+    BRAID_INFO(log::kInit, "rank {}: {} channels planned; the host executor runs one, channel 0",
+               rank_, plan_.channels.size());
+
+  completeHostInput(peers, geometry, input);
+  model_ = std::make_unique<plan::Model>(graph_, plan_, input);
+  chooseHostAllReduces(input.directMaxBytes);
+  if (rank_ == 0 && !param::PlanDumpFile().empty()) {
+    const std::string path = log::expandPath(param::PlanDumpFile());
+    std::ofstream out(path);
+    out << plan::toJson(graph_, plan_);
+    if (!out) failErrno(braidSystemError, "BRAID_PLAN_DUMP_FILE=" + path + ": cannot write", errno);
+  }
+  text_ = plan::describe(graph_, plan_) + model_->describe() + "\n";
+  BRAID_INFO(log::kInit, "rank {}: one-shot all-reduce up to {} bytes; plan:\n{}", rank_,
+             directMaxBytes_, std::string_view(text_).substr(0, text_.size() - 1));
+}
+
+// Per host of the plan: the cores and the ranks of its machine (namespaces standing in for hosts
+// share one machine's cores), the FIFOs, the cache and whether the network is virtual.
+void Selection::completeHostInput(const std::vector<PeerInfo>& peers, const FifoGeometry& geometry,
+                                  plan::ModelInput& input) const {
+  input.hostRanks = true;
+  input.coresPerHost.assign(graph_.hosts, 0);
+  input.ranksPerHost.assign(graph_.hosts, 0);
+  for (size_t r = 0; r < peers.size(); ++r) {
+    const int host = graph_.hostOfRank(static_cast<int>(r));
+    input.coresPerHost[host] = machineCores(peers, peers[r].machineHash);
+    input.ranksPerHost[host] = ranksOnMachine(peers, peers[r].machineHash);
+  }
+  input.fifoBytes = geometry.slotBytes * geometry.nSlots;
+  input.slotBytes = geometry.slotBytes;
+  for (const PeerInfo& p : peers) input.linkOnCores |= graph_.hosts > 1 && p.virtualNic;
+  // Half the last-level cache: the rest holds what else runs (and other tenants of a VM's host).
+  input.cacheBytes = peers[0].llcBytes / 2;
+  for (const PeerInfo& p : peers) input.cacheBytes = std::min(input.cacheBytes, p.llcBytes / 2);
+  input.directMaxBytes = plan::hostDirectMaxBytes(
+      graph_.hosts, geometry.slotBytes - sizeof(SlotHeader), geometry.nSlots);
+}
+
+// Each size class of all-reduce gets the algorithm the model gives its largest size; the one-shot
+// exchange's scratch holds the largest it takes.
+void Selection::chooseHostAllReduces(size_t directLimit) {
+  directMaxBytes_ = 0;
+  for (size_t k = 0; k < allReduce_.size(); ++k) {
+    const size_t bytes = size_t{1} << std::min<size_t>(k, 47);
+    allReduce_[k] = hostAllReduce(model_->best(plan::Operation::AllReduce, bytes).algorithm);
+    if (allReduce_[k] == HostAllReduce::OneShot && bytes <= directLimit) directMaxBytes_ = bytes;
+  }
+}
+
+void Selection::useDeviceModel(const plan::ModelInput& input) {
+  model_ = std::make_unique<plan::Model>(graph_, plan_, input);
+  text_ = plan::describe(graph_, plan_) + model_->describe() + "\n";
+}
+
+}  // namespace braid

@@ -1,0 +1,67 @@
+// What runs each call of a communicator: the plan of rings over every rank's gathered facts, the
+// cost model that prices algorithms and protocols and chooses among them, and what the host
+// executor takes from the two (channel 0's ring order, the hosts' leaders, this rank's host's
+// ranks, each all-reduce size class's algorithm). Every rank builds it from the same facts and
+// settings (their hash is compared at init), so every rank chooses alike without talking.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coll/host_executor.h"
+#include "plan/model.h"
+#include "plan/plan.h"
+#include "transport/transport.h"
+
+namespace braid {
+
+// Of the ranks `peers` describes, those on `machine` (PeerInfo::machineHash), and the cores they
+// may run on together (at least 1).
+int ranksOnMachine(const std::vector<PeerInfo>& peers, uint64_t machine);
+int machineCores(const std::vector<PeerInfo>& peers, uint64_t machine);
+
+class Selection {
+ public:
+  // Host ranks: plans (BRAID_PLAN_FILE's plan, or a search within `search`'s channel bounds) and
+  // prices with `input` (the settings: BRAID_MODEL_*, the algorithms and protocols allowed),
+  // completed here from the peers' facts and the FIFO geometry. Rank 0 writes the plan to
+  // BRAID_PLAN_DUMP_FILE where set.
+  Selection(int rank, const std::vector<PeerInfo>& peers, const FifoGeometry& geometry,
+            const plan::SearchOptions& search, plan::ModelInput input);
+
+  // A CUDA communicator: the device model (`input` as the caller completed it: hostRanks false,
+  // the device's figures) replaces the host's for its calls' choices and predictions.
+  void useDeviceModel(const plan::ModelInput& input);
+
+  const plan::Plan& plan() const { return plan_; }
+  const std::vector<int>& ringOrder() const { return ringOrder_; }
+  const std::vector<int>& hostLeaders() const { return hostLeaders_; }
+  const std::vector<int>& hostRanks() const { return hostRanks_; }
+  const HostAllReduceTable& allReduceTable() const { return allReduce_; }
+  // The largest all-reduce the one-shot exchange takes (its scratch's size); 0 where none.
+  size_t directMaxBytes() const { return directMaxBytes_; }
+
+  plan::Prediction best(plan::Operation op, size_t bytes, plan::DeviceLaunch launch) const {
+    return model_->best(op, bytes, launch);
+  }
+  // The plan and the model, as braidCommDescribePlan gives them.
+  const std::string& description() const { return text_; }
+
+ private:
+  void completeHostInput(const std::vector<PeerInfo>& peers, const FifoGeometry& geometry,
+                         plan::ModelInput& input) const;
+  void chooseHostAllReduces(size_t directLimit);
+
+  const int rank_;
+  plan::LinkGraph graph_;
+  plan::Plan plan_;
+  std::unique_ptr<plan::Model> model_;
+  std::string text_;
+  std::vector<int> ringOrder_, hostLeaders_, hostRanks_;
+  HostAllReduceTable allReduce_{};
+  size_t directMaxBytes_ = 0;
+};
+
+}  // namespace braid

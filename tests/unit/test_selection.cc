@@ -1,0 +1,93 @@
+// What a communicator runs each call with (core/selection.h), from ranks' facts as the rendezvous
+// gathers them: the plan's ring order, the hosts' leaders, the all-reduce size classes and the
+// one-shot exchange's bound, and the device model replacing the host's.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <vector>
+
+#include "core/selection.h"
+
+namespace {
+
+using braid::HostAllReduce;
+using braid::PeerInfo;
+using braid::Selection;
+namespace plan = braid::plan;
+
+// `hosts` hosts (each its own machine of 4 cores) of `perHost` ranks, rank r on host r / perHost.
+std::vector<PeerInfo> peersOn(int hosts, int perHost) {
+  std::vector<PeerInfo> peers(hosts * perHost);
+  for (int r = 0; r < hosts * perHost; ++r) {
+    peers[r].rank = r;
+    peers[r].hostHash = peers[r].machineHash = 100 + r / perHost;
+    peers[r].cpus[0] = 0xF;
+    peers[r].numa = 0;
+    peers[r].nicGBs = 1.0;
+    peers[r].llcBytes = 32 << 20;
+  }
+  return peers;
+}
+
+const braid::FifoGeometry kGeometry{(128 << 10) + sizeof(braid::SlotHeader), 8};
+
+plan::ModelInput allowing(const char* algorithms) {
+  plan::ModelInput input = plan::modelInputFromParams();
+  input.allowedAlgorithms = plan::allowedAlgorithms(algorithms, "test");
+  return input;
+}
+
+TEST(Selection, HostsStayContiguousAndEachLeadsWithItsFirstRank) {
+  const std::vector<PeerInfo> peers = peersOn(3, 2);
+  const Selection s(2, peers, kGeometry, {}, allowing(""));
+  const std::vector<int>& order = s.ringOrder();
+  ASSERT_EQ(order.size(), 6u);
+  EXPECT_EQ(std::set<int>(order.begin(), order.end()).size(), 6u);
+  for (size_t i = 0; i + 1 < order.size(); i += 2)
+    EXPECT_EQ(order[i] / 2, order[i + 1] / 2) << "a host's ranks apart in the ring";
+  ASSERT_EQ(s.hostLeaders().size(), 3u);
+  for (size_t h = 0; h < 3; ++h) EXPECT_EQ(s.hostLeaders()[h], order[2 * h]);
+  // Rank 2's host holds ranks 2 and 3, in ring order.
+  ASSERT_EQ(s.hostRanks().size(), 2u);
+  EXPECT_EQ(std::set<int>(s.hostRanks().begin(), s.hostRanks().end()), (std::set<int>{2, 3}));
+  EXPECT_NE(s.description().find("model:"), std::string::npos) << s.description();
+}
+
+TEST(Selection, OnlyTheRingAllowedPutsEveryClassOnTheRing) {
+  const Selection s(0, peersOn(1, 2), kGeometry, {}, allowing("ring"));
+  for (HostAllReduce a : s.allReduceTable()) EXPECT_EQ(a, HostAllReduce::Ring);
+  EXPECT_EQ(s.directMaxBytes(), 0u);
+}
+
+// Two ranks on one host: the one-shot exchange wins the small classes, up to one FIFO slot's
+// payload at most, and its scratch is the largest class it takes.
+TEST(Selection, OneShotClassesBoundTheScratch) {
+  const Selection s(0, peersOn(1, 2), kGeometry, {}, allowing("ring,direct"));
+  ASSERT_GT(s.directMaxBytes(), 0u);
+  EXPECT_LE(s.directMaxBytes(), size_t{128} << 10);
+  const braid::HostAllReduceTable& table = s.allReduceTable();
+  EXPECT_EQ(table[0], HostAllReduce::OneShot);
+  for (size_t k = 0; k < table.size(); ++k) {
+    const size_t bytes = size_t{1} << std::min<size_t>(k, 47);
+    if (table[k] == HostAllReduce::OneShot) {
+      EXPECT_LE(bytes, s.directMaxBytes()) << k;
+    }
+    if (bytes > (size_t{128} << 10)) {
+      EXPECT_EQ(table[k], HostAllReduce::Ring) << k;
+    }
+  }
+}
+
+TEST(Selection, TheDeviceModelReplacesTheHostOne) {
+  Selection s(0, peersOn(1, 2), kGeometry, {}, allowing(""));
+  EXPECT_EQ(s.description().find("device protocols"), std::string::npos);
+  plan::ModelInput device = allowing("");
+  device.hostRanks = false;
+  s.useDeviceModel(device);
+  EXPECT_NE(s.description().find("device protocols"), std::string::npos) << s.description();
+  // Device ranks on one host run LL for small all-reduces, which host ranks never do.
+  EXPECT_EQ(s.best(plan::Operation::AllReduce, 8, plan::DeviceLaunch::Apart).protocol,
+            plan::Protocol::LL);
+}
+
+}  // namespace
