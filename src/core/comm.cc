@@ -160,78 +160,100 @@ Clock::time_point braidComm::deadlineFromNow() const {
   return Clock::now() + std::chrono::milliseconds(options_.timeoutMs);
 }
 
-void braidComm::initialize(const braid::BootstrapId& id, const braidComm* shareFrom,
-                           const std::vector<int>& parentRanks) {
-  std::optional<Error> initError;
-  try {
-    braid::log::setThreadRank(rank_);
-    const Clock::time_point deadline = deadlineFromNow();
-    const braid::plan::HostRankInfo where =
-        braid::plan::describeThisRank(nranks_ > 1 ? braid::bootstrapInterface().name : "");
-    braid::PeerInfo self{.hostHash = hostHash(),
-                         .machineHash = braid::fnv1a(machineId()),
-                         .nonce = randomNonce(),
-                         .pid = static_cast<int32_t>(getpid()),
-                         .rank = rank_,
-                         .numa = where.numa,
-                         .nicNuma = where.nicNuma,
-                         .nicGBs = where.nicGBs,
-                         .virtualNic = where.virtualNic ? 1 : 0,
-                         .llcBytes = where.llcBytes,
-                         .choiceHash = braid::fnv1a(choiceSettings(options_))};
-    ownCpus(self.cpus);
-    std::string blob(reinterpret_cast<const char*>(&self), sizeof self);
-    bootstrap_ = braid::Bootstrap::join(id, rank_, nranks_, blob, deadline);
-    const braidUniqueId encoded = id.encode();
-    cliqueId_ = braid::fnv1a(std::string_view(encoded.internal, sizeof encoded.internal));
-    peers_.resize(nranks_);
-    for (int r = 0; r < nranks_; ++r) {
-      const std::string& info = bootstrap_->infos()[r];
-      if (info.size() != sizeof(braid::PeerInfo))
-        fail(braidInternalError, "rank {}: rank {} published {} bytes of info, expected {}", rank_,
-             r, info.size(), sizeof(braid::PeerInfo));
-      std::memcpy(&peers_[r], info.data(), sizeof(braid::PeerInfo));
-    }
-    for (const braid::PeerInfo& peer : peers_)
-      if (peer.choiceHash != self.choiceHash)
-        fail(braidInvalidUsage,
-             "rank {}: rank {} chooses algorithms from other settings than this rank's ({}): "
-             "every rank must set BRAID_ALGO (or config algorithms), BRAID_PROTO, BRAID_MODEL_*, "
-             "BRAID_BUFFSIZE and BRAID_FIFO_SLOTS alike, or ranks would run one call two ways",
-             rank_, peer.rank, choiceSettings(options_));
-    const braid::FifoGeometry geometry = fifoGeometry();
+// What this rank tells its peers about itself at the rendezvous.
+braid::PeerInfo braidComm::describeSelf() const {
+  const braid::plan::HostRankInfo where =
+      braid::plan::describeThisRank(nranks_ > 1 ? braid::bootstrapInterface().name : "");
+  braid::PeerInfo self{.hostHash = hostHash(),
+                       .machineHash = braid::fnv1a(machineId()),
+                       .nonce = randomNonce(),
+                       .pid = static_cast<int32_t>(getpid()),
+                       .rank = rank_,
+                       .numa = where.numa,
+                       .nicNuma = where.nicNuma,
+                       .nicGBs = where.nicGBs,
+                       .virtualNic = where.virtualNic ? 1 : 0,
+                       .llcBytes = where.llcBytes,
+                       .choiceHash = braid::fnv1a(choiceSettings(options_))};
+  ownCpus(self.cpus);
+  return self;
+}
+
+// The rendezvous: every rank's PeerInfo, refused where a rank chooses from other settings.
+void braidComm::meetPeers(const braid::BootstrapId& id, const braid::PeerInfo& self,
+                          Clock::time_point deadline) {
+  std::string blob(reinterpret_cast<const char*>(&self), sizeof self);
+  bootstrap_ = braid::Bootstrap::join(id, rank_, nranks_, blob, deadline);
+  const braidUniqueId encoded = id.encode();
+  cliqueId_ = braid::fnv1a(std::string_view(encoded.internal, sizeof encoded.internal));
+  peers_.resize(nranks_);
+  for (int r = 0; r < nranks_; ++r) {
+    const std::string& info = bootstrap_->infos()[r];
+    if (info.size() != sizeof(braid::PeerInfo))
+      fail(braidInternalError, "rank {}: rank {} published {} bytes of info, expected {}", rank_, r,
+           info.size(), sizeof(braid::PeerInfo));
+    std::memcpy(&peers_[r], info.data(), sizeof(braid::PeerInfo));
+  }
+  for (const braid::PeerInfo& peer : peers_)
+    if (peer.choiceHash != self.choiceHash)
+      fail(braidInvalidUsage,
+           "rank {}: rank {} chooses algorithms from other settings than this rank's ({}): "
+           "every rank must set BRAID_ALGO (or config algorithms), BRAID_PROTO, BRAID_MODEL_*, "
+           "BRAID_BUFFSIZE and BRAID_FIFO_SLOTS alike, or ranks would run one call two ways",
+           rank_, peer.rank, choiceSettings(options_));
+}
+
+// The links to every peer: the parent's (splitShare, shrinkShare), or connected now.
+void braidComm::connectLinks(const braidComm* shareFrom, const std::vector<int>& parentRanks,
+                             const braid::FifoGeometry& geometry, Clock::time_point deadline) {
+  if (shareFrom != nullptr) {
+    share_ = shareFrom->share_;
+    for (int r = 0; r < nranks_; ++r) linkIndex_.push_back(shareFrom->linkIndex_[parentRanks[r]]);
+    BRAID_INFO(braid::log::kInit, "rank {}: shares the links of its parent (rank {} there)", rank_,
+               parentRanks[rank_]);
+  } else {
     braid::Rendezvous rendezvous;
     rendezvous.barrier = [&] { bootstrap_->barrier(deadline); };
     rendezvous.allGather = [&](void* data, size_t bytes) {
       bootstrap_->allGather(data, bytes, deadline);
     };
     rendezvous.deadline = deadline;
-    if (shareFrom != nullptr) {
-      share_ = shareFrom->share_;
-      for (int r = 0; r < nranks_; ++r) linkIndex_.push_back(shareFrom->linkIndex_[parentRanks[r]]);
-      BRAID_INFO(braid::log::kInit, "rank {}: shares the links of its parent (rank {} there)",
-                 rank_, parentRanks[rank_]);
-    } else {
-      share_ = std::make_shared<LinkShare>();
-      share_->links = braid::connectPeers(peers_, rank_, geometry, rendezvous);
-      share_->rank = rank_;
-      share_->timeout = std::chrono::milliseconds(options_.timeoutMs);
-      for (int r = 0; r < nranks_; ++r) linkIndex_.push_back(r);
-    }
-    for (int r = 0; r < nranks_; ++r) {
-      sendTo_.push_back(&share_->links.send[linkIndex_[r]]);
-      recvFrom_.push_back(&share_->links.recv[linkIndex_[r]]);
-    }
-    // Busy threads on this machine: its ranks, and the transports' progress threads (network
-    // proxies when the job spans hosts; namespaces share the cores), counted alike on every rank.
-    // With more than the cores, a spinning wait would take the core its producer needs.
-    int threadsPerRank = 1;
-    for (const auto& service : share_->links.services) threadsPerRank += service->busyThreads();
-    const int busyThreads = braid::ranksOnMachine(peers_, self.machineHash) * threadsPerRank;
-    if (busyThreads > braid::machineCores(peers_, self.machineHash))
-      spins = std::min(spins, kOversubscribedSpins);
-    else if (!share_->links.services.empty() && !options_.cuda && !braid::param::YieldCountIsSet())
-      yields = std::max(yields, kNetworkYields);
+    share_ = std::make_shared<LinkShare>();
+    share_->links = braid::connectPeers(peers_, rank_, geometry, rendezvous);
+    share_->rank = rank_;
+    share_->timeout = std::chrono::milliseconds(options_.timeoutMs);
+    for (int r = 0; r < nranks_; ++r) linkIndex_.push_back(r);
+  }
+  for (int r = 0; r < nranks_; ++r) {
+    sendTo_.push_back(&share_->links.send[linkIndex_[r]]);
+    recvFrom_.push_back(&share_->links.recv[linkIndex_[r]]);
+  }
+}
+
+// Busy threads on this machine: its ranks, and the transports' progress threads (network proxies
+// when the job spans hosts; namespaces share the cores), counted alike on every rank. With more
+// than the cores, a spinning wait would take the core its producer needs.
+void braidComm::tuneWaits(uint64_t machine) {
+  int threadsPerRank = 1;
+  for (const auto& service : share_->links.services) threadsPerRank += service->busyThreads();
+  const int busyThreads = braid::ranksOnMachine(peers_, machine) * threadsPerRank;
+  if (busyThreads > braid::machineCores(peers_, machine))
+    spins = std::min(spins, kOversubscribedSpins);
+  else if (!share_->links.services.empty() && !options_.cuda && !braid::param::YieldCountIsSet())
+    yields = std::max(yields, kNetworkYields);
+}
+
+void braidComm::initialize(const braid::BootstrapId& id, const braidComm* shareFrom,
+                           const std::vector<int>& parentRanks) {
+  std::optional<Error> initError;
+  try {
+    braid::log::setThreadRank(rank_);
+    const Clock::time_point deadline = deadlineFromNow();
+    const braid::PeerInfo self = describeSelf();
+    meetPeers(id, self, deadline);
+    const braid::FifoGeometry geometry = fifoGeometry();
+    connectLinks(shareFrom, parentRanks, geometry, deadline);
+    tuneWaits(self.machineHash);
     braid::plan::SearchOptions search;
     search.minChannels = options_.minChannels;
     search.maxChannels = options_.maxChannels;

@@ -149,6 +149,13 @@ struct braidComm : public braid::Watchdog {
   template <typename Body>
   void runOperation(const char* opName, Body&& body);
   braid::CollContext context();
+  // Init's steps (initialize).
+  braid::PeerInfo describeSelf() const;
+  void meetPeers(const braid::BootstrapId& id, const braid::PeerInfo& self,
+                 braid::Clock::time_point deadline);
+  void connectLinks(const braidComm* shareFrom, const std::vector<int>& parentRanks,
+                    const braid::FifoGeometry& geometry, braid::Clock::time_point deadline);
+  void tuneWaits(uint64_t machine);
   void markFailed(const std::string& reason);
   std::string laggingPeers() const;
   braid::Clock::time_point deadlineFromNow() const;
