@@ -24,4 +24,13 @@ struct CollArgs {
   int namedOp = -1;
 };
 
+// Whether two ranks' calls are the same collective, as one launch of several ranks needs:
+// collective, datatype, count, root and operator (any two PreMulSum operators alike: each rank
+// has a scalar of its own).
+inline bool sameCollective(const CollArgs& a, const CollArgs& b) {
+  const bool builtIn = a.op < braidNumOps;
+  return a.coll == b.coll && a.type == b.type && a.count == b.count && a.root == b.root &&
+         builtIn == (b.op < braidNumOps) && (!builtIn || a.op == b.op);
+}
+
 }  // namespace braid

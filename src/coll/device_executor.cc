@@ -205,8 +205,7 @@ void launchCollective(std::span<const DeviceRankCall> ranks, DeviceAlgorithm alg
   for (const DeviceRankCall& r : ranks) {
     const P2pLinks& links = *r.ctx->links;
     blocks += algorithm == DeviceAlgorithm::Tree ? links.treeChannels() : links.geometry().channels;
-    if (r.args.coll != a.coll || r.args.type != a.type || r.args.op != a.op ||
-        r.args.count != a.count || (r.scale == nullptr) != (first.scale == nullptr))
+    if (!sameCollective(r.args, a) || (r.scale == nullptr) != (first.scale == nullptr))
       fail(braidInternalError, "rank {}: ranks of one launch make different calls",
            r.ctx->links->rank());
   }

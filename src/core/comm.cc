@@ -488,8 +488,7 @@ bool braidComm::canLaunchTogether(std::span<braidComm* const> comms,
     const braid::CollArgs &a = calls[i], &b = calls[0];
     if (!c.onDevice() || c.cliqueId_ != comms[0]->cliqueId_ ||
         c.options_.cudaDevice != comms[0]->options_.cudaDevice || isPointToPoint(a.coll) ||
-        a.coll != b.coll || a.type != b.type || a.count != b.count || a.root != b.root ||
-        (a.op < braidNumOps) != (b.op < braidNumOps) || (a.op < braidNumOps && a.op != b.op))
+        !braid::sameCollective(a, b))
       return false;
     blocks += c.deviceChannels_;
   }
