@@ -148,14 +148,6 @@ braidComm::braidComm(int rank, int nranks, CommOptions options)
 
 braidComm::~braidComm() = default;
 
-braidComm::LinkShare::~LinkShare() {
-  if (links.control.empty()) return;
-  braid::RankControl* own = links.control[rank];
-  if (own->failed.load(std::memory_order_acquire) == 0)
-    for (const auto& service : links.services) service->finish(Clock::now() + timeout);
-  own->departed.store(1, std::memory_order_release);
-}
-
 Clock::time_point braidComm::deadlineFromNow() const {
   return Clock::now() + std::chrono::milliseconds(options_.timeoutMs);
 }
@@ -179,67 +171,17 @@ braid::PeerInfo braidComm::describeSelf() const {
   return self;
 }
 
-// The rendezvous: every rank's PeerInfo, refused where a rank chooses from other settings.
-void braidComm::meetPeers(const braid::BootstrapId& id, const braid::PeerInfo& self,
-                          Clock::time_point deadline) {
-  std::string blob(reinterpret_cast<const char*>(&self), sizeof self);
-  bootstrap_ = braid::Bootstrap::join(id, rank_, nranks_, blob, deadline);
-  const braidUniqueId encoded = id.encode();
-  cliqueId_ = braid::fnv1a(std::string_view(encoded.internal, sizeof encoded.internal));
-  peers_.resize(nranks_);
-  for (int r = 0; r < nranks_; ++r) {
-    const std::string& info = bootstrap_->infos()[r];
-    if (info.size() != sizeof(braid::PeerInfo))
-      fail(braidInternalError, "rank {}: rank {} published {} bytes of info, expected {}", rank_, r,
-           info.size(), sizeof(braid::PeerInfo));
-    std::memcpy(&peers_[r], info.data(), sizeof(braid::PeerInfo));
-  }
-  for (const braid::PeerInfo& peer : peers_)
-    if (peer.choiceHash != self.choiceHash)
-      fail(braidInvalidUsage,
-           "rank {}: rank {} chooses algorithms from other settings than this rank's ({}): "
-           "every rank must set BRAID_ALGO (or config algorithms), BRAID_PROTO, BRAID_MODEL_*, "
-           "BRAID_BUFFSIZE and BRAID_FIFO_SLOTS alike, or ranks would run one call two ways",
-           rank_, peer.rank, choiceSettings(options_));
-}
-
-// The links to every peer: the parent's (splitShare, shrinkShare), or connected now.
-void braidComm::connectLinks(const braidComm* shareFrom, const std::vector<int>& parentRanks,
-                             const braid::FifoGeometry& geometry, Clock::time_point deadline) {
-  if (shareFrom != nullptr) {
-    share_ = shareFrom->share_;
-    for (int r = 0; r < nranks_; ++r) linkIndex_.push_back(shareFrom->linkIndex_[parentRanks[r]]);
-    BRAID_INFO(braid::log::kInit, "rank {}: shares the links of its parent (rank {} there)", rank_,
-               parentRanks[rank_]);
-  } else {
-    braid::Rendezvous rendezvous;
-    rendezvous.barrier = [&] { bootstrap_->barrier(deadline); };
-    rendezvous.allGather = [&](void* data, size_t bytes) {
-      bootstrap_->allGather(data, bytes, deadline);
-    };
-    rendezvous.deadline = deadline;
-    share_ = std::make_shared<LinkShare>();
-    share_->links = braid::connectPeers(peers_, rank_, geometry, rendezvous);
-    share_->rank = rank_;
-    share_->timeout = std::chrono::milliseconds(options_.timeoutMs);
-    for (int r = 0; r < nranks_; ++r) linkIndex_.push_back(r);
-  }
-  for (int r = 0; r < nranks_; ++r) {
-    sendTo_.push_back(&share_->links.send[linkIndex_[r]]);
-    recvFrom_.push_back(&share_->links.recv[linkIndex_[r]]);
-  }
-}
-
 // Busy threads on this machine: its ranks, and the transports' progress threads (network proxies
 // when the job spans hosts; namespaces share the cores), counted alike on every rank. With more
 // than the cores, a spinning wait would take the core its producer needs.
 void braidComm::tuneWaits(uint64_t machine) {
   int threadsPerRank = 1;
-  for (const auto& service : share_->links.services) threadsPerRank += service->busyThreads();
-  const int busyThreads = braid::ranksOnMachine(peers_, machine) * threadsPerRank;
-  if (busyThreads > braid::machineCores(peers_, machine))
+  const std::vector<braid::PeerInfo>& peers = links_.peers();
+  for (const auto& service : links_.links().services) threadsPerRank += service->busyThreads();
+  const int busyThreads = braid::ranksOnMachine(peers, machine) * threadsPerRank;
+  if (busyThreads > braid::machineCores(peers, machine))
     spins = std::min(spins, kOversubscribedSpins);
-  else if (!share_->links.services.empty() && !options_.cuda && !braid::param::YieldCountIsSet())
+  else if (!links_.links().services.empty() && !options_.cuda && !braid::param::YieldCountIsSet())
     yields = std::max(yields, kNetworkYields);
 }
 
@@ -250,14 +192,17 @@ void braidComm::initialize(const braid::BootstrapId& id, const braidComm* shareF
     braid::log::setThreadRank(rank_);
     const Clock::time_point deadline = deadlineFromNow();
     const braid::PeerInfo self = describeSelf();
-    meetPeers(id, self, deadline);
+    links_.meet(id, self, choiceSettings(options_), deadline);
+    const braidUniqueId encoded = id.encode();
+    cliqueId_ = braid::fnv1a(std::string_view(encoded.internal, sizeof encoded.internal));
     const braid::FifoGeometry geometry = fifoGeometry();
-    connectLinks(shareFrom, parentRanks, geometry, deadline);
+    links_.connect(shareFrom != nullptr ? &shareFrom->links_ : nullptr, parentRanks, geometry,
+                   std::chrono::milliseconds(options_.timeoutMs), deadline);
     tuneWaits(self.machineHash);
     braid::plan::SearchOptions search;
     search.minChannels = options_.minChannels;
     search.maxChannels = options_.maxChannels;
-    selection_ = std::make_unique<braid::Selection>(rank_, peers_, geometry, search,
+    selection_ = std::make_unique<braid::Selection>(rank_, links_.peers(), geometry, search,
                                                     modelInputFor(options_));
     scratch_.resize(selection_->directMaxBytes());
     if (options_.cuda) connectDevice(deadline);
@@ -284,8 +229,8 @@ int braidComm::deviceChannelsFor(const Clock::time_point& deadline) {
     uint64_t host = 0, device = 0;
   };
   std::vector<DevicePlace> places(nranks_);
-  places[rank_] = {peers_[rank_].hostHash, braid::cudaDeviceKey(options_.cudaDevice)};
-  bootstrap_->allGather(places.data(), sizeof(DevicePlace), deadline);
+  places[rank_] = {links_.peers()[rank_].hostHash, braid::cudaDeviceKey(options_.cudaDevice)};
+  links_.bootstrap().allGather(places.data(), sizeof(DevicePlace), deadline);
   bool oneHost = true;
   int sharingDevice = 0;
   for (const DevicePlace& p : places) {
@@ -304,14 +249,16 @@ void braidComm::connectDevice(const Clock::time_point& deadline) {
   braid::CudaCommSetup setup;
   setup.rank = rank_;
   setup.nranks = nranks_;
-  setup.hostHash = peers_[rank_].hostHash;
+  setup.hostHash = links_.peers()[rank_].hostHash;
   setup.device = options_.cudaDevice;
   setup.channels = channels;
   for (int ch = 0; ch < channels; ++ch)
     setup.ringOrders.push_back(
         selection_->plan().channels[ch % selection_->plan().channels.size()].order);
   setup.timeoutMs = options_.timeoutMs;
-  setup.allGather = [&](void* data, size_t bytes) { bootstrap_->allGather(data, bytes, deadline); };
+  setup.allGather = [&](void* data, size_t bytes) {
+    links_.bootstrap().allGather(data, bytes, deadline);
+  };
   setup.deadline = deadline;
   cuda_ = braid::CudaComm::connect(setup);
   if (cuda_->ranksShareDevice()) windows_ = std::make_unique<braid::WindowTable>(rank_, nranks_);
@@ -319,7 +266,8 @@ void braidComm::connectDevice(const Clock::time_point& deadline) {
   if (const std::vector<int> sharing = cuda_->ranksOnDevice();
       sharing.size() > 1 && braid::param::LaunchInRounds() != 0)
     rounds_ = braid::LaunchRounds::join(
-        braid::fnv1a(fmt::format("{}|{}|{}", cliqueId_, peers_[0].nonce, options_.cudaDevice)),
+        braid::fnv1a(
+            fmt::format("{}|{}|{}", cliqueId_, links_.peers()[0].nonce, options_.cudaDevice)),
         rank_, sharing);
 
   // The device's cost model replaces the host's: it chooses every call's algorithm and protocol
@@ -556,26 +504,25 @@ const std::string& braidComm::describePlan() {
 void braidComm::markFailed(const std::string& reason) {
   // The ranks sharing its GPU may wait for collectives of this rank that will not come.
   if (status_.ready() && rounds_ != nullptr) rounds_->release(reason);
-  braid::RankControl* own =
-      share_ == nullptr || share_->links.control.empty() ? nullptr : control(rank_);
+  braid::RankControl* own = links_.hasControls() ? control(rank_) : nullptr;
   if (own == nullptr || own->failed.load() != 0) return;
   std::snprintf(own->reason, sizeof own->reason, "%s", reason.c_str());
   own->failed.store(1, std::memory_order_release);
   // Ranks on other hosts do not see the control block: the transports that reach them tell them.
   // No link is being driven on this thread (a wait's poll() throws after drive() returns).
   // Communicators sharing the links share the control block too: the first failure is told.
-  for (const auto& service : share_->links.services) service->abandon(reason);
+  for (const auto& service : links_.links().services) service->abandon(reason);
 }
 
 template <typename Body>
 void braidComm::runOperation(const char* opName, Body&& body) {
   waitReady();
-  std::lock_guard<std::mutex> lock(share_->opMutex);
+  std::lock_guard<std::mutex> lock(links_.turn());
   const braidResult_t earlier = status_.code();
   if (earlier != braidSuccess)
     fail(earlier, "rank {}: the communicator failed earlier and cannot run {}; the first error: {}",
          rank_, opName, control(rank_)->reason);
-  opSeq_ = ++share_->opSeq;
+  opSeq_ = links_.nextOperation();
   opName_ = opName;
   deadline_ = deadlineFromNow();
   control(rank_)->opSeq.store(opSeq_, std::memory_order_relaxed);
@@ -588,7 +535,7 @@ void braidComm::runOperation(const char* opName, Body&& body) {
     ~Activity() {
       for (const auto& service : links.services) service->operationFinished();
     }
-  } activity(share_->links);
+  } activity(links_.links());
   // Whatever ends the operation, the peers learn of it at once (they watch the failure flag)
   // instead of waiting for their timeout.
   try {
@@ -608,8 +555,8 @@ braid::CollContext braidComm::context() {
   ctx.ringOrder = selection_->ringOrder();
   ctx.hostLeaders = selection_->hostLeaders();
   ctx.hostRanks = selection_->hostRanks();
-  ctx.sendTo = sendTo_;
-  ctx.recvFrom = recvFrom_;
+  ctx.sendTo = links_.sendTo();
+  ctx.recvFrom = links_.recvFrom();
   ctx.dog = this;
   ctx.allReduce = selection_->allReduceTable();
   ctx.directMaxBytes = selection_->directMaxBytes();
@@ -657,28 +604,29 @@ std::string braidComm::laggingPeers() const {
 
 bool braidComm::drive(int peer) {
   bool moved = false;
-  for (const auto& service : share_->links.services)
-    moved |= service->drive(peer >= 0 ? linkIndex_[peer] : -1);
+  for (const auto& service : links_.links().services)
+    moved |= service->drive(peer >= 0 ? links_.linkIndex(peer) : -1);
   return moved;
 }
 
 void braidComm::stopDriving() {
-  for (const auto& service : share_->links.services) service->stopDriving();
+  for (const auto& service : links_.links().services) service->stopDriving();
 }
 
 void braidComm::poll(int peer, const char* waitingFor) {
   // A peer process that exited: its pidfd turns readable.
   for (int r = 0; r < nranks_; ++r) {
-    const int fd = share_->links.pidfd.empty() ? -1 : share_->links.pidfd[linkIndex_[r]];
+    const int fd = links_.pidfd(r);
     if (fd < 0 || control(r)->departed.load(std::memory_order_acquire) != 0) continue;
     struct pollfd p = {fd, POLLIN, 0};
     if (::poll(&p, 1, 0) > 0)
       fail(braidRemoteError, "rank {}: {} #{} failed: rank {} (pid {}) died", rank_, opName_,
-           opSeq_, r, peers_[r].pid);
+           opSeq_, r, links_.peers()[r].pid);
   }
   // A link a transport serves that broke (a connection reset, closed, unreachable, a bad frame).
-  for (const auto& service : share_->links.services)
-    if (std::optional<std::string> failure = service->failure(peer >= 0 ? linkIndex_[peer] : -1))
+  for (const auto& service : links_.links().services)
+    if (std::optional<std::string> failure =
+            service->failure(peer >= 0 ? links_.linkIndex(peer) : -1))
       fail(braidRemoteError, "rank {}: {} #{} failed: {}", rank_, opName_, opSeq_, *failure);
   for (int r = 0; r < nranks_; ++r) {
     const braid::RankControl* c = control(r);
@@ -697,15 +645,15 @@ void braidComm::poll(int peer, const char* waitingFor) {
 
 void braidComm::allGatherOutOfBand(void* data, size_t bytes) {
   waitReady();
-  std::lock_guard<std::mutex> lock(share_->opMutex);  // the bootstrap ring: one exchange at a time
-  bootstrap_->allGather(data, bytes, deadlineFromNow());
+  std::lock_guard<std::mutex> lock(links_.turn());  // the bootstrap ring: one exchange at a time
+  links_.bootstrap().allGather(data, bytes, deadlineFromNow());
 }
 
 braid::BootstrapId braidComm::shrunkId(const std::vector<int>& survivors) {
   waitReady();
-  std::lock_guard<std::mutex> lock(share_->opMutex);
+  std::lock_guard<std::mutex> lock(links_.turn());
   // Counted per survivor set: only its members call, so every one of them counts alike.
-  return bootstrap_->shrunkId(survivors, ++shrinks_[survivors]);
+  return links_.bootstrap().shrunkId(survivors, ++shrinks_[survivors]);
 }
 
 void* braidComm::registerBuffer(void* buff, size_t size, bool window) {
@@ -732,9 +680,9 @@ uint64_t braidComm::registerWindow(void* buff, size_t size) {
   parts[rank_] = {reinterpret_cast<uintptr_t>(buff), size, !refused};
   uint64_t id = 0;
   {
-    std::lock_guard<std::mutex> lock(share_->opMutex);  // the bootstrap ring, and the ids' order
+    std::lock_guard<std::mutex> lock(links_.turn());  // the bootstrap ring, and the ids' order
     id = ++windowsRegistered_;
-    bootstrap_->allGather(parts.data(), sizeof(Part), deadlineFromNow());
+    links_.bootstrap().allGather(parts.data(), sizeof(Part), deadlineFromNow());
   }
   if (refused) throw *refused;
   std::vector<uintptr_t> bases;
@@ -770,7 +718,7 @@ void braidComm::finalize() {
   pending_.waitDrained();
   waitReady();
   if (cuda_ != nullptr) cuda_->synchronize();
-  bootstrap_->barrier(deadlineFromNow());
+  links_.bootstrap().barrier(deadlineFromNow());
 }
 
 void braidComm::abort(const char* call) {
@@ -780,5 +728,5 @@ void braidComm::abort(const char* call) {
   pending_.waitDrained();
   // An operation running on another thread sees the failure flag at its next poll and returns;
   // the communicator must outlive it.
-  if (share_ != nullptr) std::lock_guard<std::mutex> lock(share_->opMutex);
+  if (links_.connected()) std::lock_guard<std::mutex> lock(links_.turn());
 }

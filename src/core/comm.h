@@ -19,6 +19,7 @@
 #include "braid/braid.h"
 #include "coll/host_executor.h"
 #include "core/bootstrap.h"
+#include "core/comm_links.h"
 #include "core/comm_status.h"
 #include "core/cuda_comm.h"
 #include "core/launch_rounds.h"
@@ -66,9 +67,7 @@ struct braidComm : public braid::Watchdog {
 
   int rank() const { return rank_; }
   // Whether this communicator and `other` share their links (splitShare): they take turns.
-  bool sharesLinksWith(const braidComm& other) const {
-    return this != &other && share_ != nullptr && share_ == other.share_;
-  }
+  bool sharesLinksWith(const braidComm& other) const { return links_.sharedWith(other.links_); }
   int nranks() const { return nranks_; }
   const std::string& name() const { return options_.name; }
   const CommOptions& options() const { return options_; }
@@ -151,10 +150,6 @@ struct braidComm : public braid::Watchdog {
   braid::CollContext context();
   // Init's steps (initialize).
   braid::PeerInfo describeSelf() const;
-  void meetPeers(const braid::BootstrapId& id, const braid::PeerInfo& self,
-                 braid::Clock::time_point deadline);
-  void connectLinks(const braidComm* shareFrom, const std::vector<int>& parentRanks,
-                    const braid::FifoGeometry& geometry, braid::Clock::time_point deadline);
   void tuneWaits(uint64_t machine);
   void markFailed(const std::string& reason);
   std::string laggingPeers() const;
@@ -164,26 +159,8 @@ struct braidComm : public braid::Watchdog {
   const int nranks_;
   const CommOptions options_;
 
-  std::unique_ptr<braid::Bootstrap> bootstrap_;
-  std::vector<braid::PeerInfo> peers_;
-  // The links to the peers, shared with the children made with splitShare/shrinkShare, and the
-  // turn the sharers take: one operation at a time across all of them, numbered together.
-  // When the last sharer lets go, the rank departs: what it sent to other hosts leaves before the
-  // connections close, unless it failed (its peers then see it as lost), and peers watching this
-  // process learn that its exit is no crash.
-  struct LinkShare {
-    braid::PeerLinks links;
-    int rank = 0;                         // this rank's index in links
-    std::chrono::milliseconds timeout{};  // how long the network may take to deliver at the end
-    std::mutex opMutex;
-    uint64_t opSeq = 0;  // under opMutex
-    ~LinkShare();
-  };
-  std::shared_ptr<LinkShare> share_;
-  std::vector<int> linkIndex_;  // this communicator's rank -> index into share_->links
-  std::vector<braid::SendConnector*> sendTo_;    // by rank of this communicator
-  std::vector<braid::RecvConnector*> recvFrom_;  // by rank of this communicator
-  braid::RankControl* control(int r) const { return share_->links.control[linkIndex_[r]]; }
+  braid::CommLinks links_{rank_, nranks_};  // the rendezvous and the connectors, maybe shared
+  braid::RankControl* control(int r) const { return links_.control(r); }
   std::unique_ptr<braid::Selection> selection_;  // the plan and the model, once ready
   std::vector<unsigned char> scratch_;
   // A PreMulSum's scaled input. A member, not a local: a network link may send from it (the
@@ -194,7 +171,7 @@ struct braidComm : public braid::Watchdog {
   braid::CommStatus status_;  // init's outcome and the error that ended the communicator
   braid::PendingOperations pending_;
 
-  uint64_t opSeq_ = 0;  // the running operation's number (share_->opSeq when it started)
+  uint64_t opSeq_ = 0;  // the running operation's number (links_.nextOperation() then)
   std::map<std::vector<int>, uint64_t> shrinks_;  // per survivor set, under the op mutex
   uint64_t collectives_ =
       0;  // collectives run (not send/recv): the number every slot is tagged with
@@ -205,7 +182,7 @@ struct braidComm : public braid::Watchdog {
 
   // Every rank's part of a window registered now, gathered; its id (the same on every rank).
   uint64_t registerWindow(void* buff, size_t size);
-  uint64_t windowsRegistered_ = 0;  // under share_->opMutex
+  uint64_t windowsRegistered_ = 0;  // under links_.turn()
   // Windows every rank reaches (a CUDA communicator whose ranks share a GPU in this process).
   std::unique_ptr<braid::WindowTable> windows_;
   braid::Registrations registrations_{rank_};

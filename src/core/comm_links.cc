@@ -1,0 +1,70 @@
+#include "core/comm_links.h"
+
+#include <cstring>
+
+#include "base/error.h"
+#include "base/log.h"
+
+namespace braid {
+
+CommLinks::LinkShare::~LinkShare() {
+  if (links.control.empty()) return;
+  RankControl* own = links.control[rank];
+  if (own->failed.load(std::memory_order_acquire) == 0)
+    for (const auto& service : links.services) service->finish(Clock::now() + timeout);
+  own->departed.store(1, std::memory_order_release);
+}
+
+void CommLinks::meet(const BootstrapId& id, const PeerInfo& self, const std::string& settings,
+                     Clock::time_point deadline) {
+  std::string blob(reinterpret_cast<const char*>(&self), sizeof self);
+  bootstrap_ = Bootstrap::join(id, rank_, nranks_, blob, deadline);
+  peers_.resize(nranks_);
+  for (int r = 0; r < nranks_; ++r) {
+    const std::string& info = bootstrap_->infos()[r];
+    if (info.size() != sizeof(PeerInfo))
+      fail(braidInternalError, "rank {}: rank {} published {} bytes of info, expected {}", rank_, r,
+           info.size(), sizeof(PeerInfo));
+    std::memcpy(&peers_[r], info.data(), sizeof(PeerInfo));
+  }
+  for (const PeerInfo& peer : peers_)
+    if (peer.choiceHash != self.choiceHash)
+      fail(braidInvalidUsage,
+           "rank {}: rank {} chooses algorithms from other settings than this rank's ({}): "
+           "every rank must set BRAID_ALGO (or config algorithms), BRAID_PROTO, BRAID_MODEL_*, "
+           "BRAID_BUFFSIZE and BRAID_FIFO_SLOTS alike, or ranks would run one call two ways",
+           rank_, peer.rank, settings);
+}
+
+void CommLinks::connect(const CommLinks* parent, const std::vector<int>& parentRanks,
+                        const FifoGeometry& geometry, std::chrono::milliseconds timeout,
+                        Clock::time_point deadline) {
+  if (parent != nullptr) {
+    share_ = parent->share_;
+    for (int r = 0; r < nranks_; ++r) linkIndex_.push_back(parent->linkIndex_[parentRanks[r]]);
+    BRAID_INFO(log::kInit, "rank {}: shares the links of its parent (rank {} there)", rank_,
+               parentRanks[rank_]);
+  } else {
+    Rendezvous rendezvous;
+    rendezvous.barrier = [&] { bootstrap_->barrier(deadline); };
+    rendezvous.allGather = [&](void* data, size_t bytes) {
+      bootstrap_->allGather(data, bytes, deadline);
+    };
+    rendezvous.deadline = deadline;
+    share_ = std::make_shared<LinkShare>();
+    share_->links = connectPeers(peers_, rank_, geometry, rendezvous);
+    share_->rank = rank_;
+    share_->timeout = timeout;
+    for (int r = 0; r < nranks_; ++r) linkIndex_.push_back(r);
+  }
+  for (int r = 0; r < nranks_; ++r) {
+    sendTo_.push_back(&share_->links.send[linkIndex_[r]]);
+    recvFrom_.push_back(&share_->links.recv[linkIndex_[r]]);
+  }
+}
+
+int CommLinks::pidfd(int r) const {
+  return share_->links.pidfd.empty() ? -1 : share_->links.pidfd[linkIndex_[r]];
+}
+
+}  // namespace braid

@@ -1,0 +1,84 @@
+// A communicator's links to its peers: every rank's facts from the rendezvous, the bootstrap ring
+// it keeps for exchanges out of band, and the transports' connectors to every peer, shared with
+// the communicators split or shrunk from it with splitShare/shrinkShare, which then take turns:
+// one operation at a time across all of them, numbered together. When the last sharer lets go,
+// the rank departs: what it sent to other hosts leaves before the connections close, unless it
+// failed (its peers then see it as lost), and peers watching this process learn that its exit is
+// no crash.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/wait.h"
+#include "core/bootstrap.h"
+#include "transport/transport.h"
+
+namespace braid {
+
+class CommLinks {
+ public:
+  CommLinks(int rank, int nranks) : rank_(rank), nranks_(nranks) {}
+
+  // The rendezvous: publishes `self` and gathers every rank's facts. Fails (braidInvalidUsage)
+  // where a rank chooses algorithms from other settings (PeerInfo::choiceHash), quoting this
+  // rank's `settings`.
+  void meet(const BootstrapId& id, const PeerInfo& self, const std::string& settings,
+            Clock::time_point deadline);
+  // Connects to every peer by `deadline`, or takes `parent`'s links, where rank r of this
+  // communicator is rank parentRanks[r]. `timeout`: how long the network may take to deliver
+  // when the last sharer lets go.
+  void connect(const CommLinks* parent, const std::vector<int>& parentRanks,
+               const FifoGeometry& geometry, std::chrono::milliseconds timeout,
+               Clock::time_point deadline);
+  bool connected() const { return share_ != nullptr; }
+  // Whether `other` uses the same links (they take turns).
+  bool sharedWith(const CommLinks& other) const {
+    return this != &other && share_ != nullptr && share_ == other.share_;
+  }
+
+  Bootstrap& bootstrap() const { return *bootstrap_; }
+  const std::vector<PeerInfo>& peers() const { return peers_; }
+  // The connectors by rank of this communicator.
+  const std::vector<SendConnector*>& sendTo() const { return sendTo_; }
+  const std::vector<RecvConnector*>& recvFrom() const { return recvFrom_; }
+  // Rank r's control block (ranks on this host), and its index in the shared links (what the
+  // link services name peers by).
+  RankControl* control(int r) const { return share_->links.control[linkIndex_[r]]; }
+  bool hasControls() const { return share_ != nullptr && !share_->links.control.empty(); }
+  int linkIndex(int r) const { return linkIndex_[r]; }
+  // Rank r's process as a pidfd (readable once it exits), -1 where none.
+  int pidfd(int r) const;
+  const PeerLinks& links() const { return share_->links; }
+
+  // The sharers' turn: held for an operation, or an exchange over the bootstrap ring.
+  std::mutex& turn() const { return share_->opMutex; }
+  // The next operation's number across the sharers (the caller holds turn()).
+  uint64_t nextOperation() { return ++share_->opSeq; }
+
+ private:
+  struct LinkShare {
+    PeerLinks links;
+    int rank = 0;                         // this rank's index in links
+    std::chrono::milliseconds timeout{};  // how long the network may take to deliver at the end
+    std::mutex opMutex;
+    uint64_t opSeq = 0;  // under opMutex
+    ~LinkShare();
+  };
+
+  const int rank_;
+  const int nranks_;
+  std::unique_ptr<Bootstrap> bootstrap_;
+  std::vector<PeerInfo> peers_;
+  std::shared_ptr<LinkShare> share_;
+  std::vector<int> linkIndex_;  // this communicator's rank -> index into share_->links
+  std::vector<SendConnector*> sendTo_;
+  std::vector<RecvConnector*> recvFrom_;
+};
+
+}  // namespace braid
