@@ -522,10 +522,8 @@ void braidComm::runOperation(const char* opName, Body&& body) {
   if (earlier != braidSuccess)
     fail(earlier, "rank {}: the communicator failed earlier and cannot run {}; the first error: {}",
          rank_, opName, control(rank_)->reason);
-  opSeq_ = links_.nextOperation();
-  opName_ = opName;
-  deadline_ = deadlineFromNow();
-  control(rank_)->opSeq.store(opSeq_, std::memory_order_relaxed);
+  running_ = {links_.nextOperation(), opName, deadlineFromNow()};
+  control(rank_)->opSeq.store(running_.seq, std::memory_order_relaxed);
   // The transports' progress threads poll quickly while an operation runs.
   struct Activity {
     const braid::PeerLinks& links;
@@ -541,7 +539,7 @@ void braidComm::runOperation(const char* opName, Body&& body) {
   try {
     body();
   } catch (...) {
-    const Error e = braid::currentError(fmt::format("rank {}: {} #{}", rank_, opName, opSeq_));
+    const Error e = braid::currentError(runningLabel());
     markFailed(e.what());
     status_.fail(e.code());
     throw e;
@@ -591,11 +589,15 @@ void braidComm::runSendRecv(std::span<const braid::CollArgs> ops) {
   });
 }
 
+std::string braidComm::runningLabel() const {
+  return fmt::format("rank {}: {} #{}", rank_, running_.name, running_.seq);
+}
+
 std::string braidComm::laggingPeers() const {
   std::vector<int> lagging;
   for (int r = 0; r < nranks_; ++r) {
     const braid::RankControl* c = control(r);
-    if (r != rank_ && c != nullptr && c->opSeq.load(std::memory_order_relaxed) < opSeq_)
+    if (r != rank_ && c != nullptr && c->opSeq.load(std::memory_order_relaxed) < running_.seq)
       lagging.push_back(r);
   }
   if (lagging.empty()) return "";
@@ -620,26 +622,24 @@ void braidComm::poll(int peer, const char* waitingFor) {
     if (fd < 0 || control(r)->departed.load(std::memory_order_acquire) != 0) continue;
     struct pollfd p = {fd, POLLIN, 0};
     if (::poll(&p, 1, 0) > 0)
-      fail(braidRemoteError, "rank {}: {} #{} failed: rank {} (pid {}) died", rank_, opName_,
-           opSeq_, r, links_.peers()[r].pid);
+      fail(braidRemoteError, "{} failed: rank {} (pid {}) died", runningLabel(), r,
+           links_.peers()[r].pid);
   }
   // A link a transport serves that broke (a connection reset, closed, unreachable, a bad frame).
   for (const auto& service : links_.links().services)
     if (std::optional<std::string> failure =
             service->failure(peer >= 0 ? links_.linkIndex(peer) : -1))
-      fail(braidRemoteError, "rank {}: {} #{} failed: {}", rank_, opName_, opSeq_, *failure);
+      fail(braidRemoteError, "{} failed: {}", runningLabel(), *failure);
   for (int r = 0; r < nranks_; ++r) {
     const braid::RankControl* c = control(r);
     if (c == nullptr || c->failed.load(std::memory_order_acquire) == 0) continue;
-    if (r == rank_)
-      fail(braidRemoteError, "rank {}: {} #{} aborted: {}", rank_, opName_, opSeq_, c->reason);
-    fail(braidRemoteError, "rank {}: {} #{} failed because rank {} failed: {}", rank_, opName_,
-         opSeq_, r, c->reason);
+    if (r == rank_) fail(braidRemoteError, "{} aborted: {}", runningLabel(), c->reason);
+    fail(braidRemoteError, "{} failed because rank {} failed: {}", runningLabel(), r, c->reason);
   }
-  if (Clock::now() > deadline_) {
+  if (Clock::now() > running_.deadline) {
     const std::string from = peer >= 0 ? fmt::format(" from rank {}", peer) : std::string();
-    fail(braidTimeout, "rank {}: {} #{} timed out after {} ms waiting for {}{}{}", rank_, opName_,
-         opSeq_, options_.timeoutMs, waitingFor, from, laggingPeers());
+    fail(braidTimeout, "{} timed out after {} ms waiting for {}{}{}", runningLabel(),
+         options_.timeoutMs, waitingFor, from, laggingPeers());
   }
 }
 

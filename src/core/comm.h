@@ -171,12 +171,18 @@ struct braidComm : public braid::Watchdog {
   braid::CommStatus status_;  // init's outcome and the error that ended the communicator
   braid::PendingOperations pending_;
 
-  uint64_t opSeq_ = 0;  // the running operation's number (links_.nextOperation() then)
   std::map<std::vector<int>, uint64_t> shrinks_;  // per survivor set, under the op mutex
   uint64_t collectives_ =
       0;  // collectives run (not send/recv): the number every slot is tagged with
-  const char* opName_ = "";
-  braid::Clock::time_point deadline_;
+  // The operation running (the watchdog's errors name it): its number among the link sharers',
+  // its name and its deadline.
+  struct RunningOperation {
+    uint64_t seq = 0;
+    const char* name = "";
+    braid::Clock::time_point deadline;
+  } running_;
+  // "rank 2: braidAllReduce #7": how an error of the running operation begins.
+  std::string runningLabel() const;
 
   braid::ReductionOps ops_{rank_};
 
