@@ -52,8 +52,7 @@ size_t P2pLinks::treeOffset() const {
 }
 
 size_t P2pLinks::directOffset() const {
-  return treeOffset() +
-         static_cast<size_t>(treeChannels()) * BinaryTrees::kNeighbourEnds * treeFifoBytes();
+  return treeOffset() + static_cast<size_t>(treeChannels()) * TreeNode::kEnds * treeFifoBytes();
 }
 
 // A rank's allocation: per channel its Simple then its low-latency ring FIFO, then one Simple
@@ -75,14 +74,13 @@ DeviceFifo P2pLinks::pairFifo(int receiver, int sender) const {
 }
 
 DeviceFifo P2pLinks::treeFifo(int receiver, int channel, int sender) const {
-  const size_t index = static_cast<size_t>(channel) * BinaryTrees::kNeighbourEnds +
-                       static_cast<size_t>(treeEnd(channel, receiver, sender));
+  const int end = treeNodeOf(channel, receiver).endOf(sender);
+  if (end < 0)
+    fail(braidInternalError, "rank {}: ranks {} and {} are not neighbours on tree channel {}",
+         rank_, receiver, sender, channel);
+  const size_t index = static_cast<size_t>(channel) * TreeNode::kEnds + static_cast<size_t>(end);
   return fifoAt(receiver, treeOffset() + index * treeFifoBytes(), geometry_.simpleSlotBytes,
                 kTreeSlots);
-}
-
-int P2pLinks::treeChannels() const {
-  return geometry_.channels == 1 ? 1 : std::min(geometry_.channels / 2 * 2, kMaxTreeChannels);
 }
 
 int P2pLinks::ringPosition(int channel, int rank) const {
@@ -90,38 +88,26 @@ int P2pLinks::ringPosition(int channel, int rank) const {
   return static_cast<int>(std::find(order.begin(), order.end(), rank) - order.begin());
 }
 
-int P2pLinks::treeEnd(int channel, int rank, int neighbour) const {
-  const int end = BinaryTrees(nranks_).neighbourEnd(channel % 2, ringPosition(channel, rank),
-                                                    ringPosition(channel, neighbour));
-  if (end < 0)
-    fail(braidInternalError, "rank {}: ranks {} and {} are not neighbours on tree channel {}",
-         rank_, rank, neighbour, channel);
-  return end;
-}
-
-TreeNode P2pLinks::treeNode(int channel) const {
-  TreeNode node = BinaryTrees(nranks_).node(channel % 2, ringPosition(channel, rank_));
+TreeNode P2pLinks::treeNodeOf(int channel, int rank) const {
+  TreeNode node = BinaryTrees(nranks_).node(channel % 2, ringPosition(channel, rank));
   const std::vector<int>& order = hostRingOrders_[channel];
   if (node.parent >= 0) node.parent = order[node.parent];
   for (int c = 0; c < node.nChildren; ++c) node.children[c] = order[node.children[c]];
   return node;
 }
 
-size_t P2pLinks::netTreeIndex(int channel, int peer) const {
-  return static_cast<size_t>(channel) * BinaryTrees::kNeighbourEnds +
-         static_cast<size_t>(treeEnd(channel, rank_, peer));
-}
-
-DeviceFifo P2pLinks::treeRecv(int channel, int peer) const {
-  const size_t index = netTreeIndex(channel, peer);
-  return netTreeRecv_[index].words != nullptr ? netTreeRecv_[index]
-                                              : treeFifo(rank_, channel, peer);
-}
-
-DeviceFifo P2pLinks::treeSend(int channel, int peer) const {
-  const size_t index = netTreeIndex(channel, peer);
-  return netTreeSend_[index].words != nullptr ? netTreeSend_[index]
-                                              : treeFifo(peer, channel, rank_);
+void P2pLinks::layOutTrees(const std::vector<bool>& remote) {
+  trees_.assign(treeChannels(), {});
+  for (int t = 0; t < treeChannels(); ++t) {
+    TreeChannel& tree = trees_[t];
+    tree.node = treeNodeOf(t, rank_);
+    for (int end = 0; end < TreeNode::kEnds; ++end) {
+      const int peer = tree.node.at(end);
+      if (peer < 0 || remote[peer]) continue;
+      tree.from[end] = treeFifo(rank_, t, peer);
+      tree.to[end] = treeFifo(peer, t, rank_);
+    }
+  }
 }
 
 DeviceFifo P2pLinks::ringEnd(int channel, DeviceProtocol protocol, bool sending) const {
@@ -161,17 +147,11 @@ const uint32_t* P2pLinks::directAbort() const {
 }
 
 int P2pLinks::ringNext(int channel) const {
-  const std::vector<int>& order = hostRingOrders_[channel];
-  for (int pos = 0; pos < nranks_; ++pos)
-    if (order[pos] == rank_) return order[(pos + 1) % nranks_];
-  return rank_;
+  return hostRingOrders_[channel][(ringPosition(channel, rank_) + 1) % nranks_];
 }
 
 int P2pLinks::ringPrev(int channel) const {
-  const std::vector<int>& order = hostRingOrders_[channel];
-  for (int pos = 0; pos < nranks_; ++pos)
-    if (order[pos] == rank_) return order[(pos + nranks_ - 1) % nranks_];
-  return rank_;
+  return hostRingOrders_[channel][(ringPosition(channel, rank_) + nranks_ - 1) % nranks_];
 }
 
 // A proxy's FIFO in pinned host memory as the GPU reaches it (mapped: with unified addressing
@@ -204,11 +184,8 @@ void P2pLinks::connectNetwork(const std::vector<bool>& remote,
     for (int c = 0; c < channels; ++c)
       if (ringNext(c) == peer || ringPrev(c) == peer) keys.push_back({peer, c});
     keys.push_back({peer, channels});
-    for (int t = 0; t < treeChannels(); ++t) {
-      const TreeNode node = treeNode(t);
-      if (peer == node.parent || peer == node.children[0] || peer == node.children[1])
-        keys.push_back({peer, channels + 1 + t});
-    }
+    for (int t = 0; t < treeChannels(); ++t)
+      if (trees_[t].node.endOf(peer) >= 0) keys.push_back({peer, channels + 1 + t});
   }
   net::NetLinks connected = net::connectNetLinks(rank_, nranks_, keys, allGather, deadline);
   const int rank = rank_;
@@ -222,12 +199,6 @@ void P2pLinks::connectNetwork(const std::vector<bool>& remote,
   proxy_ = std::make_shared<net::Proxy>(
       rank_, FifoGeometry{geometry_.simpleSlotBytes, static_cast<int>(geometry_.simpleSlots)},
       pinned);
-  netRingSend_.assign(channels, {});
-  netRingRecv_.assign(channels, {});
-  netPairSend_.assign(nranks_, {});
-  netPairRecv_.assign(nranks_, {});
-  netTreeSend_.assign(static_cast<size_t>(treeChannels()) * BinaryTrees::kNeighbourEnds, {});
-  netTreeRecv_.assign(netTreeSend_.size(), {});
   for (const net::NetLinkKey& key : keys) {
     auto& [send, recv] = connected.links[key];
     const net::Proxy::Fifos fifos = proxy_->addPeer(key.peer, std::move(send), std::move(recv));
@@ -239,9 +210,11 @@ void P2pLinks::connectNetwork(const std::vector<bool>& remote,
       continue;
     }
     if (key.index > channels) {
-      const size_t index = netTreeIndex(key.index - channels - 1, key.peer);
-      netTreeSend_[index] = onDevice(fifos.send, true);
-      netTreeRecv_[index] = onDevice(fifos.recv, false);
+      TreeChannel& tree = trees_[key.index - channels - 1];
+      const int end = tree.node.endOf(key.peer);
+      tree.from[end] = onDevice(fifos.recv, false);
+      tree.to[end] = onDevice(fifos.send, true);
+      tree.overNetwork[end] = true;
       continue;
     }
     if (ringNext(key.index) == key.peer) netRingSend_[key.index] = onDevice(fifos.send, true);
@@ -364,9 +337,7 @@ std::unique_ptr<P2pLinks> P2pLinks::connect(int rank, int nranks, const DeviceRa
   links->netRingRecv_.assign(geometry.channels, {});
   links->netPairSend_.assign(nranks, {});
   links->netPairRecv_.assign(nranks, {});
-  links->netTreeSend_.assign(
-      static_cast<size_t>(links->treeChannels()) * BinaryTrees::kNeighbourEnds, {});
-  links->netTreeRecv_.assign(links->netTreeSend_.size(), {});
+  links->layOutTrees(remote);
   if (std::find(remote.begin(), remote.end(), true) != remote.end())
     links->connectNetwork(remote, allGather, deadline);
   // No rank returns before every rank has made its allocations and mappings: one made while a
@@ -399,15 +370,12 @@ void P2pLinks::abort() {
     if (netPairRecv_[peer].words == nullptr) set(&pairFifo(rank_, peer).words->abort);
     if (netPairSend_[peer].words == nullptr) set(&pairFifo(peer, rank_).words->abort);
   }
-  for (int t = 0; t < treeChannels(); ++t) {
-    const TreeNode node = treeNode(t);
-    for (int peer : {node.parent, node.children[0], node.children[1]}) {
-      if (peer < 0) continue;
-      const size_t index = netTreeIndex(t, peer);
-      if (netTreeRecv_[index].words == nullptr) set(&treeFifo(rank_, t, peer).words->abort);
-      if (netTreeSend_[index].words == nullptr) set(&treeFifo(peer, t, rank_).words->abort);
+  for (const TreeChannel& tree : trees_)
+    for (int end = 0; end < TreeNode::kEnds; ++end) {
+      if (tree.node.at(end) < 0 || tree.overNetwork[end]) continue;
+      set(&tree.from[end].words->abort);
+      set(&tree.to[end].words->abort);
     }
-  }
   if (areas_[0] != nullptr) set(directAbort());  // rank 0's allocation, on this host
   // The network's, in pinned host memory: the host's own stores.
   for (FifoWords* words : netHostWords_) storeRelease(words->abort, 1u);

@@ -93,21 +93,23 @@ class P2pLinks {
   // The FIFOs of sends and receives: from `sender` to this rank, from this rank to `receiver`.
   DeviceFifo pairRecv(int sender) const;
   DeviceFifo pairSend(int receiver) const;
-  // Tree channels, for the all-reduce on the double binary tree: channel c runs tree c % 2 of
-  // base/binary_trees.h over channel c's ring order (so the trees leave a host through the NICs
-  // the rings do). One where the communicator has one channel, else an even number, at most
-  // kMaxTreeChannels: trees serve small and mid-size calls, where more blocks buy little.
-  static constexpr int kMaxTreeChannels = 8;
+  // Tree channels, for the all-reduce on the double binary tree (treeChannelsOf the channels):
+  // channel c runs tree c % 2 of base/binary_trees.h over channel c's ring order (so the trees
+  // leave a host through the NICs the rings do).
+  int treeChannels() const { return treeChannelsOf(geometry_.channels); }
   // Slots of a tree FIFO on this host: a tree's FIFO holds at most one slot of a call at a time
   // (coll/tree_engine.h), the second lets the next call's first slot in early.
   static constexpr uint32_t kTreeSlots = 2;
-  int treeChannels() const;
-  // This rank's neighbours on tree channel `channel`, as ranks.
-  TreeNode treeNode(int channel) const;
-  // The FIFOs between this rank and its neighbour `peer` on tree channel `channel`: the one
-  // `peer` writes and this rank reads, the one this rank writes and `peer` reads.
-  DeviceFifo treeRecv(int channel, int peer) const;
-  DeviceFifo treeSend(int channel, int peer) const;
+  // This rank on tree channel `channel`, laid out at connect: its neighbours as ranks, and by
+  // each one's end (TreeNode::at) the FIFO it writes and this rank reads (`from`) and the one
+  // this rank writes and it reads (`to`), in GPU memory or, for a neighbour on another host, in
+  // the network proxy's pinned memory (`overNetwork`).
+  struct TreeChannel {
+    TreeNode node;
+    DeviceFifo from[TreeNode::kEnds], to[TreeNode::kEnds];
+    bool overNetwork[TreeNode::kEnds] = {};
+  };
+  const TreeChannel& tree(int channel) const { return trees_[channel]; }
   // The ring order of `channel` in device memory (nranks ints), and who follows this rank on it.
   const int* ringOrder(int channel) const;
   int ringNext(int channel) const;
@@ -139,12 +141,11 @@ class P2pLinks {
   DeviceFifo pairFifo(int receiver, int sender) const;
   // The FIFO of `receiver` that its tree neighbour `sender` writes on tree channel `channel`.
   DeviceFifo treeFifo(int receiver, int channel, int sender) const;
-  // Where `rank` meets `neighbour` on tree channel `channel` (BinaryTrees::neighbourEnd); fails
-  // where they are not neighbours there.
-  int treeEnd(int channel, int rank, int neighbour) const;
+  // `rank`'s neighbours on tree channel `channel`, as ranks.
+  TreeNode treeNodeOf(int channel, int rank) const;
+  // trees_ with every neighbour's FIFOs on this host (those on `remote` hosts: connectNetwork).
+  void layOutTrees(const std::vector<bool>& remote);
   int ringPosition(int channel, int rank) const;
-  // This rank's index into netTreeSend_ and netTreeRecv_ for `peer` on tree channel `channel`.
-  size_t netTreeIndex(int channel, int peer) const;
   DeviceFifo fifoAt(int receiver, size_t offset, size_t slotBytes, uint32_t slots) const;
   DeviceFifo ringEnd(int channel, DeviceProtocol protocol, bool sending) const;
   int ringPrev(int channel) const;
@@ -174,7 +175,7 @@ class P2pLinks {
   // rank's kernels write and read; a FIFO without words is a hop on this host.
   std::shared_ptr<net::Proxy> proxy_;
   std::vector<DeviceFifo> netRingSend_, netRingRecv_, netPairSend_, netPairRecv_;
-  std::vector<DeviceFifo> netTreeSend_, netTreeRecv_;  // [channel * kNeighbourEnds + end]
+  std::vector<TreeChannel> trees_;        // by tree channel
   std::vector<FifoWords*> netHostWords_;  // their words as the host reaches them (abort)
 };
 

@@ -16,11 +16,33 @@
 namespace braid {
 
 // One position's neighbours in a tree, as positions (-1: none). Children in ascending label order.
+// A neighbour's end is where it meets this one: 0 the parent, 1 + c child c. Each neighbour of a
+// rank writes to a FIFO of its own there (transport/p2p.h).
 struct TreeNode {
+  static constexpr int kEnds = 3;
   int parent = -1;
   int children[2] = {-1, -1};
   int nChildren = 0;
+
+  // The neighbour at `end`; -1 where none.
+  int at(int end) const { return end == 0 ? parent : children[end - 1]; }
+  // The end `neighbour` is at; -1 where it is no neighbour.
+  int endOf(int neighbour) const {
+    for (int end = 0; end < kEnds && neighbour >= 0; ++end)
+      if (at(end) == neighbour) return end;
+    return -1;
+  }
 };
+
+// The tree channels of a CUDA communicator of `channels` channels (transport/p2p.h), as the cost
+// model prices them too: one where it has one, else an even number (half on each tree), at most
+// kMaxTreeChannels: trees serve small and mid-size calls, where more blocks buy little.
+constexpr int kMaxTreeChannels = 8;
+constexpr int treeChannelsOf(int channels) {
+  return channels <= 1
+             ? 1
+             : (channels / 2 * 2 < kMaxTreeChannels ? channels / 2 * 2 : kMaxTreeChannels);
+}
 
 class BinaryTrees {
  public:
@@ -52,17 +74,10 @@ class BinaryTrees {
     if (right <= n_) node.children[node.nChildren++] = positionOf(tree, right);
     return node;
   }
-  // Which of `position`'s neighbours on `tree` `neighbour` is: 0 its parent, 1 + c its child c;
-  // -1 none. Each neighbour of a rank writes to a FIFO of its own there (transport/p2p.h).
+  // Which of `position`'s neighbours on `tree` `neighbour` is (TreeNode::endOf).
   int neighbourEnd(int tree, int position, int neighbour) const {
-    const TreeNode n = node(tree, position);
-    if (neighbour < 0) return -1;
-    if (neighbour == n.parent) return 0;
-    for (int c = 0; c < n.nChildren; ++c)
-      if (neighbour == n.children[c]) return 1 + c;
-    return -1;
+    return node(tree, position).endOf(neighbour);
   }
-  static constexpr int kNeighbourEnds = 3;
 
  private:
   static int lowBit(int l) { return l & -l; }

@@ -77,7 +77,7 @@ void launchRing(std::span<const DeviceRankCall> ranks, DeviceProtocol protocol, 
 }
 
 // The all-reduce on the trees: each tree channel of each rank a block with its share of the
-// elements, on tree channel % 2 (P2pLinks::treeNode).
+// elements, through the FIFOs P2pLinks laid out for it.
 template <class T>
 void launchTree(std::span<const DeviceRankCall> ranks, const void* kernel, void* stream) {
   TreeLaunch<T> params{};
@@ -88,7 +88,8 @@ void launchTree(std::span<const DeviceRankCall> ranks, const void* kernel, void*
     const int channels = links.treeChannels();
     for (int ch = 0; ch < channels; ++ch) {
       TreeBlock<T>& block = params.blocks[blocks++];
-      const TreeNode node = links.treeNode(ch);
+      const P2pLinks::TreeChannel& tree = links.tree(ch);
+      const TreeNode& node = tree.node;
       const size_t begin = shareBegin<T>(r.args.count, ch, channels);
       const size_t end = shareBegin<T>(r.args.count, ch + 1, channels);
       block.call = {Collective::AllReduce,
@@ -98,14 +99,14 @@ void launchTree(std::span<const DeviceRankCall> ranks, const void* kernel, void*
                     r.args.op == braidAvg ? links.nranks() : 1,
                     node.parent >= 0,
                     node.nChildren};
-      auto portsTo = [&](int peer) {
+      auto portsAt = [&](int end) {
         FifoViewPorts ports{};
-        ports.in = links.treeRecv(ch, peer).recvView();
-        ports.out = links.treeSend(ch, peer).sendView();
+        ports.in = tree.from[end].recvView();
+        ports.out = tree.to[end].sendView();
         return ports;
       };
-      if (node.parent >= 0) block.ports.parent = portsTo(node.parent);
-      for (int c = 0; c < node.nChildren; ++c) block.ports.children[c] = portsTo(node.children[c]);
+      if (node.parent >= 0) block.ports.parent = portsAt(0);
+      for (int c = 0; c < node.nChildren; ++c) block.ports.children[c] = portsAt(1 + c);
       takeScale(block, r.scale);
       block.failed = r.ctx->failed + ch;
     }

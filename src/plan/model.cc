@@ -295,10 +295,8 @@ void Model::findDeviceTreePaths(const LinkGraph& graph, const Channel& channel) 
 double Model::deviceTreeTimeUs(Operation op, Protocol protocol, size_t bytes) const {
   if (op != Operation::AllReduce || protocol != Protocol::Simple || nranks_ < 2 || treeDepth_ == 0)
     return kInfinity;
-  // As P2pLinks::treeChannels: one, or an even number up to 8; two where the count is unknown.
-  const int channels = in_.deviceChannels == 1   ? 1
-                       : in_.deviceChannels <= 0 ? 2
-                                                 : std::min(in_.deviceChannels / 2 * 2, 8);
+  // As the executor runs them (two where the channel count is unknown).
+  const int channels = treeChannelsOf(in_.deviceChannels <= 0 ? 2 : in_.deviceChannels);
   const double share = static_cast<double>(bytes) / channels;
   const double slotBytes = static_cast<double>(in_.slotBytes);
   const double slots = std::max(1.0, std::ceil(share / slotBytes));

@@ -99,7 +99,7 @@ TEST(BinaryTrees, NeighbourEndsAreDistinctAndAgreeOnBothSides) {
         const braid::TreeNode node = trees.node(tree, p);
         std::vector<int> neighbours(node.children, node.children + node.nChildren);
         if (node.parent >= 0) neighbours.push_back(node.parent);
-        std::vector<bool> taken(BinaryTrees::kNeighbourEnds, false);
+        std::vector<bool> taken(braid::TreeNode::kEnds, false);
         for (int q : neighbours) {
           const int end = trees.neighbourEnd(tree, p, q);
           ASSERT_GE(end, 0) << "n " << n << " tree " << tree << " position " << p << " from " << q;
@@ -113,6 +113,15 @@ TEST(BinaryTrees, NeighbourEndsAreDistinctAndAgreeOnBothSides) {
         EXPECT_EQ(trees.neighbourEnd(tree, p, p), -1);
       }
   }
+}
+
+// A CUDA communicator's tree channels (transport/p2p.h and the cost model alike): one for one
+// channel, else an even number (each tree half of them), at most 8.
+TEST(BinaryTrees, TreeChannelsAreOneOrEvenAndBounded) {
+  const int channels[] = {1, 2, 3, 4, 7, 8, 9, 16, 32};
+  const int trees[] = {1, 2, 2, 4, 6, 8, 8, 8, 8};
+  for (size_t i = 0; i < std::size(channels); ++i)
+    EXPECT_EQ(braid::treeChannelsOf(channels[i]), trees[i]) << channels[i] << " channels";
 }
 
 }  // namespace
