@@ -133,11 +133,8 @@ std::string choiceSettings(const CommOptions& options) {
 // BRAID_MODEL_* and BRAID_ALGO, the config's algorithms taking BRAID_ALGO's place.
 braid::plan::ModelInput modelInputFor(const CommOptions& options) {
   braid::plan::ModelInput input = braid::plan::modelInputFromParams();
-  if (!options.algorithms.empty()) {
-    input.allowedAlgorithms =
-        braid::plan::allowedAlgorithms(options.algorithms, "config algorithms");
-    input.deviceTreeNamed = input.allowedAlgorithms[static_cast<int>(braid::plan::Algorithm::Tree)];
-  }
+  if (!options.algorithms.empty())
+    braid::plan::allowAlgorithms(input, options.algorithms, "config algorithms");
   return input;
 }
 

@@ -2,13 +2,8 @@
 // that turns a dead or silent peer into an error instead of a hang.
 #pragma once
 
-#include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
-#include <optional>
 #include <span>
 #include <string>
 #include <vector>

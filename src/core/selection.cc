@@ -66,7 +66,7 @@ int machineCores(const std::vector<PeerInfo>& peers, uint64_t machine) {
 
 Selection::Selection(int rank, const std::vector<PeerInfo>& peers, const FifoGeometry& geometry,
                      const plan::SearchOptions& search, plan::ModelInput input)
-    : rank_(rank), graph_(graphOf(peers)) {
+    : graph_(graphOf(peers)) {
   const std::string& planFile = param::PlanFile();
   plan_ = planFile.empty() ? plan::search(graph_, search)
                            : plan::fromJson(readPlanFile(planFile), graph_, planFile);
@@ -75,22 +75,22 @@ Selection::Selection(int rank, const std::vector<PeerInfo>& peers, const FifoGeo
   auto hostOf = [&](int r) { return graph_.hostOfRank(r); };
   hostLeaders_ = braid::hostLeaders(ringOrder_, hostOf);
   for (int r : ringOrder_)
-    if (hostOf(r) == hostOf(rank_)) hostRanks_.push_back(r);
+    if (hostOf(r) == hostOf(rank)) hostRanks_.push_back(r);
   if (plan_.channels.size() > 1)
     BRAID_INFO(log::kInit, "rank {}: {} channels planned; the host executor runs one, channel 0",
-               rank_, plan_.channels.size());
+               rank, plan_.channels.size());
 
   completeHostInput(peers, geometry, input);
   model_ = std::make_unique<plan::Model>(graph_, plan_, input);
   chooseHostAllReduces(input.directMaxBytes);
-  if (rank_ == 0 && !param::PlanDumpFile().empty()) {
+  if (rank == 0 && !param::PlanDumpFile().empty()) {
     const std::string path = log::expandPath(param::PlanDumpFile());
     std::ofstream out(path);
     out << plan::toJson(graph_, plan_);
     if (!out) failErrno(braidSystemError, "BRAID_PLAN_DUMP_FILE=" + path + ": cannot write", errno);
   }
   text_ = plan::describe(graph_, plan_) + model_->describe() + "\n";
-  BRAID_INFO(log::kInit, "rank {}: one-shot all-reduce up to {} bytes; plan:\n{}", rank_,
+  BRAID_INFO(log::kInit, "rank {}: one-shot all-reduce up to {} bytes; plan:\n{}", rank,
              directMaxBytes_, std::string_view(text_).substr(0, text_.size() - 1));
 }
 

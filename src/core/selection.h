@@ -54,7 +54,6 @@ class Selection {
                          plan::ModelInput& input) const;
   void chooseHostAllReduces(size_t directLimit);
 
-  const int rank_;
   plan::LinkGraph graph_;
   plan::Plan plan_;
   std::unique_ptr<plan::Model> model_;

@@ -139,6 +139,12 @@ std::vector<bool> allowedAlgorithms(const std::string& list, const char* source)
   return allowed;
 }
 
+void allowAlgorithms(ModelInput& input, const std::string& list, const char* source) {
+  input.allowedAlgorithms = allowedAlgorithms(list, source);
+  input.deviceTreeNamed =
+      !list.empty() && input.allowedAlgorithms[static_cast<int>(Algorithm::Tree)];
+}
+
 ModelInput modelInputFromParams() {
   ModelInput input;
   input.core = {.reduceGBs = param::ModelReduceGBs(),
@@ -149,9 +155,7 @@ ModelInput modelInputFromParams() {
                    .hopUs = param::ModelHopUs(),
                    .netHopUs = param::ModelNetHopUs(),
                    .switchUs = param::ModelSwitchUs()};
-  input.allowedAlgorithms = allowedAlgorithms(param::Algo(), "BRAID_ALGO");
-  input.deviceTreeNamed =
-      !param::Algo().empty() && input.allowedAlgorithms[static_cast<int>(Algorithm::Tree)];
+  allowAlgorithms(input, param::Algo(), "BRAID_ALGO");
   input.allowedProtocols = parseChoice(param::Proto(), "BRAID_PROTO", {"simple", "ll"});
   return input;
 }

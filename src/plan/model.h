@@ -185,6 +185,9 @@ ModelInput modelInputFromParams();
 // The algorithms a list names ("ring,doubling"; empty: all), indexed by Algorithm; fails naming
 // `source` and the accepted names.
 std::vector<bool> allowedAlgorithms(const std::string& list, const char* source);
+// The algorithms `list` names, into `input`: allowedAlgorithms, and deviceTreeNamed where a
+// non-empty list names the tree.
+void allowAlgorithms(ModelInput& input, const std::string& list, const char* source);
 
 // The largest all-reduce the host one-shot exchange can take (ModelInput::directMaxBytes): one
 // FIFO slot on one host, where a larger one goes round the ring, whose copies are fewer; across
