@@ -24,6 +24,13 @@ struct CollArgs {
   int namedOp = -1;
 };
 
+// Sends and receives, and the markers of the gathers and scatters built of them: what launches and
+// runs as a group of point-to-point moves.
+inline bool isPointToPoint(Collective c) {
+  return c == Collective::Send || c == Collective::Recv || c == Collective::Gather ||
+         c == Collective::Scatter;
+}
+
 // Whether two ranks' calls are the same collective, as one launch of several ranks needs:
 // collective, datatype, count, root and operator (any two PreMulSum operators alike: each rank
 // has a scalar of its own).

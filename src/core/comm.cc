@@ -14,7 +14,6 @@
 #include "base/params.h"
 #include "base/random.h"
 #include "base/socket.h"
-#include "core/window_table.h"
 #include "kernels/host_reduce.h"
 #include "plan/host_graph.h"
 
@@ -67,12 +66,6 @@ const char* collectiveName(braid::Collective c) {
     case braid::Collective::Scatter: return "scatter";
   }
   return "?";
-}
-
-// Sends and receives, and the markers of the gathers and scatters built of them.
-bool isPointToPoint(braid::Collective c) {
-  return c == braid::Collective::Send || c == braid::Collective::Recv ||
-         c == braid::Collective::Gather || c == braid::Collective::Scatter;
 }
 
 // Busy-poll iterations per wait when this host has more ranks than cores: none, since the
@@ -190,8 +183,6 @@ void braidComm::initialize(const braid::BootstrapId& id, const braidComm* shareF
     const Clock::time_point deadline = deadlineFromNow();
     const braid::PeerInfo self = describeSelf();
     links_.meet(id, self, choiceSettings(options_), deadline);
-    const braidUniqueId encoded = id.encode();
-    cliqueId_ = braid::fnv1a(std::string_view(encoded.internal, sizeof encoded.internal));
     const braid::FifoGeometry geometry = fifoGeometry();
     links_.connect(shareFrom != nullptr ? &shareFrom->links_ : nullptr, parentRanks, geometry,
                    std::chrono::milliseconds(options_.timeoutMs), deadline);
@@ -201,8 +192,8 @@ void braidComm::initialize(const braid::BootstrapId& id, const braidComm* shareF
     search.maxChannels = options_.maxChannels;
     selection_ = std::make_unique<braid::Selection>(rank_, links_.peers(), geometry, search,
                                                     modelInputFor(options_));
-    scratch_.resize(selection_->directMaxBytes());
-    if (options_.cuda) connectDevice(deadline);
+    host_.setDirectMaxBytes(selection_->directMaxBytes());
+    if (options_.cuda) device_ = braid::DeviceSide::connect(deviceSetup(id), deadline);
     // Chooses the host kernels now, so a bad BRAID_SIMD fails init rather than a collective.
     const char* isa = braid::kernels::isaName();
     BRAID_INFO(braid::log::kInit, "rank {}/{} ready{}{}, host kernels {}", rank_, nranks_,
@@ -213,89 +204,39 @@ void braidComm::initialize(const braid::BootstrapId& id, const braidComm* shareF
   status_.markReady(initError);
 }
 
-// A CUDA communicator's channels, a thread block each: the planner's rings, repeated where it made
-// fewer. A block moves a few GB/s (bench/results/gpu-check), so on one host the ranks that share
-// a GPU take kMaxDeviceChannels (32) blocks between them, as many as one launch of them all holds
-// (2 ranks: 16 channels each, 3.7x the bandwidth of 4 on an H100); across hosts every channel is
-// a network link each way, so four. The channel bounds (BRAID_MIN/MAX_NCHANNELS) have the last
-// word.
-constexpr int kDeviceChannelsAcrossHosts = 4;
-
-int braidComm::deviceChannelsFor(const Clock::time_point& deadline) {
-  struct DevicePlace {
-    uint64_t host = 0, device = 0;
-  };
-  std::vector<DevicePlace> places(nranks_);
-  places[rank_] = {links_.peers()[rank_].hostHash, braid::cudaDeviceKey(options_.cudaDevice)};
-  links_.bootstrap().allGather(places.data(), sizeof(DevicePlace), deadline);
-  bool oneHost = true;
-  int sharingDevice = 0;
-  for (const DevicePlace& p : places) {
-    oneHost = oneHost && p.host == places[rank_].host;
-    sharingDevice += p.host == places[rank_].host && p.device == places[rank_].device;
-  }
-  const int wanted =
-      oneHost ? std::max(1, braid::kMaxDeviceChannels / sharingDevice) : kDeviceChannelsAcrossHosts;
-  return std::min(std::clamp(wanted, options_.minChannels, options_.maxChannels),
-                  braid::kMaxDeviceChannels);
-}
-
-void braidComm::connectDevice(const Clock::time_point& deadline) {
-  const int channels = deviceChannelsFor(deadline);
-  deviceChannels_ = channels;
-  braid::CudaCommSetup setup;
-  setup.rank = rank_;
-  setup.nranks = nranks_;
-  setup.hostHash = links_.peers()[rank_].hostHash;
-  setup.device = options_.cudaDevice;
-  setup.channels = channels;
-  for (int ch = 0; ch < channels; ++ch)
-    setup.ringOrders.push_back(
-        selection_->plan().channels[ch % selection_->plan().channels.size()].order);
-  setup.timeoutMs = options_.timeoutMs;
-  setup.allGather = [&](void* data, size_t bytes) {
-    links_.bootstrap().allGather(data, bytes, deadline);
-  };
-  setup.deadline = deadline;
-  cuda_ = braid::CudaComm::connect(setup);
-  if (cuda_->ranksShareDevice()) windows_ = std::make_unique<braid::WindowTable>(rank_, nranks_);
-  // One key per communicator (its id and rank 0's nonce, drawn at this init) and GPU.
-  if (const std::vector<int> sharing = cuda_->ranksOnDevice();
-      sharing.size() > 1 && braid::param::LaunchInRounds() != 0)
-    rounds_ = braid::LaunchRounds::join(
-        braid::fnv1a(
-            fmt::format("{}|{}|{}", cliqueId_, links_.peers()[0].nonce, options_.cudaDevice)),
-        rank_, sharing);
-
-  // The device's cost model replaces the host's: it chooses every call's algorithm and protocol
-  // (deviceCall) and answers braidCommPredict.
-  namespace plan = braid::plan;
-  plan::ModelInput input = modelInputFor(options_);
-  input.hostRanks = false;
-  input.ranksShareDevice = cuda_->ranksShareDevice();
-  input.deviceMemoryGBs = cuda_->memoryGBs();
-  input.deviceChannels = deviceChannels_;
-  selection_->useDeviceModel(input);
+braid::DeviceSideSetup braidComm::deviceSetup(const braid::BootstrapId& id) {
+  const braidUniqueId encoded = id.encode();
+  return {.rank = rank_,
+          .nranks = nranks_,
+          .device = options_.cudaDevice,
+          .minChannels = options_.minChannels,
+          .maxChannels = options_.maxChannels,
+          .timeoutMs = options_.timeoutMs,
+          .cliqueId = braid::fnv1a(std::string_view(encoded.internal, sizeof encoded.internal)),
+          .links = &links_,
+          .selection = selection_.get(),
+          .ops = &ops_,
+          .model = modelInputFor(options_)};
 }
 
 int braidComm::cudaDevice() {
   waitReady();
-  return cuda_ != nullptr ? cuda_->device() : -1;
+  return device_ != nullptr ? device_->cuda().device() : -1;
 }
 
 void braidComm::checkBuffer(const char* fn, const char* name, const void* p) const {
   if (options_.cuda) {
-    if (cuda_ != nullptr) cuda_->checkBuffer(fn, name, p);
+    if (device_ != nullptr) device_->cuda().checkBuffer(fn, name, p);
     return;
   }
   braid::checkHostBuffer(fn, rank_, name, p);
 }
 
-// The status turns braidSuccess only after init has set cuda_, so reading it first is safe while
+// The status turns braidSuccess only after init has set device_, so reading it first is safe while
 // a non-blocking init still runs.
 braidResult_t braidComm::asyncError() {
-  if (status_.code() == braidSuccess && cuda_ != nullptr)
-    if (std::optional<Error> failure = cuda_->failure()) {
+  if (status_.code() == braidSuccess && device_ != nullptr)
+    if (std::optional<Error> failure = device_->cuda().failure()) {
       status_.record(*failure);
       markFailed(failure->what());
       status_.fail(failure->code());
@@ -331,15 +272,6 @@ std::vector<std::span<const braid::CollArgs>> braidComm::launchesOf(
 
 namespace {
 
-// Counts a launch in its ranks' rounds once it was made, or failed after their turn came: a
-// failure must not hold the other ranks of the GPU back.
-struct CountedInRounds {
-  std::vector<braid::LaunchRounds*> rounds;
-  ~CountedInRounds() {
-    for (braid::LaunchRounds* r : rounds) r->markQueued();
-  }
-};
-
 // A launch in progress on each of `comms`: abort and destroy wait for it, since it may wait for
 // its turn.
 class LaunchInFlight {
@@ -359,138 +291,45 @@ class LaunchInFlight {
 
 }  // namespace
 
-std::vector<braid::LaunchRounds*> braidComm::awaitLaunchTurns(
-    std::span<braidComm* const> comms, std::span<const braidStream_t> streams,
-    const char* operation) {
-  std::vector<braid::LaunchRounds*> rounds;
-  for (size_t i = 0; i < comms.size(); ++i) {
-    braidComm& c = *comms[i];
-    if (c.rounds_ == nullptr || c.cuda_->capturing(streams[i])) continue;
-    c.rounds_->awaitTurn(std::chrono::milliseconds(c.options_.timeoutMs), operation);
-    rounds.push_back(c.rounds_.get());
-  }
-  return rounds;
-}
-
 void braidComm::launchOne(std::span<const braid::CollArgs> launch, braidStream_t stream) {
   waitReady();
   braidComm* self = this;
   const LaunchInFlight inFlight(std::span(&self, 1));
-  const braid::CollArgs& a = launch.front();
-  failIfDeviceFailed(collectiveName(a.coll));
-  std::vector<braid::LaunchRounds*> rounds =
-      awaitLaunchTurns(std::span(&self, 1), std::span(&stream, 1), collectiveName(a.coll));
-  if (isPointToPoint(a.coll)) return cuda_->launchSendRecv(launch, stream);  // not counted
-  const CountedInRounds counted{std::move(rounds)};
-  // The other ranks launch apart: the direct engine reaches their buffers through windows only
-  // (PreMulSum's scalars, one per rank, would not reach the peers).
-  braid::CudaScalar scalar;
-  braid::CudaCall call = deviceCall(a, stream, scalar);
-  const std::optional<braid::WindowCall> window =
-      windows_ != nullptr && a.op < braidNumOps ? windows_->locate(a) : std::nullopt;
-  call.algorithm = deviceAlgorithm(
-      a, window ? braid::plan::DeviceLaunch::Windowed : braid::plan::DeviceLaunch::Apart);
-  if (call.algorithm == braid::DeviceAlgorithm::Direct) call.window = &*window;
-  braid::launchCollectives(std::span(&call, 1));
-}
-
-braid::CudaCall braidComm::deviceCall(const braid::CollArgs& a, braidStream_t stream,
-                                      braid::CudaScalar& scalar) {
-  braid::CudaCall call{cuda_.get(), a, nullptr, stream};
-  if (a.op >= braidNumOps) {
-    const braid::ReductionOps::PreMulSum op = ops_.get(a.op);
-    if (op.isImmediate)
-      std::memcpy(&scalar.bits, op.immediate, braid::kernels::typeSize(op.type));
-    else
-      scalar.onDevice = op.scalar;
-    call.args.op = braidSum;
-    call.scalar = &scalar;
-  }
-  return call;
-}
-
-braid::DeviceAlgorithm braidComm::deviceAlgorithm(const braid::CollArgs& a,
-                                                  braid::plan::DeviceLaunch launch) {
-  const braid::ModelCall m = braid::modelCallOf(a, nranks_);
-  const braid::plan::Prediction choice = selection_->best(m.operation, m.bytes, launch);
-  switch (choice.algorithm) {
-    case braid::plan::Algorithm::Direct: return braid::DeviceAlgorithm::Direct;
-    case braid::plan::Algorithm::Tree:  // all-reduces only: one rank prices every algorithm alike
-      if (a.coll == braid::Collective::AllReduce) return braid::DeviceAlgorithm::Tree;
-      return braid::DeviceAlgorithm::Simple;
-    default:
-      return choice.protocol == braid::plan::Protocol::LL ? braid::DeviceAlgorithm::LowLatency
-                                                          : braid::DeviceAlgorithm::Simple;
-  }
+  const char* name = collectiveName(launch.front().coll);
+  failIfDeviceFailed(name);
+  device_->launchOne(launch, stream, name);
 }
 
 bool braidComm::canLaunchTogether(std::span<braidComm* const> comms,
                                   std::span<const braid::CollArgs> calls) {
-  int blocks = 0;
   for (braidComm* c : comms) c->waitReady();  // their channels and ids are known once ready
-  for (size_t i = 0; i < comms.size(); ++i) {
-    const braidComm& c = *comms[i];
-    const braid::CollArgs &a = calls[i], &b = calls[0];
-    if (!c.onDevice() || c.cliqueId_ != comms[0]->cliqueId_ ||
-        c.options_.cudaDevice != comms[0]->options_.cudaDevice || isPointToPoint(a.coll) ||
-        !braid::sameCollective(a, b))
-      return false;
-    blocks += c.deviceChannels_;
+  std::vector<const braid::DeviceSide*> sides;
+  for (braidComm* c : comms) {
+    if (!c->onDevice()) return false;
+    sides.push_back(c->device_.get());
   }
-  return blocks <= braid::kMaxDeviceChannels;
+  return braid::DeviceSide::canLaunchTogether(sides, calls);
 }
 
 void braidComm::launchTogether(std::span<braidComm* const> comms,
                                std::span<const braid::CollArgs> calls,
                                std::span<const braidStream_t> streams) {
-  std::vector<braid::CudaScalar> scalars(comms.size());
-  std::vector<braid::CudaCall> launch;
-  // The direct engine needs every rank of the communicator in this launch, on one GPU, and every
-  // PreMulSum scalar by value (it goes in the launch's parameters); all ranks decide alike.
-  bool direct = static_cast<int>(comms.size()) == comms.front()->nranks_;
   for (braidComm* c : comms) c->waitReady();
   const LaunchInFlight inFlight(comms);
-  for (size_t i = 0; i < comms.size(); ++i)
-    comms[i]->failIfDeviceFailed(collectiveName(calls[i].coll));
-  const CountedInRounds counted{
-      awaitLaunchTurns(comms, streams, collectiveName(calls.front().coll))};
-  for (size_t i = 0; i < comms.size(); ++i) {
-    launch.push_back(comms[i]->deviceCall(calls[i], streams[i], scalars[i]));
-    direct = direct && comms[i]->cuda_->ranksShareDevice() &&
-             (launch.back().scalar == nullptr || launch.back().scalar->onDevice == nullptr);
+  const char* name = collectiveName(calls.front().coll);
+  std::vector<braid::DeviceSide*> sides;
+  for (braidComm* c : comms) {
+    c->failIfDeviceFailed(name);
+    sides.push_back(c->device_.get());
   }
-  for (size_t i = 0; i < comms.size(); ++i)
-    launch[i].algorithm = comms[i]->deviceAlgorithm(
-        calls[i], direct ? braid::plan::DeviceLaunch::Together : braid::plan::DeviceLaunch::Apart);
-  braid::launchCollectives(launch);
+  braid::DeviceSide::launchTogether(sides, calls, streams, name);
 }
-
-namespace braid {
-ModelCall modelCallOf(const CollArgs& a, int nranks) {
-  const size_t bytes = a.count * kernels::typeSize(a.type);
-  const size_t n = static_cast<size_t>(nranks);
-  switch (a.coll) {
-    case Collective::AllReduce: return {plan::Operation::AllReduce, bytes};
-    case Collective::ReduceScatter: return {plan::Operation::ReduceScatter, bytes * n};
-    case Collective::AllGather: return {plan::Operation::AllGather, bytes * n};
-    case Collective::Broadcast: return {plan::Operation::Broadcast, bytes};
-    case Collective::Reduce: return {plan::Operation::Reduce, bytes};
-    case Collective::Gather:
-    case Collective::Scatter: return {plan::Operation::SendRecv, 0};  // the root agreement
-    default: return {plan::Operation::SendRecv, bytes};
-  }
-}
-}  // namespace braid
 
 braid::plan::Prediction braidComm::predict(braid::plan::Operation op, size_t bytes) {
   waitReady();
-  // A CUDA communicator runs the direct engine only in a launch of every rank, which ranks on one
-  // GPU can make (one thread driving them), or on windows (which this question does not name).
-  namespace plan = braid::plan;
-  return selection_->best(op, bytes,
-                          cuda_ == nullptr || cuda_->ranksShareDevice()
-                              ? plan::DeviceLaunch::Together
-                              : plan::DeviceLaunch::Apart);
+  return selection_->best(
+      op, bytes,
+      device_ != nullptr ? device_->launchForPrediction() : braid::plan::DeviceLaunch::Together);
 }
 
 const std::string& braidComm::describePlan() {
@@ -500,7 +339,8 @@ const std::string& braidComm::describePlan() {
 
 void braidComm::markFailed(const std::string& reason) {
   // The ranks sharing its GPU may wait for collectives of this rank that will not come.
-  if (status_.ready() && rounds_ != nullptr) rounds_->release(reason);
+  if (status_.ready() && device_ != nullptr && device_->rounds() != nullptr)
+    device_->rounds()->release(reason);
   braid::RankControl* own = links_.hasControls() ? control(rank_) : nullptr;
   if (own == nullptr || own->failed.load() != 0) return;
   std::snprintf(own->reason, sizeof own->reason, "%s", reason.c_str());
@@ -554,34 +394,31 @@ braid::CollContext braidComm::context() {
   ctx.recvFrom = links_.recvFrom();
   ctx.dog = this;
   ctx.allReduce = selection_->allReduceTable();
-  ctx.directMaxBytes = selection_->directMaxBytes();
   ctx.streamingMinBytes =
       static_cast<size_t>(std::max<int64_t>(0, braid::param::StreamingMinBytes()));
-  ctx.scratch = scratch_.data();
-  ctx.slotStores = &slotStores_;
   return ctx;
 }
 
 void braidComm::run(const braid::CollArgs& args) {
   runOperation(collectiveName(args.coll), [&] {
     braid::CollContext ctx = context();
-    ctx.sequence = ++collectives_;
+    host_.lendTo(ctx, true);
     if (args.op < braidNumOps) return braid::runCollective(ctx, args);
     // PreMulSum: this rank's input times its scalar, then a sum.
     braid::CollArgs sum = args;
     const size_t count = args.count * (args.coll == braid::Collective::ReduceScatter ? nranks_ : 1);
-    sum.sendbuff = ops_.scaled(args.op, args.sendbuff, count, preMulSumInput_);
+    sum.sendbuff = host_.scaled(ops_, args.op, args.sendbuff, count);
     sum.op = braidSum;
     sum.namedOp = args.op;
     braid::runCollective(ctx, sum);
-    // Sent and done: an input larger than the one-shot exchange's is not kept.
-    if (preMulSumInput_.capacity() > selection_->directMaxBytes()) preMulSumInput_ = {};
+    host_.releaseLargeInput();
   });
 }
 
 void braidComm::runSendRecv(std::span<const braid::CollArgs> ops) {
   runOperation("send/recv", [&] {
     braid::CollContext ctx = context();
+    host_.lendTo(ctx, false);
     braid::runSendRecv(ctx, ops);
   });
 }
@@ -642,69 +479,26 @@ void braidComm::poll(int peer, const char* waitingFor) {
 
 void braidComm::allGatherOutOfBand(void* data, size_t bytes) {
   waitReady();
-  std::lock_guard<std::mutex> lock(links_.turn());  // the bootstrap ring: one exchange at a time
-  links_.bootstrap().allGather(data, bytes, deadlineFromNow());
+  links_.allGatherOutOfBand(data, bytes, std::chrono::milliseconds(options_.timeoutMs));
 }
 
 braid::BootstrapId braidComm::shrunkId(const std::vector<int>& survivors) {
   waitReady();
-  std::lock_guard<std::mutex> lock(links_.turn());
-  // Counted per survivor set: only its members call, so every one of them counts alike.
-  return links_.bootstrap().shrunkId(survivors, ++shrinks_[survivors]);
+  return links_.shrunkId(survivors);
 }
 
 void* braidComm::registerBuffer(void* buff, size_t size, bool window) {
-  const uint64_t windowId = window && onDevice() ? registerWindow(buff, size) : 0;
+  uint64_t windowId = 0;
+  if (window && onDevice()) {
+    waitReady();
+    windowId = device_->registerWindow(buff, size);
+  }
   return registrations_.add(buff, size, window, windowId);
 }
 
-// Collective, as ncclCommWindowRegister: the k-th window of every rank is one window, of one size.
-// Every rank gathers the others' parts, also where no rank can reach them (then calls keep the
-// ring), and whether each rank's buffer was memory its device can use: if one was not, or the
-// sizes differ, every rank fails (and counts the window, so that the next ids still agree).
-uint64_t braidComm::registerWindow(void* buff, size_t size) {
-  waitReady();
-  std::optional<braid::Error> refused;
-  try {
-    checkBuffer("braidCommWindowRegister", "buff", buff);
-  } catch (const braid::Error& e) {
-    refused = e;
-  }
-  struct Part {
-    uint64_t base, size, usable;
-  };
-  std::vector<Part> parts(nranks_);
-  parts[rank_] = {reinterpret_cast<uintptr_t>(buff), size, !refused};
-  uint64_t id = 0;
-  {
-    std::lock_guard<std::mutex> lock(links_.turn());  // the bootstrap ring, and the ids' order
-    id = ++windowsRegistered_;
-    links_.bootstrap().allGather(parts.data(), sizeof(Part), deadlineFromNow());
-  }
-  if (refused) throw *refused;
-  std::vector<uintptr_t> bases;
-  for (int r = 0; r < nranks_; ++r) {
-    if (parts[r].usable == 0)
-      fail(braidInvalidArgument,
-           "braidCommWindowRegister on rank {}: rank {} registered a buffer its device cannot use "
-           "(its own call says why), so no rank made this window",
-           rank_, r);
-    if (parts[r].size != size)
-      fail(braidInvalidArgument,
-           "braidCommWindowRegister on rank {}: size {} here, {} on rank {} (expected one size on "
-           "every rank: a window's parts are symmetric)",
-           rank_, size, parts[r].size, r);
-    bases.push_back(parts[r].base);
-  }
-  if (windows_ != nullptr) windows_->add(id, size, std::move(bases));
-  return id;
-}
-
-// Local: a peer's later call in the window no longer meets this rank's, and its barrier says so
-// (or its deadline) before it reads or writes anything here.
 void braidComm::deregisterBuffer(void* handle, bool window, const char* fn) {
   const uint64_t windowId = registrations_.remove(handle, window, fn);
-  if (windows_ != nullptr && windowId != 0) windows_->remove(windowId);
+  if (device_ != nullptr && windowId != 0) device_->removeWindow(windowId);
 }
 
 void* braidComm::registeredBuffer(void* handle, bool window, const char* fn) {
@@ -714,14 +508,14 @@ void* braidComm::registeredBuffer(void* handle, bool window, const char* fn) {
 void braidComm::finalize() {
   pending_.waitDrained();
   waitReady();
-  if (cuda_ != nullptr) cuda_->synchronize();
+  if (device_ != nullptr) device_->cuda().synchronize();
   links_.bootstrap().barrier(deadlineFromNow());
 }
 
 void braidComm::abort(const char* call) {
   markFailed(fmt::format("rank {} called {}", rank_, call));
   status_.fail(braidRemoteError);
-  if (status_.ready() && cuda_ != nullptr) cuda_->abort();
+  if (status_.ready() && device_ != nullptr) device_->cuda().abort();
   pending_.waitDrained();
   // An operation running on another thread sees the failure flag at its next poll and returns;
   // the communicator must outlive it.

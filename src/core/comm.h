@@ -2,7 +2,6 @@
 // that turns a dead or silent peer into an error instead of a hang.
 #pragma once
 
-#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -16,8 +15,8 @@
 #include "core/bootstrap.h"
 #include "core/comm_links.h"
 #include "core/comm_status.h"
-#include "core/cuda_comm.h"
-#include "core/launch_rounds.h"
+#include "core/device_side.h"
+#include "core/host_workspace.h"
 #include "core/reduction_ops.h"
 #include "core/registrations.h"
 #include "core/selection.h"
@@ -36,16 +35,6 @@ struct CommOptions {
   bool cuda = false;         // a CUDA communicator, on cudaDevice
   int cudaDevice = -1;
 };
-
-namespace braid {
-// A call as the cost model sees it: its operation and nccl-tests' size of it (the all-reduce
-// buffer, the all-gather output, the reduce-scatter input).
-struct ModelCall {
-  plan::Operation operation;
-  size_t bytes;
-};
-ModelCall modelCallOf(const CollArgs& args, int nranks);
-}  // namespace braid
 
 struct braidComm : public braid::Watchdog {
  public:
@@ -91,7 +80,9 @@ struct braidComm : public braid::Watchdog {
   // Where other ranks of this communicator share this rank's GPU from threads of this process,
   // the rounds their collectives are queued in (core/launch_rounds.h); nullptr otherwise. Known
   // once ready.
-  const braid::LaunchRounds* launchRounds() const { return rounds_.get(); }
+  const braid::LaunchRounds* launchRounds() const {
+    return device_ != nullptr ? device_->rounds() : nullptr;
+  }
   // Collectives of several ranks of one CUDA communicator driven by one thread (a group), call i
   // of comms[i] on streams[i]: whether they can go in one launch (same communicator and GPU, the
   // same collective, few enough channels), and that launch.
@@ -157,18 +148,11 @@ struct braidComm : public braid::Watchdog {
   braid::CommLinks links_{rank_, nranks_};  // the rendezvous and the connectors, maybe shared
   braid::RankControl* control(int r) const { return links_.control(r); }
   std::unique_ptr<braid::Selection> selection_;  // the plan and the model, once ready
-  std::vector<unsigned char> scratch_;
-  // A PreMulSum's scaled input. A member, not a local: a network link may send from it (the
-  // one-shot all-reduce's postFrom), and after a failure, until the links are gone.
-  std::vector<uint8_t> preMulSumInput_;
-  braid::SlotStoreChooser slotStores_{braid::param::SlotStores()};
+  braid::HostWorkspace host_{braid::param::SlotStores()};
 
   braid::CommStatus status_;  // init's outcome and the error that ended the communicator
   braid::PendingOperations pending_;
 
-  std::map<std::vector<int>, uint64_t> shrinks_;  // per survivor set, under the op mutex
-  uint64_t collectives_ =
-      0;  // collectives run (not send/recv): the number every slot is tagged with
   // The operation running (the watchdog's errors name it): its number among the link sharers',
   // its name and its deadline.
   struct RunningOperation {
@@ -180,30 +164,8 @@ struct braidComm : public braid::Watchdog {
   std::string runningLabel() const;
 
   braid::ReductionOps ops_{rank_};
-
-  // Every rank's part of a window registered now, gathered; its id (the same on every rank).
-  uint64_t registerWindow(void* buff, size_t size);
-  uint64_t windowsRegistered_ = 0;  // under links_.turn()
-  // Windows every rank reaches (a CUDA communicator whose ranks share a GPU in this process).
-  std::unique_ptr<braid::WindowTable> windows_;
   braid::Registrations registrations_{rank_};
-
-  std::unique_ptr<braid::CudaComm> cuda_;  // a CUDA communicator's device side, once ready
-  std::unique_ptr<braid::LaunchRounds> rounds_;
-  // Blocks until the rounds let each rank comms[i] launch `operation` on streams[i]; the rounds a
-  // collective is to be counted in (none for a stream being captured: it queues nothing).
-  static std::vector<braid::LaunchRounds*> awaitLaunchTurns(std::span<braidComm* const> comms,
-                                                            std::span<const braidStream_t> streams,
-                                                            const char* operation);
-  int deviceChannels_ = 0;
-  uint64_t cliqueId_ = 0;  // the same on every rank of this communicator (its bootstrap id)
-  void connectDevice(const braid::Clock::time_point& deadline);
-  int deviceChannelsFor(const braid::Clock::time_point& deadline);
-  // The call as a launch takes it (PreMulSum's scalar in `scalar`); its algorithm is the model's
-  // for the way its ranks are launched (deviceAlgorithm).
-  braid::CudaCall deviceCall(const braid::CollArgs& args, braidStream_t stream,
-                             braid::CudaScalar& scalar);
-  braid::DeviceAlgorithm deviceAlgorithm(const braid::CollArgs& args,
-                                         braid::plan::DeviceLaunch launch);
+  std::unique_ptr<braid::DeviceSide> device_;  // a CUDA communicator's, once ready
+  braid::DeviceSideSetup deviceSetup(const braid::BootstrapId& id);
   void failIfDeviceFailed(const char* opName);
 };

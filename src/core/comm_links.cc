@@ -63,6 +63,16 @@ void CommLinks::connect(const CommLinks* parent, const std::vector<int>& parentR
   }
 }
 
+void CommLinks::allGatherOutOfBand(void* data, size_t bytes, std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> lock(turn());  // the bootstrap ring: one exchange at a time
+  bootstrap_->allGather(data, bytes, Clock::now() + timeout);
+}
+
+BootstrapId CommLinks::shrunkId(const std::vector<int>& survivors) {
+  std::lock_guard<std::mutex> lock(turn());
+  return bootstrap_->shrunkId(survivors, ++shrinks_[survivors]);
+}
+
 int CommLinks::pidfd(int r) const {
   return share_->links.pidfd.empty() ? -1 : share_->links.pidfd[linkIndex_[r]];
 }

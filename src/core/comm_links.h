@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -60,6 +61,14 @@ class CommLinks {
   // The next operation's number across the sharers (the caller holds turn()).
   uint64_t nextOperation() { return ++share_->opSeq; }
 
+  // Exchanges out of band, over the bootstrap ring in the sharers' turn (communicator
+  // management), within `timeout` of the turn's coming. Every rank all-gathers `bytes` per rank:
+  // data holds nranks slices, this rank's filled.
+  void allGatherOutOfBand(void* data, size_t bytes, std::chrono::milliseconds timeout);
+  // The id of the communicator of `survivors` (braidCommShrink; see Bootstrap::shrunkId), counted
+  // per survivor set: only its members call, so every one of them counts alike.
+  BootstrapId shrunkId(const std::vector<int>& survivors);
+
  private:
   struct LinkShare {
     PeerLinks links;
@@ -78,6 +87,7 @@ class CommLinks {
   std::vector<int> linkIndex_;  // this communicator's rank -> index into share_->links
   std::vector<SendConnector*> sendTo_;
   std::vector<RecvConnector*> recvFrom_;
+  std::map<std::vector<int>, uint64_t> shrinks_;  // per survivor set, in the sharers' turn
 };
 
 }  // namespace braid

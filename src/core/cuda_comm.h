@@ -1,8 +1,8 @@
-// A CUDA communicator's device side: its CUDA device, the P2P transport's FIFOs, the words its
-// kernels set when a wait gives up, and the launches of its calls on the caller's stream. Holds
-// no CUDA type in its interface, so the communicator compiles without the toolkit; where the
-// build has no CUDA, connect() fails saying so (and no communicator gets that far: the device
-// "cuda" is refused first).
+// The CUDA part of a communicator's device side (core/device_side.h): its CUDA device, the P2P
+// transport's FIFOs, the words its kernels set when a wait gives up, and the launches of its calls
+// on the caller's stream. Holds no CUDA type in its interface, so the communicator compiles
+// without the toolkit; where the build has no CUDA, connect() fails saying so (and no communicator
+// gets that far: the device "cuda" is refused first).
 #pragma once
 
 #include <cstdint>

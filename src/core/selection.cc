@@ -8,6 +8,7 @@
 #include "base/log.h"
 #include "base/params.h"
 #include "base/recursive_pairing.h"
+#include "kernels/host_reduce.h"
 #include "plan/host_graph.h"
 #include "plan/plan_file.h"
 
@@ -130,6 +131,21 @@ void Selection::chooseHostAllReduces(size_t directLimit) {
 void Selection::useDeviceModel(const plan::ModelInput& input) {
   model_ = std::make_unique<plan::Model>(graph_, plan_, input);
   text_ = plan::describe(graph_, plan_) + model_->describe() + "\n";
+}
+
+ModelCall modelCallOf(const CollArgs& a, int nranks) {
+  const size_t bytes = a.count * kernels::typeSize(a.type);
+  const size_t n = static_cast<size_t>(nranks);
+  switch (a.coll) {
+    case Collective::AllReduce: return {plan::Operation::AllReduce, bytes};
+    case Collective::ReduceScatter: return {plan::Operation::ReduceScatter, bytes * n};
+    case Collective::AllGather: return {plan::Operation::AllGather, bytes * n};
+    case Collective::Broadcast: return {plan::Operation::Broadcast, bytes};
+    case Collective::Reduce: return {plan::Operation::Reduce, bytes};
+    case Collective::Gather:
+    case Collective::Scatter: return {plan::Operation::SendRecv, 0};  // the root agreement
+    default: return {plan::Operation::SendRecv, bytes};
+  }
 }
 
 }  // namespace braid

@@ -22,6 +22,14 @@ namespace braid {
 int ranksOnMachine(const std::vector<PeerInfo>& peers, uint64_t machine);
 int machineCores(const std::vector<PeerInfo>& peers, uint64_t machine);
 
+// A call as the cost model sees it: its operation and nccl-tests' size of it (the all-reduce
+// buffer, the all-gather output, the reduce-scatter input).
+struct ModelCall {
+  plan::Operation operation;
+  size_t bytes;
+};
+ModelCall modelCallOf(const CollArgs& args, int nranks);
+
 class Selection {
  public:
   // Host ranks: plans (BRAID_PLAN_FILE's plan, or a search within `search`'s channel bounds) and

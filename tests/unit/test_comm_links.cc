@@ -1,7 +1,8 @@
 // A communicator's links (core/comm_links.h), ranks as threads of this process over a real
 // bootstrap root and the in-process transport: the rendezvous's facts, the connectors, a child
-// sharing its parent's links with its ranks reordered, the turn numbers the sharers share, and a
-// rank whose settings differ refused by name.
+// sharing its parent's links with its ranks reordered, the turn numbers the sharers share, a
+// rank whose settings differ refused by name, and the exchanges out of band (all-gathers, shrunk
+// communicators' ids).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -107,6 +108,48 @@ TEST(CommLinks, ARankChoosingFromOtherSettingsIsRefusedByName) {
   EXPECT_NE(errors[1].find("rank 1: rank 0 chooses algorithms from other settings"),
             std::string::npos)
       << errors[1];
+}
+
+TEST(CommLinks, OutOfBandAllGatherGivesEveryRankEverySlice) {
+  constexpr int kRanks = 3;
+  const braid::BootstrapId id = braid::startRootInThisProcess();
+  std::vector<CommLinks> links;
+  for (int r = 0; r < kRanks; ++r) links.emplace_back(r, kRanks);
+  std::vector<std::vector<uint64_t>> gathered(kRanks, std::vector<uint64_t>(kRanks, ~0ull));
+  const std::vector<std::string> errors = onRanks(kRanks, [&](int r) {
+    links[r].meet(id, factsOf(r), "settings", in30s());
+    links[r].connect(nullptr, {}, kGeometry, std::chrono::seconds(5), in30s());
+    gathered[r][r] = 100 + r * r;
+    links[r].allGatherOutOfBand(gathered[r].data(), sizeof(uint64_t), std::chrono::seconds(30));
+  });
+  for (const std::string& e : errors) ASSERT_EQ(e, "");
+  for (int r = 0; r < kRanks; ++r)
+    EXPECT_EQ(gathered[r], (std::vector<uint64_t>{100, 101, 104})) << "rank " << r;
+}
+
+// Each shrink of one survivor set is a new communicator, numbered alike on every rank that asks,
+// whatever other sets it shrank to between. Asked of ranks that root none of these sets (a set's
+// first survivor would start a root); rank 0 is no member of {1, 2}, and only members call in a
+// real shrink, but the id it derives is what a member that had shrunk alike would.
+TEST(CommLinks, ShrunkIdsAreCountedPerSurvivorSet) {
+  constexpr int kRanks = 3;
+  const braid::BootstrapId id = braid::startRootInThisProcess();
+  std::vector<CommLinks> links;
+  for (int r = 0; r < kRanks; ++r) links.emplace_back(r, kRanks);
+  const std::vector<std::string> errors = onRanks(kRanks, [&](int r) {
+    links[r].meet(id, factsOf(r), "settings", in30s());
+    links[r].connect(nullptr, {}, kGeometry, std::chrono::seconds(5), in30s());
+  });
+  for (const std::string& e : errors) ASSERT_EQ(e, "");
+  const std::vector<int> a = {1, 2}, b = {0, 2};
+  const braid::BootstrapId a1 = links[2].shrunkId(a);
+  const braid::BootstrapId b1 = links[2].shrunkId(b);
+  const braid::BootstrapId a2 = links[2].shrunkId(a);
+  EXPECT_NE(a1.key, a2.key);
+  EXPECT_NE(a1.key, b1.key);
+  EXPECT_NE(a1.key, id.key);
+  EXPECT_EQ(links[0].shrunkId(a).key, a1.key);
+  EXPECT_EQ(links[0].shrunkId(a).key, a2.key);  // b's shrink on rank 2 did not count for a
 }
 
 }  // namespace

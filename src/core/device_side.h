@@ -1,0 +1,93 @@
+// A CUDA communicator's device side: its GPU's links (CudaComm), the channels it launches, the
+// rounds in which the ranks sharing its GPU from this process launch their collectives, the
+// windows every rank reaches, and how a call becomes a launch: its PreMulSum scalar, and the
+// algorithm the device model chooses for the way its ranks are launched.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "base/wait.h"
+#include "braid/braid.h"
+#include "coll/call.h"
+#include "core/comm_links.h"
+#include "core/cuda_comm.h"
+#include "core/launch_rounds.h"
+#include "core/reduction_ops.h"
+#include "core/selection.h"
+#include "core/window_table.h"
+#include "plan/model.h"
+
+namespace braid {
+
+// What the device side takes from its communicator (which outlives it).
+struct DeviceSideSetup {
+  int rank = 0;
+  int nranks = 1;
+  int device = 0;  // the CUDA device
+  int minChannels = 1, maxChannels = 1;
+  int timeoutMs = 0;
+  uint64_t cliqueId = 0;  // the same on every rank of the communicator (its bootstrap id, hashed)
+  CommLinks* links = nullptr;
+  Selection* selection = nullptr;  // its model is replaced by the device's at connect
+  const ReductionOps* ops = nullptr;
+  plan::ModelInput model;  // the settings (BRAID_MODEL_*, algorithms), completed at connect
+};
+
+class DeviceSide {
+ public:
+  // Every rank of the communicator calls it, by `deadline`.
+  static std::unique_ptr<DeviceSide> connect(const DeviceSideSetup& setup,
+                                             Clock::time_point deadline);
+
+  CudaComm& cuda() const { return *cuda_; }
+  // Where other ranks of the communicator share this rank's GPU from threads of this process,
+  // the rounds their collectives are queued in; nullptr otherwise.
+  LaunchRounds* rounds() const { return rounds_.get(); }
+
+  // A group's sends and receives, or one collective of this rank launched on its own (once its
+  // turn has come): the direct engine only where its buffers lie in windows.
+  void launchOne(std::span<const CollArgs> launch, braidStream_t stream, const char* operation);
+  // Collectives of several ranks (sides[i] calls[i] on streams[i]): whether one launch can hold
+  // them (ranks of one communicator on one GPU, the same collective, no sends or receives, few
+  // enough channels), and that launch.
+  static bool canLaunchTogether(std::span<const DeviceSide* const> sides,
+                                std::span<const CollArgs> calls);
+  static void launchTogether(std::span<DeviceSide* const> sides, std::span<const CollArgs> calls,
+                             std::span<const braidStream_t> streams, const char* operation);
+
+  // braidCommWindowRegister, collective: every rank's part of the window, gathered (within the
+  // communicator's timeout of the links' turn); its id (the same on every rank). Fails on every
+  // rank where one rank's buffer is no memory of its device or the sizes differ.
+  uint64_t registerWindow(void* buff, size_t size);
+  void removeWindow(uint64_t id);
+
+  // How the direct engine can be launched for a question that names no windows.
+  plan::DeviceLaunch launchForPrediction() const;
+
+ private:
+  explicit DeviceSide(const DeviceSideSetup& setup) : setup_(setup) {}
+  int channelsFor(Clock::time_point deadline) const;
+  void joinRounds();
+  // The call as a launch takes it (PreMulSum's scalar in `scalar`), and its algorithm: the model's
+  // for the way its ranks are launched.
+  CudaCall callOf(const CollArgs& args, braidStream_t stream, CudaScalar& scalar) const;
+  DeviceAlgorithm algorithmOf(const CollArgs& args, plan::DeviceLaunch launch) const;
+  // Blocks until the rounds let each of `sides` launch on its stream; the rounds a collective is
+  // to be counted in (none for a stream being captured: it queues nothing).
+  static std::vector<LaunchRounds*> awaitTurns(std::span<DeviceSide* const> sides,
+                                               std::span<const braidStream_t> streams,
+                                               const char* operation);
+
+  const DeviceSideSetup setup_;
+  int channels_ = 0;
+  std::unique_ptr<CudaComm> cuda_;
+  std::unique_ptr<LaunchRounds> rounds_;
+  std::unique_ptr<WindowTable> windows_;  // where every rank reaches the others' memory
+  uint64_t windowsRegistered_ = 0;        // under the links' turn
+};
+
+}  // namespace braid

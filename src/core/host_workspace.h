@@ -1,0 +1,45 @@
+// What a communicator's host executor keeps between calls: the one-shot exchange's scratch,
+// the chooser of slot stores (what it measured carries over), the count of collectives (every
+// slot of a collective is tagged with its number), and a PreMulSum's scaled input.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "coll/host_executor.h"
+#include "coll/slot_stores.h"
+#include "core/reduction_ops.h"
+
+namespace braid {
+
+class HostWorkspace {
+ public:
+  // stores: BRAID_SLOT_STORES's text (SlotStoreChooser).
+  explicit HostWorkspace(const std::string& stores) : slotStores_(stores) {}
+
+  // At init: the largest all-reduce the one-shot exchange takes (Selection::directMaxBytes).
+  void setDirectMaxBytes(size_t bytes);
+  // A call's share of the workspace: the scratch and the slot stores' chooser, and for a
+  // collective (not send/recv) its number, one more than the last one's.
+  void lendTo(CollContext& ctx, bool collective);
+  // `count` elements at `input` times op's scalar (a PreMulSum), kept here: a network link may
+  // send from them (the one-shot all-reduce's postFrom) until the call ends, and after a failure
+  // until the links are gone.
+  const void* scaled(const ReductionOps& ops, braidRedOp_t op, const void* input, size_t count);
+  // Once a PreMulSum's call is done: an input larger than the one-shot exchange takes is not kept.
+  void releaseLargeInput();
+  size_t scaledInputCapacity() const { return preMulSumInput_.capacity(); }
+
+  uint64_t collectives() const { return collectives_; }
+
+ private:
+  size_t directMaxBytes_ = 0;
+  std::vector<unsigned char> scratch_;
+  std::vector<uint8_t> preMulSumInput_;
+  SlotStoreChooser slotStores_;
+  uint64_t collectives_ = 0;
+};
+
+}  // namespace braid

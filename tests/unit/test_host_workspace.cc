@@ -1,0 +1,59 @@
+// What a CPU communicator's host executor keeps between calls (core/host_workspace.h): the numbers
+// collectives are tagged with, the scratch every call is lent, and a PreMulSum's scaled input, kept
+// while small and let go once large.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "base/error.h"
+#include "core/host_workspace.h"
+
+namespace {
+
+using braid::CollContext;
+using braid::HostWorkspace;
+
+TEST(HostWorkspace, CollectivesAreNumberedAndSendRecvIsNot) {
+  HostWorkspace workspace("auto");
+  workspace.setDirectMaxBytes(4096);
+  CollContext first, sendRecv, second;
+  workspace.lendTo(first, true);
+  workspace.lendTo(sendRecv, false);
+  workspace.lendTo(second, true);
+  EXPECT_EQ(first.sequence, 1u);
+  EXPECT_EQ(sendRecv.sequence, 0u);
+  EXPECT_EQ(second.sequence, 2u);
+  EXPECT_EQ(workspace.collectives(), 2u);
+  for (const CollContext* ctx : {&first, &sendRecv, &second}) {
+    EXPECT_EQ(ctx->directMaxBytes, 4096u);
+    EXPECT_NE(ctx->scratch, nullptr);
+    EXPECT_EQ(ctx->scratch, first.scratch);  // one scratch, lent to every call
+    EXPECT_NE(ctx->slotStores, nullptr);
+  }
+}
+
+TEST(HostWorkspace, ABadSlotStoresPolicyIsRefused) {
+  EXPECT_THROW(HostWorkspace("sometimes"), braid::Error);
+}
+
+TEST(HostWorkspace, AScaledInputIsKeptWhileSmallAndReleasedOnceLarge) {
+  HostWorkspace workspace("cached");
+  workspace.setDirectMaxBytes(64);
+  braid::ReductionOps ops(0);
+  const float scalar = -2;
+  const braidRedOp_t op = ops.create(&scalar, braidFloat32, true);
+  const std::vector<float> small = {1, 2.5f, -3};
+  const auto* out = static_cast<const float*>(workspace.scaled(ops, op, small.data(), 3));
+  EXPECT_EQ(out[0], -2.0f);
+  EXPECT_EQ(out[1], -5.0f);
+  EXPECT_EQ(out[2], 6.0f);
+  workspace.releaseLargeInput();
+  EXPECT_GE(workspace.scaledInputCapacity(), 3 * sizeof(float));  // small: kept for the next
+  const std::vector<float> large(100, 0.5f);
+  out = static_cast<const float*>(workspace.scaled(ops, op, large.data(), large.size()));
+  EXPECT_EQ(out[99], -1.0f);
+  workspace.releaseLargeInput();
+  EXPECT_EQ(workspace.scaledInputCapacity(), 0u);
+}
+
+}  // namespace
