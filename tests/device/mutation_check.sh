@@ -22,7 +22,7 @@ cccl=/usr/local/cuda/include/cccl
 build_and_run() {  # name, then sed expressions applied to file
   local name="$1" file="$2" expr="$3" dir="$scratch/$1"
   mkdir -p "$dir"
-  cp -r "$repo/src" "$repo/include" "$repo/transport" "$repo/tests" "$dir/"
+  cp -r "$repo/src" "$repo/base" "$repo/include" "$repo/transport" "$repo/tests" "$dir/"
   if [[ -n "$file" ]]; then
     cp "$dir/$file" "$dir/$file.orig"
     sed -i "$expr" "$dir/$file"

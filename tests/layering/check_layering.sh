@@ -23,8 +23,8 @@ done < <(grep -E '^\|' "$table")
 folder_of_include() {
   case "$1" in
     braid/*) echo include/braid ;;
-    base/* | core/* | coll/* | kernels/* | plan/* | dp/*) echo "src/${1%%/*}" ;;
-    transport/* | topology/*) echo "${1%%/*}" ;;
+    core/* | coll/* | kernels/* | plan/* | dp/*) echo "src/${1%%/*}" ;;
+    base/* | transport/* | topology/*) echo "${1%%/*}" ;;
     perf/*) echo tools/perf ;;
     */*) echo "unknown:${1%%/*}" ;;
     *) echo "" ;;  # a file beside the includer
