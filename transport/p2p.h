@@ -7,9 +7,8 @@
 // and the direct engine's barrier words (used in
 // rank 0's allocation only, so that every rank of a launch meets on the same words). Ranks of one
 // process reach a peer's allocation by its pointer, ranks of another process on the same host by a
-// CUDA IPC handle; where the two GPUs differ, peer access is enabled. Ranks on other hosts are not
-// reached yet (their hops need FIFOs in pinned host memory moved by the net proxy): connect() says
-// so.
+// CUDA IPC handle; where the two GPUs differ, peer access is enabled. Ranks on other hosts are
+// reached through FIFOs in pinned host memory that a network proxy moves (connectNetwork).
 #pragma once
 
 #include <cstddef>
