@@ -280,13 +280,7 @@ braidResult_t personalized(Personalized kind, const char* fn, const void* sendbu
     }
     if (kind == Personalized::Gather) ops.push_back(op(Collective::Send, in, nullptr, root));
     if (kind == Personalized::Scatter) ops.push_back(op(Collective::Recv, nullptr, out, root));
-    if (threadGroup().depth > 0) {
-      for (const CollArgs& a : ops) threadGroup().ops.push_back({comm, {a, stream}});
-      return;
-    }
-    if (comm->onDevice()) return comm->launch(ops, stream);
-    if (stream != nullptr) return submitToStream(Batch{comm, stream, std::move(ops)});
-    runBatch(comm, ops);
+    dispatch(comm, ops, stream);
   });
 }
 

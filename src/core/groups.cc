@@ -20,7 +20,7 @@ bool isSendRecv(const CollArgs& a) {
   return a.coll == Collective::Send || a.coll == Collective::Recv;
 }
 
-void runBatch(braidComm* comm, const std::vector<CollArgs>& ops) {
+void runBatch(braidComm* comm, std::span<const CollArgs> ops) {
   for (size_t i = 0; i < ops.size();) {
     if (!isSendRecv(ops[i])) {
       comm->run(ops[i++]);
@@ -28,7 +28,7 @@ void runBatch(braidComm* comm, const std::vector<CollArgs>& ops) {
     }
     size_t end = i;
     while (end < ops.size() && isSendRecv(ops[end])) ++end;
-    comm->runSendRecv(std::span<const CollArgs>(ops.data() + i, end - i));
+    comm->runSendRecv(ops.subspan(i, end - i));
     i = end;
   }
 }
@@ -201,22 +201,25 @@ void endGroup() {
 braidResult_t enqueue(const CollArgs& args, braidComm* comm, braidStream_t stream) {
   return guarded(comm, [&] {
     validate(comm, args, stream);
-    if (threadGroup().depth > 0) {
-      threadGroup().ops.push_back({comm, {args, stream}});
-      return;
-    }
-    // Run now, or a kernel that must finish before the matching call is made.
-    const bool completesAlone = comm->onDevice() || stream == nullptr;
+    // Outside a group: run now, or a kernel that must finish before the matching call is made.
+    const bool completesAlone = threadGroup().depth == 0 && (comm->onDevice() || stream == nullptr);
     if (isSendRecv(args) && args.root == comm->rank() && args.count != 0 && completesAlone)
       fail(braidInvalidUsage,
            "{} on rank {}: a send to or receive from self outside a group can never complete "
            "(put the matching send and receive in one braidGroupStart/braidGroupEnd)",
            apiName(args.coll), comm->rank());
-    if (comm->onDevice()) return comm->launch(std::span<const CollArgs>(&args, 1), stream);
-    if (stream != nullptr) return submitToStream(Batch{comm, stream, {args}});
-    if (isSendRecv(args)) return comm->runSendRecv(std::span<const CollArgs>(&args, 1));
-    comm->run(args);
+    dispatch(comm, std::span(&args, 1), stream);
   });
+}
+
+void dispatch(braidComm* comm, std::span<const CollArgs> ops, braidStream_t stream) {
+  if (threadGroup().depth > 0) {
+    for (const CollArgs& a : ops) threadGroup().ops.push_back({comm, {a, stream}});
+    return;
+  }
+  if (comm->onDevice()) return comm->launch(ops, stream);
+  if (stream != nullptr) return submitToStream(Batch{comm, stream, {ops.begin(), ops.end()}});
+  runBatch(comm, ops);
 }
 
 }  // namespace braid::api

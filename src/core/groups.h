@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -41,7 +42,7 @@ GroupState& threadGroup();
 void initializeAll(std::vector<PendingInit>& inits);
 
 // Runs one communicator's operations in order; consecutive sends/receives progress together.
-void runBatch(braidComm* comm, const std::vector<CollArgs>& ops);
+void runBatch(braidComm* comm, std::span<const CollArgs> ops);
 
 struct Batch {
   braidComm* comm;
@@ -57,8 +58,11 @@ void addChild(PendingChild child);
 // The outermost braidGroupEnd: initializes, makes the children, runs or queues the operations.
 void endGroup();
 
-// One call of the C API (not AlltoAll, Gather or Scatter): checked, then run, queued on its
-// stream, or kept for the group's end.
+// One call of the C API (not AlltoAll, Gather or Scatter): checked, then dispatched.
 braidResult_t enqueue(const CollArgs& args, braidComm* comm, braidStream_t stream);
+// Checked calls of one communicator (AlltoAll, Gather and Scatter are several): kept for the end
+// of this thread's open group, or launched on the device, queued on the host stream, or run now
+// (consecutive sends and receives together).
+void dispatch(braidComm* comm, std::span<const CollArgs> ops, braidStream_t stream);
 
 }  // namespace braid::api
