@@ -145,15 +145,26 @@ void runSingleRank(const CollArgs& a) {
   if (a.sendbuff != a.recvbuff) std::memmove(a.recvbuff, a.sendbuff, bytes);
 }
 
+// Whether a broadcast or reduce of `bytes` runs on the trees (the communicator's model chose them).
+bool rootedOnTree(const CollContext& ctx, const CollArgs& a, size_t bytes) {
+  if (a.count == 0) return false;
+  if (a.coll == Collective::Broadcast) return ctx.broadcastOnTree[sizeClass(bytes)];
+  if (a.coll == Collective::Reduce) return ctx.reduceOnTree[sizeClass(bytes)];
+  return false;
+}
+
 }  // namespace
 
 void runCollective(CollContext& ctx, const CollArgs& a) {
   if (ctx.nranks == 1) return runSingleRank(a);
   const CallTag tag = callTag(a, ctx.sequence);
+  const size_t bytes = a.count * kernels::typeSize(a.type);
   // Each rank checks its ring predecessor's call from the first slot it receives. Where that slot
   // may never come, the ranks first pass their tags round the ring: with nothing to move, and in
   // a chain (Broadcast, Reduce), whose first rank receives nothing and whose ranks could each
-  // believe themselves its first (a root mismatch), every one then waiting for credit. Gather
+  // believe themselves its first (a root mismatch), every one then waiting for credit; on the
+  // trees, which different roots would draw apart. The pass costs one handoff: every rank sends
+  // before it waits. Gather
   // and Scatter are nothing but that pass here (their data moves as sends and receives after it):
   // ranks that disagree on the root would otherwise wait for messages that never come.
   const bool chain = a.coll == Collective::Broadcast || a.coll == Collective::Reduce;
@@ -164,7 +175,7 @@ void runCollective(CollContext& ctx, const CollArgs& a) {
     receiveTagOnly(*ctx.recvFrom[ctx.ringOrder[modRanks(pos - 1, ctx.nranks)]], tag, *ctx.dog);
   }
   if (a.count == 0 || agreementOnly) return;
-  const size_t bytes = a.count * kernels::typeSize(a.type);
+  if (rootedOnTree(ctx, a, bytes)) return runTreeCollective(ctx, a, tag);
   if (a.coll == Collective::AllReduce) {
     switch (ctx.allReduce[sizeClass(bytes)]) {
       case HostAllReduce::OneShot:
@@ -172,7 +183,7 @@ void runCollective(CollContext& ctx, const CollArgs& a) {
         break;
       case HostAllReduce::Doubling: return runDoublingAllReduce(ctx, a, tag);
       case HostAllReduce::Halving: return runHalvingAllReduce(ctx, a, tag);
-      case HostAllReduce::Tree: return runTreeAllReduce(ctx, a, tag);
+      case HostAllReduce::Tree: return runTreeCollective(ctx, a, tag);
       case HostAllReduce::HierDoubling: return runHierarchicalAllReduce(ctx, a, tag, false);
       case HostAllReduce::HierHalving: return runHierarchicalAllReduce(ctx, a, tag, true);
       case HostAllReduce::Ring: break;

@@ -33,6 +33,9 @@ enum class HostAllReduce : uint8_t {
 };
 // Entry k serves all-reduces of (2^(k-1), 2^k] bytes (entry 0: up to 1 byte).
 using HostAllReduceTable = std::array<HostAllReduce, 64>;
+// Per size class as above: whether broadcasts (reduces) of that size run on the double binary
+// trees rooted at their root (coll/host_tree.h) instead of the ring's chain.
+using HostOnTreeTable = std::array<bool, 64>;
 size_t sizeClass(size_t bytes);
 
 // What the executor needs of a communicator.
@@ -48,8 +51,9 @@ struct CollContext {
   std::span<RecvConnector* const> recvFrom;  // indexed by peer rank
   Watchdog* dog = nullptr;
   HostAllReduceTable allReduce{};  // all Ring unless the communicator's model says otherwise
-  size_t directMaxBytes = 0;       // the one-shot exchange takes at most this much (at most a FIFO)
-  void* scratch = nullptr;         // at least directMaxBytes
+  HostOnTreeTable broadcastOnTree{}, reduceOnTree{};  // all false (the chain) unless it says so
+  size_t directMaxBytes = 0;  // the one-shot exchange takes at most this much (at most a FIFO)
+  void* scratch = nullptr;    // at least directMaxBytes
   size_t streamingMinBytes = SIZE_MAX;     // outputs this large bypass the cache
   SlotStoreChooser* slotStores = nullptr;  // how ring calls write FIFO slots; null: cached
   uint64_t sequence = 0;  // this collective's number on the communicator (coll/call_tag.h)

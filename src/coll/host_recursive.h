@@ -5,12 +5,12 @@
 //    reduces what comes back; log2(n) steps, n-1 vectors' worth of work per rank.
 //  - Halving (Rabenseifner): recursive halving reduce-scatter, then recursive doubling
 //    all-gather; 2 log2(n) steps moving 2(n-1)/n of the vector, as much as a ring.
-// Partners are chosen by ring position, nearest first (base/recursive_pairing.h): where a host's ranks sit together in the
-// ring (the planner's order) and number a power of two, the largest exchanges stay inside a host
-// and the network carries each host's share once. A rank count that is not a power of two first
-// folds its surplus ranks into their neighbours and hands them the result at the end. Every
-// element is reduced in the same order on every rank (lower positions first), so every rank
-// holds the same bits.
+// Partners are chosen by ring position, nearest first (base/recursive_pairing.h): where a host's
+// ranks sit together in the ring (the planner's order) and number a power of two, the largest
+// exchanges stay inside a host and the network carries each host's share once. A rank count that is
+// not a power of two first folds its surplus ranks into their neighbours and hands them the result
+// at the end. Every element is reduced in the same order on every rank (lower positions first), so
+// every rank holds the same bits.
 #pragma once
 
 #include "coll/call_tag.h"

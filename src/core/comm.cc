@@ -394,6 +394,8 @@ braid::CollContext braidComm::context() {
   ctx.recvFrom = links_.recvFrom();
   ctx.dog = this;
   ctx.allReduce = selection_->allReduceTable();
+  ctx.broadcastOnTree = selection_->broadcastOnTree();
+  ctx.reduceOnTree = selection_->reduceOnTree();
   ctx.streamingMinBytes =
       static_cast<size_t>(std::max<int64_t>(0, braid::param::StreamingMinBytes()));
   return ctx;

@@ -83,7 +83,7 @@ Selection::Selection(int rank, const std::vector<PeerInfo>& peers, const FifoGeo
 
   completeHostInput(peers, geometry, input);
   model_ = std::make_unique<plan::Model>(graph_, plan_, input);
-  chooseHostAllReduces(input.directMaxBytes);
+  chooseHostAlgorithms(input.directMaxBytes);
   if (rank == 0 && !param::PlanDumpFile().empty()) {
     const std::string path = log::expandPath(param::PlanDumpFile());
     std::ofstream out(path);
@@ -119,12 +119,17 @@ void Selection::completeHostInput(const std::vector<PeerInfo>& peers, const Fifo
 
 // Each size class of all-reduce gets the algorithm the model gives its largest size; the one-shot
 // exchange's scratch holds the largest it takes.
-void Selection::chooseHostAllReduces(size_t directLimit) {
+void Selection::chooseHostAlgorithms(size_t directLimit) {
   directMaxBytes_ = 0;
+  auto onTree = [&](plan::Operation op, size_t bytes) {
+    return model_->best(op, bytes).algorithm == plan::Algorithm::Tree;
+  };
   for (size_t k = 0; k < allReduce_.size(); ++k) {
     const size_t bytes = size_t{1} << std::min<size_t>(k, 47);
     allReduce_[k] = hostAllReduce(model_->best(plan::Operation::AllReduce, bytes).algorithm);
     if (allReduce_[k] == HostAllReduce::OneShot && bytes <= directLimit) directMaxBytes_ = bytes;
+    broadcastOnTree_[k] = onTree(plan::Operation::Broadcast, bytes);
+    reduceOnTree_[k] = onTree(plan::Operation::Reduce, bytes);
   }
 }
 

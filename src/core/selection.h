@@ -48,6 +48,9 @@ class Selection {
   const std::vector<int>& hostLeaders() const { return hostLeaders_; }
   const std::vector<int>& hostRanks() const { return hostRanks_; }
   const HostAllReduceTable& allReduceTable() const { return allReduce_; }
+  // Per size class, whether broadcasts (reduces) run on the trees.
+  const HostOnTreeTable& broadcastOnTree() const { return broadcastOnTree_; }
+  const HostOnTreeTable& reduceOnTree() const { return reduceOnTree_; }
   // The largest all-reduce the one-shot exchange takes (its scratch's size); 0 where none.
   size_t directMaxBytes() const { return directMaxBytes_; }
 
@@ -60,7 +63,7 @@ class Selection {
  private:
   void completeHostInput(const std::vector<PeerInfo>& peers, const FifoGeometry& geometry,
                          plan::ModelInput& input) const;
-  void chooseHostAllReduces(size_t directLimit);
+  void chooseHostAlgorithms(size_t directLimit);
 
   plan::LinkGraph graph_;
   plan::Plan plan_;
@@ -68,6 +71,7 @@ class Selection {
   std::string text_;
   std::vector<int> ringOrder_, hostLeaders_, hostRanks_;
   HostAllReduceTable allReduce_{};
+  HostOnTreeTable broadcastOnTree_{}, reduceOnTree_{};
   size_t directMaxBytes_ = 0;
 };
 

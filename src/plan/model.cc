@@ -312,13 +312,16 @@ double Model::deviceTreeTimeUs(Operation op, Protocol protocol, size_t bytes) co
   return kDeviceKernelUs + slots * 2 * (treePath_.simpleUs + treeDepth_ * moveUs);
 }
 
-// The host's trees run one after the other, each on half the bytes, a FIFO slot at a time, and a
-// slot goes up and its result down before the next goes up: per slot, 2 x depth handoffs (a
-// network one where the trees cross hosts) and the core's work on it at every level.
+// The host's trees run one after the other, each on half the bytes, a FIFO slot at a time. An
+// all-reduce's slot goes up and its result down before the next goes up: per slot, 2 x depth
+// handoffs (a network one where the trees cross hosts) and the core's work on it at every level.
 double Model::treeTimeUs(Operation op, Protocol protocol, size_t bytes) const {
   if (!in_.hostRanks) return deviceTreeTimeUs(op, protocol, bytes);
-  if (op != Operation::AllReduce || protocol != Protocol::Simple || nranks_ < 2 || treeDepth_ == 0)
+  const bool rooted = op == Operation::Broadcast || op == Operation::Reduce;
+  if ((op != Operation::AllReduce && !rooted) || protocol != Protocol::Simple || nranks_ < 2 ||
+      treeDepth_ == 0)
     return kInfinity;
+  if (rooted) return rootedTreeTimeUs(op, bytes);
   const double slotBytes = static_cast<double>(in_.slotBytes);
   const double half = static_cast<double>(bytes) / 2;  // each tree's share, its slots rounded up
   const double slots = 2 * std::max(1.0, std::ceil(half / slotBytes));
@@ -332,6 +335,27 @@ double Model::treeTimeUs(Operation op, Protocol protocol, size_t bytes) const {
   const double linkUs =
       treeCrossesHosts_ ? microseconds(2 * slot * busiestHostRanks_, ringGBs_) : 0;
   return in_.latency.callUs + slots * 2 * treeDepth_ * (latency + coreAndLinkUs(coreUs, linkUs));
+}
+
+// A broadcast's or reduce's slots follow each other down (up) the levels of each tree in turn:
+// depth + slots - 1 handoffs per tree, each with a level's work on a slot (a broadcast copies it
+// to the output and two children, a reduce sums two children's into it), after the ranks agree
+// on the root (a pass of tags round the ring: one handoff, every rank sending before it waits).
+// A call that fits in a slot runs on one tree.
+double Model::rootedTreeTimeUs(Operation op, size_t bytes) const {
+  const double slotBytes = static_cast<double>(in_.slotBytes);
+  const int trees = static_cast<double>(bytes) <= slotBytes ? 1 : 2;
+  const double share = static_cast<double>(bytes) / trees;
+  const double slots = std::max(1.0, std::ceil(share / slotBytes));
+  const double slot = std::min(slotBytes, share);
+  const double latency = handoffUs(treeCrossesHosts_);
+  const double coreUs = (op == Operation::Broadcast ? microseconds(3 * slot, in_.core.copyGBs)
+                                                    : microseconds(2 * slot, in_.core.reduceGBs)) *
+                        crowding() / cacheSpeedup(bytes);
+  const double linkUs =
+      treeCrossesHosts_ ? microseconds(2 * slot * busiestHostRanks_, ringGBs_) : 0;
+  return in_.latency.callUs + latency +
+         trees * (treeDepth_ + slots - 1) * (latency + coreAndLinkUs(coreUs, linkUs));
 }
 
 double Model::recursiveTimeUs(Operation op, Protocol protocol, size_t bytes, bool halving) const {
@@ -423,7 +447,11 @@ double Model::stepLatencyUs(Protocol protocol) const {
 double Model::ringTimeUs(Operation op, Protocol protocol, size_t bytes) const {
   const int n = nranks_;
   const double busBytes = busBandwidthFactor(op, n) * static_cast<double>(bytes);
-  const double latency = ringSteps(op, n) * stepLatencyUs(protocol);
+  // Host ranks' broadcasts and reduces on the ring's chain agree on the root first: a pass of
+  // tags round the ring (coll/host_executor.cc), one step, since every rank sends before it waits.
+  const bool chainAgreement =
+      in_.hostRanks && (op == Operation::Broadcast || op == Operation::Reduce);
+  const double latency = (ringSteps(op, n) + (chainAgreement ? 1 : 0)) * stepLatencyUs(protocol);
   if (!in_.hostRanks) {
     return kDeviceKernelUs + latency + microseconds(busBytes, deviceRingGBs(protocol));
   }

@@ -142,6 +142,7 @@ class Model {
   double coreAndLinkUs(double coreUs, double linkUs) const;
   double hierarchicalTimeUs(Operation op, Protocol protocol, size_t bytes, bool halving) const;
   double treeTimeUs(Operation op, Protocol protocol, size_t bytes) const;
+  double rootedTreeTimeUs(Operation op, size_t bytes) const;
   double deviceTreeTimeUs(Operation op, Protocol protocol, size_t bytes) const;
   double stepLatencyUs(Protocol protocol) const;
   // Busy threads per core on the most loaded machine, >= 1, where `busyShare` of the ranks work.

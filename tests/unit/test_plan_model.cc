@@ -217,6 +217,29 @@ TEST(PlanModel, TreesPayTwoHandoffsPerLevelPerSlot) {
     EXPECT_NE(model.best(Operation::AllReduce, bytes).algorithm, Algorithm::Tree) << bytes;
 }
 
+// Host ranks' broadcasts and reduces on the trees (coll/host_tree.h): a handoff to agree on the
+// root (the tags' pass round the ring), then depth + slots - 1 handoffs per tree, a level's work
+// on a slot each; 8 bytes (one slot) take one tree. The ring's chain pays n - 1 handoffs after the
+// same pass, so small calls take the trees; large ones keep the chain, whose slots cross each link
+// once.
+TEST(PlanModel, RootedTreesPipelineTheirSlotsDownTheLevels) {
+  const ManyHosts m(8, 1, 16);  // trees of 8: depth 3, every edge a network hop; chain of 7
+  const Model model(m.graph, m.plan, m.in);
+  const double slot = 8;
+  const double copyUs = 3 * slot / kCopy / 1e3, reduceUs = 2 * slot / kReduce / 1e3;
+  const double linkUs = 2 * slot / 1.0 / 1e3;  // a NIC of 1 GB/s
+  EXPECT_NEAR(model.timeUs(Operation::Broadcast, Algorithm::Tree, Protocol::Simple, 8),
+              0.5 + 20.0 + (3 + 1 - 1) * (20.0 + std::max(copyUs, linkUs)), 1e-6);
+  EXPECT_NEAR(model.timeUs(Operation::Reduce, Algorithm::Tree, Protocol::Simple, 8),
+              0.5 + 20.0 + (3 + 1 - 1) * (20.0 + std::max(reduceUs, linkUs)), 1e-6);
+  for (Operation op : {Operation::Broadcast, Operation::Reduce}) {
+    EXPECT_EQ(model.best(op, 8).algorithm, Algorithm::Tree);
+    EXPECT_EQ(model.best(op, size_t{64} << 20).algorithm, Algorithm::Ring);
+  }
+  EXPECT_EQ(model.timeUs(Operation::AllGather, Algorithm::Tree, Protocol::Simple, 8),
+            std::numeric_limits<double>::infinity());
+}
+
 // Device ranks' tree (treeKernel): per slot the trees' slowest path up and down plus a block's move
 // of the slot at every level. 2 hosts x 4 ranks in the ring order 0..7 (positions 0-3 on host 0):
 // tree 1 has its top at position 1, and position 4 (host 1) climbs through 3 (host 0) and 5

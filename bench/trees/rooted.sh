@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# braid's broadcast or reduce as the model chooses it (the double binary trees for small calls,
+# coll/host_tree.h) against braid's ring chain (BRAID_ALGO=ring), interleaved, braid-perf under
+# mpirun on namespace hosts of this machine (tests/multihost/netns_hosts.sh), one rank per host or
+# several. Prints size, time (us, out of place), wrong elements and time in place per row.
+# Usage (root): bench/trees/rooted.sh BUILD_DIR HOSTS RANKS_PER_HOST broadcast|reduce [ROUNDS]
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+
+# One braid-perf run per BRAID_ALGO per round; inside netns_hosts.sh (BRAID_TEST_NETNS set).
+interleaved_rounds() {
+  local build="$1" hosts="$2" per="$3" coll="$4" rounds="${5:-3}" list="" status
+  for i in $(seq 1 "$hosts"); do list+="${list:+,}10.77.0.$i:$per"; done
+  for round in $(seq 1 "$rounds"); do
+    for algo in ring ""; do
+      echo "## round $round, $hosts hosts x $per, $coll, BRAID_ALGO=${algo:-(unset: the model chooses)}"
+      echo "#     size(B)  time(us)  wrong  in-place(us)"
+      set +e
+      timeout 300 mpirun --allow-run-as-root --bind-to none -np $((hosts * per)) --host "$list" \
+        --mca plm_rsh_agent "$here/netns_rsh_named.sh" --mca plm_rsh_no_tree_spawn 1 \
+        --mca routed direct --mca oob_tcp_if_include eth0 \
+        -x BRAID_COMM_ID=10.77.0.1:29500 ${algo:+-x BRAID_ALGO=$algo} \
+        "$build/tools/braid-perf" "$coll" -b 8 -e 1M -f 8 -n 50 -w 5 -r 1 2>&1 |
+        awk '/^ +[0-9]/ {printf "%14s %9s %6s %13s\n", $1, $6, $9, $10}'
+      status=("${PIPESTATUS[@]}")
+      set -e
+      # A run that fails or is stopped (mpirun's launch on namespace hosts has hung now and then
+      # before any rank started) is said, and the rounds go on.
+      [ "${status[0]}" = 0 ] || echo "# this run ended with status ${status[0]} (124: stopped after 300 s)"
+    done
+  done
+}
+
+if [ "${1:-}" = --inside ]; then
+  shift
+  interleaved_rounds "$@"
+  exit 0
+fi
+[ $# -ge 4 ] || { echo "usage: rooted.sh BUILD_DIR HOSTS RANKS_PER_HOST broadcast|reduce [ROUNDS]" >&2; exit 2; }
+build="$(cd "$1" && pwd)"
+echo "# bench/trees/rooted.sh $*: braid $(git -C "$here" describe --always --dirty 2> /dev/null || echo '?')," \
+  "$(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+exec "$here/../../tests/multihost/netns_hosts.sh" --hosts "$2" -- "$0" --inside "$build" "${@:2}"
