@@ -75,9 +75,14 @@ braid_multihost_test(multihost_grid_3hosts_direct HOSTS 3
 # Recursive doubling and halving, the double binary tree, and the hierarchical forms across hosts,
 # forced: partners (tree neighbours) on one host and on others; hierarchical, host 0's second
 # rank hands over to its leader, and the 3 leaders fold one in (ring 0 3 1 2: leaders 0, 1, 2).
+# The trees also run the broadcasts and reduces, rooted at each root the grid names.
 foreach(algo doubling halving tree hier-doubling hier-halving)
+  set(filter ${case}4ranks_allreduce)
+  if(algo STREQUAL tree)
+    set(filter ${filter}:${case}4ranks_broadcast:${case}4ranks_reduce)
+  endif()
   braid_multihost_test(multihost_grid_3hosts_${algo} HOSTS 3
-    COMMAND env BRAID_ALGO=${algo} ${grid} --gtest_filter=${case}4ranks_allreduce)
+    COMMAND env BRAID_ALGO=${algo} ${grid} --gtest_filter=${filter})
 endforeach()
 # Hierarchical with 3, 3 and 2 ranks per host: two followers per leader, 3 leaders.
 braid_multihost_test(multihost_grid_3hosts_8ranks_hier HOSTS 3
