@@ -147,7 +147,6 @@ void runSingleRank(const CollArgs& a) {
 
 // Whether a broadcast or reduce of `bytes` runs on the trees (the communicator's model chose them).
 bool rootedOnTree(const CollContext& ctx, const CollArgs& a, size_t bytes) {
-  if (a.count == 0) return false;
   if (a.coll == Collective::Broadcast) return ctx.broadcastOnTree[sizeClass(bytes)];
   if (a.coll == Collective::Reduce) return ctx.reduceOnTree[sizeClass(bytes)];
   return false;
@@ -164,9 +163,9 @@ void runCollective(CollContext& ctx, const CollArgs& a) {
   // a chain (Broadcast, Reduce), whose first rank receives nothing and whose ranks could each
   // believe themselves its first (a root mismatch), every one then waiting for credit; on the
   // trees, which different roots would draw apart. The pass costs one handoff: every rank sends
-  // before it waits. Gather
-  // and Scatter are nothing but that pass here (their data moves as sends and receives after it):
-  // ranks that disagree on the root would otherwise wait for messages that never come.
+  // before it waits. Gather and Scatter are nothing but that pass here (their data moves as sends
+  // and receives after it): ranks that disagree on the root would otherwise wait for messages that
+  // never come.
   const bool chain = a.coll == Collective::Broadcast || a.coll == Collective::Reduce;
   const bool agreementOnly = a.coll == Collective::Gather || a.coll == Collective::Scatter;
   if (a.count == 0 || chain || agreementOnly) {

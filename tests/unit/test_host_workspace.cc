@@ -1,4 +1,4 @@
-// What a CPU communicator's host executor keeps between calls (core/host_workspace.h): the numbers
+// What a communicator's host executor keeps between calls (core/host_workspace.h): the numbers
 // collectives are tagged with, the scratch every call is lent, and a PreMulSum's scaled input, kept
 // while small and let go once large.
 #include <gtest/gtest.h>
