@@ -40,7 +40,8 @@
     "algorithms the planner may choose: ring, direct, doubling, halving, tree, hier-doubling, "    \
     "hier-halving, hier (both; comma-separated; empty: the model picks)")                          \
   X(Proto, "BRAID_PROTO", std::string, "",                                                         \
-    "protocols the planner may choose: simple, ll (host transports run simple only)")              \
+    "protocols the planner may choose: simple, ll, segmented (host transports run simple only; "   \
+    "devices take segmented only where named)")                                                    \
   X(MinNChannels, "BRAID_MIN_NCHANNELS", int64_t, 1, "fewest channels (rings) the planner makes")  \
   X(MaxNChannels, "BRAID_MAX_NCHANNELS", int64_t, 32, "most channels (rings) the planner makes")   \
   X(PlanFile, "BRAID_PLAN_FILE", std::string, "",                                                  \

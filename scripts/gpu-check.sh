@@ -11,12 +11,14 @@
 #      engine), and as threads on registered windows (-R 2: the direct engine launched per rank);
 #      and 8 ranks as threads with one hardware queue for every stream
 #      (CUDA_DEVICE_MAX_CONNECTIONS=1), the shared-queue hazard of docs/cuda.md laid bare, with
-#      the ranks' rounds and (20 s, expected to stall) without;
+#      the ranks' rounds and (20 s, expected to stall) without; the segmented protocol forced
+#      (BRAID_PROTO=segmented, 2 and 8 ranks to 64 MiB), which no default chooses yet;
 #   4. the GPU test programs, to their verdicts: the kernels' grid on device memory and the CUDA
 #      communicator tests (1-8 ranks on one GPU, stream order, graph replay, one launch of every
-#      rank on the direct engine and on the ring) at once, as separate processes sharing the GPU
-#      (they assert values, not times); then two processes through IPC, DataParallel on device
-#      buffers, and ranks on two namespace hosts where `ip` exists;
+#      rank on the direct engine, on the ring, on the tree and with the segmented protocol) at
+#      once, as separate processes sharing the GPU (they assert values, not times); then two
+#      processes through IPC, DataParallel on device buffers, and ranks on two namespace hosts
+#      where `ip` exists;
 #   5. the device form on CPU threads (ctest -L device) where the build tree has it.
 # docs/cuda.md says what is and is not covered.
 #
@@ -105,6 +107,13 @@ if [[ $sweep_bytes != 0 ]]; then
     BRAID_ALGO=ring BRAID_PROTO=LL BRAID_MIN_NCHANNELS=$channels BRAID_MAX_NCHANNELS=$channels \
       perf "sweep-ring-ll-${channels}ch" -t 2 -b 1M -e 1M -n 10 -w 3
   done
+  # The segmented protocol (not chosen by default until this fits its constants): a block's rate
+  # at a mid and a large size.
+  for channels in 1 4 16; do
+    BRAID_ALGO=ring BRAID_PROTO=segmented BRAID_MIN_NCHANNELS=$channels \
+      BRAID_MAX_NCHANNELS=$channels perf "sweep-ring-segmented-${channels}ch" -t 2 -b 1M \
+      -e "$sweep_bytes" -f 256 -n 10 -w 3
+  done
 fi | tee "$out/sweep.txt"
 
 for ranks in ${GPU_CHECK_RANKS:-2 8}; do
@@ -120,6 +129,11 @@ for ranks in ${GPU_CHECK_RANKS:-2 8}; do
     done
   done
 done | tee "$out/perf.txt"
+# The segmented protocol beside the chosen ones above (Simple and LL): 2 and 8 ranks as threads.
+for ranks in 2 8; do
+  BRAID_PROTO=segmented perf "perf-allreduce-${ranks}ranks-float-threads-segmented" -t "$ranks" \
+    -b 8 -e 64M -f 4
+done | tee -a "$out/perf.txt"
 # The device tree's all-reduce beside the chosen algorithms above: 8 ranks as threads, to 4 MiB.
 BRAID_ALGO=tree perf perf-allreduce-8ranks-float-threads-tree -t 8 -b 8 -e 4M -f 4 \
   | tee -a "$out/perf.txt"
@@ -150,6 +164,11 @@ BRAID_LAUNCH_ROUNDS=0 CUDA_DEVICE_MAX_CONNECTIONS=1 \
   BRAID_ALGO=tree gtest comm-onelaunch-tree test_gpu_comm "$limit" \
     --gtest_filter=CudaComm.OneThreadDrivesEveryRankInOneLaunch &
   BRAID_ALGO=tree gtest comm-ranks-tree test_gpu_comm "$limit" --gtest_filter='*CudaCommRanks*' &
+  # The segmented protocol on every ring call.
+  BRAID_PROTO=segmented gtest comm-onelaunch-segmented test_gpu_comm "$limit" \
+    --gtest_filter=CudaComm.OneThreadDrivesEveryRankInOneLaunch &
+  BRAID_PROTO=segmented gtest comm-ranks-segmented test_gpu_comm "$limit" \
+    --gtest_filter='*CudaCommRanks*' &
   gtest ipc test_gpu_ipc "$limit" &
   gtest dp test_gpu_dp "$limit" &
   wait

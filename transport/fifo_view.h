@@ -53,6 +53,12 @@ BRAID_HD inline void storeRelaxed(T& word, T value) {
   SystemAtomicRef<T>(word).store(value, atomics::memory_order_relaxed);
 }
 
+// A slot of the segmented protocol (coll/ring_engine.h's SegmentPorts): `segments` segments of
+// `segmentBytes` of data, then a 4-byte flag for each.
+BRAID_HD constexpr size_t segmentedSlotBytes(size_t segmentBytes, size_t segments) {
+  return segments * (segmentBytes + sizeof(uint32_t));
+}
+
 // The control words of one FIFO, each on its own cache line: the sender writes tail, the
 // receiver head; either side, or the host, sets abort to stop every wait on it. Beside tail and
 // head, the count of host threads asleep on them (a futex; core/wait.h's WakeableWord): a host

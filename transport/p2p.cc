@@ -41,13 +41,20 @@ size_t P2pLinks::simpleFifoBytes() const {
 size_t P2pLinks::llFifoBytes() const {
   return fifoBytes(geometry_.llSlotBytes, geometry_.llSlots);
 }
+size_t P2pLinks::segmentFifoBytes() const {
+  return fifoBytes(segmentedSlotBytes(geometry_.segmentBytes, geometry_.segmentsPerSlot),
+                   geometry_.segmentSlots);
+}
+size_t P2pLinks::ringFifosBytes() const {
+  return simpleFifoBytes() + llFifoBytes() + segmentFifoBytes();
+}
 
 size_t P2pLinks::treeFifoBytes() const {
   return fifoBytes(geometry_.simpleSlotBytes, kTreeSlots);
 }
 
 size_t P2pLinks::treeOffset() const {
-  return static_cast<size_t>(geometry_.channels) * (simpleFifoBytes() + llFifoBytes()) +
+  return static_cast<size_t>(geometry_.channels) * ringFifosBytes() +
          static_cast<size_t>(nranks_) * simpleFifoBytes();
 }
 
@@ -55,21 +62,29 @@ size_t P2pLinks::directOffset() const {
   return treeOffset() + static_cast<size_t>(treeChannels()) * TreeNode::kEnds * treeFifoBytes();
 }
 
-// A rank's allocation: per channel its Simple then its low-latency ring FIFO, then one Simple
-// FIFO per sending peer, then per tree channel one Simple FIFO of kTreeSlots per neighbour's end
-// (parent, first child, second child), then the direct engine's words: per channel a line per rank,
-// then the abort word on a line of its own.
+// A rank's allocation: per channel its Simple, low-latency and segmented ring FIFOs, then one
+// Simple FIFO per sending peer, then per tree channel one Simple FIFO of kTreeSlots per neighbour's
+// end (parent, first child, second child), then the direct engine's words: per channel a line per
+// rank, then the abort word on a line of its own.
 DeviceFifo P2pLinks::ringFifo(int receiver, int channel, DeviceProtocol protocol) const {
-  const size_t offset = static_cast<size_t>(channel) * (simpleFifoBytes() + llFifoBytes());
-  if (protocol == DeviceProtocol::Simple)
-    return fifoAt(receiver, offset, geometry_.simpleSlotBytes, geometry_.simpleSlots);
-  return fifoAt(receiver, offset + simpleFifoBytes(), geometry_.llSlotBytes, geometry_.llSlots);
+  const size_t offset = static_cast<size_t>(channel) * ringFifosBytes();
+  switch (protocol) {
+    case DeviceProtocol::Simple:
+      return fifoAt(receiver, offset, geometry_.simpleSlotBytes, geometry_.simpleSlots);
+    case DeviceProtocol::LowLatency:
+      return fifoAt(receiver, offset + simpleFifoBytes(), geometry_.llSlotBytes, geometry_.llSlots);
+    case DeviceProtocol::Segmented:
+      return fifoAt(receiver, offset + simpleFifoBytes() + llFifoBytes(),
+                    segmentedSlotBytes(geometry_.segmentBytes, geometry_.segmentsPerSlot),
+                    geometry_.segmentSlots);
+  }
+  fail(braidInternalError, "rank {}: no ring FIFO for protocol {}", rank_,
+       static_cast<int>(protocol));
 }
 
 DeviceFifo P2pLinks::pairFifo(int receiver, int sender) const {
-  const size_t offset =
-      static_cast<size_t>(geometry_.channels) * (simpleFifoBytes() + llFifoBytes()) +
-      static_cast<size_t>(sender) * simpleFifoBytes();
+  const size_t offset = static_cast<size_t>(geometry_.channels) * ringFifosBytes() +
+                        static_cast<size_t>(sender) * simpleFifoBytes();
   return fifoAt(receiver, offset, geometry_.simpleSlotBytes, geometry_.simpleSlots);
 }
 
@@ -362,7 +377,8 @@ void P2pLinks::abort() {
   // The FIFOs on this host, in GPU memory (a block waiting for send credit reads the one it
   // sends on).
   for (int c = 0; c < geometry_.channels; ++c)
-    for (DeviceProtocol protocol : {DeviceProtocol::Simple, DeviceProtocol::LowLatency}) {
+    for (DeviceProtocol protocol :
+         {DeviceProtocol::Simple, DeviceProtocol::LowLatency, DeviceProtocol::Segmented}) {
       if (netRingRecv_[c].words == nullptr) set(&ringFifo(rank_, c, protocol).words->abort);
       if (netRingSend_[c].words == nullptr) set(&ringFifo(ringNext(c), c, protocol).words->abort);
     }

@@ -1,14 +1,14 @@
 // The CUDA P2P transport: FIFOs in the receiving GPU's memory, written by the sending rank's
 // kernel and read by the receiving rank's. Each rank allocates every FIFO it receives on in one
-// device allocation: per channel a ring FIFO for each protocol (the Simple protocol's slots and
-// the low-latency protocol's lines never share a buffer: stale Simple bytes could look like a
-// flag), per peer a FIFO for sends and receives, per tree channel a FIFO from each tree
-// neighbour (a tree slot on the sends' FIFO could land between the parts of a user's message),
-// and the direct engine's barrier words (used in
-// rank 0's allocation only, so that every rank of a launch meets on the same words). Ranks of one
-// process reach a peer's allocation by its pointer, ranks of another process on the same host by a
-// CUDA IPC handle; where the two GPUs differ, peer access is enabled. Ranks on other hosts are
-// reached through FIFOs in pinned host memory that a network proxy moves (connectNetwork).
+// device allocation: per channel a ring FIFO for each protocol (the Simple protocol's slots, the
+// low-latency protocol's lines and the segmented protocol's segments never share a buffer: stale
+// bytes of one could look like a flag of another), per peer a FIFO for sends and receives, per tree
+// channel a FIFO from each tree neighbour (a tree slot on the sends' FIFO could land between the
+// parts of a user's message), and the direct engine's barrier words (used in rank 0's allocation
+// only, so that every rank of a launch meets on the same words). Ranks of one process reach a
+// peer's allocation by its pointer, ranks of another process on the same host by a CUDA IPC handle;
+// where the two GPUs differ, peer access is enabled. Ranks on other hosts are reached through FIFOs
+// in pinned host memory that a network proxy moves (connectNetwork).
 #pragma once
 
 #include <cstddef>
@@ -29,7 +29,7 @@ namespace net {
 class Proxy;
 }
 
-enum class DeviceProtocol : uint8_t { Simple, LowLatency };
+enum class DeviceProtocol : uint8_t { Simple, LowLatency, Segmented };
 
 // How big the FIFOs of a CUDA communicator are.
 struct DeviceFifoGeometry {
@@ -38,6 +38,9 @@ struct DeviceFifoGeometry {
   uint32_t simpleSlots = 0;
   size_t llSlotBytes = 0;  // half of them data (LlPorts)
   uint32_t llSlots = 0;
+  size_t segmentBytes = 0;  // data of one segment (SegmentPorts), a multiple of 16
+  uint32_t segmentsPerSlot = 0;
+  uint32_t segmentSlots = 0;
 };
 
 // Where one rank is, as its peers need to know it.
@@ -82,7 +85,7 @@ class P2pLinks {
 
   const DeviceFifoGeometry& geometry() const { return geometry_; }
   // The ring FIFOs of `channel` this rank receives on (its predecessor writes it) and sends on.
-  // Fails for the low-latency protocol on a hop to another host.
+  // Fails for the flagged protocols (low-latency, segmented) on a hop to another host.
   DeviceFifo ringRecv(int channel, DeviceProtocol protocol) const {
     return ringEnd(channel, protocol, false);
   }
@@ -154,6 +157,8 @@ class P2pLinks {
   DeviceFifo onDevice(const FifoDesc& hostFifo, bool sending) const;
   size_t simpleFifoBytes() const;
   size_t llFifoBytes() const;
+  size_t segmentFifoBytes() const;
+  size_t ringFifosBytes() const;  // a channel's, every protocol's
   size_t treeFifoBytes() const;
   size_t treeOffset() const;    // where the tree FIFOs start in an allocation
   size_t directOffset() const;  // where the direct engine's words start in an allocation

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <mutex>
 #include <set>
+#include <type_traits>
 
 #include "base/error.h"
 #include "coll/device_kernels.cuh"
@@ -68,6 +69,8 @@ void launchRing(std::span<const DeviceRankCall> ranks, DeviceProtocol protocol, 
       block.nChannels = channels;
       block.ports.in = links.ringRecv(ch, protocol).recvView();
       block.ports.out = links.ringSend(ch, protocol).sendView();
+      if constexpr (std::is_same_v<Ports, SegmentPorts>)
+        block.ports.segmentBytes = links.geometry().segmentBytes;
       takeScale(block, r.scale);
       block.failed = r.ctx->failed + ch;
     }
@@ -175,8 +178,9 @@ void loadDeviceKernels(int device) {
   static std::set<int> loaded;
   const std::lock_guard<std::mutex> lock(mutex);
   if (loaded.contains(device)) return;
-  for (DeviceAlgorithm algorithm : {DeviceAlgorithm::Simple, DeviceAlgorithm::LowLatency,
-                                    DeviceAlgorithm::Direct, DeviceAlgorithm::Tree})
+  for (DeviceAlgorithm algorithm :
+       {DeviceAlgorithm::Simple, DeviceAlgorithm::LowLatency, DeviceAlgorithm::Segmented,
+        DeviceAlgorithm::Direct, DeviceAlgorithm::Tree})
     for (int type = 0; type < braidNumTypes; ++type)
       for (int op = 0; op < braidNumOps; ++op)
         for (bool prescaled : {false, true})
@@ -225,6 +229,8 @@ void launchCollective(std::span<const DeviceRankCall> ranks, DeviceAlgorithm alg
       case DeviceAlgorithm::Tree: return launchTree<T>(ranks, kernel, stream);
       case DeviceAlgorithm::LowLatency:
         return launchRing<T, LlPorts>(ranks, DeviceProtocol::LowLatency, kernel, stream);
+      case DeviceAlgorithm::Segmented:
+        return launchRing<T, SegmentPorts>(ranks, DeviceProtocol::Segmented, kernel, stream);
       case DeviceAlgorithm::Simple:
         return launchRing<T, FifoViewPorts>(ranks, DeviceProtocol::Simple, kernel, stream);
     }

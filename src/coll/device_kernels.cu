@@ -1,4 +1,4 @@
-// Every kernel of the device path: the ring (Simple and low-latency protocols), the tree
+// Every kernel of the device path: the ring (Simple, low-latency and segmented protocols), the tree
 // all-reduce and the direct all-pairs algorithm, for every datatype x operator (PreMulSum as Sum
 // over prescaled inputs), found by what they compute (coll/device_launch.h). The device_ptx ctest
 // (tests/device/check_ptx.sh) builds this file for sm_90 plus PTX with warnings as errors and
@@ -17,6 +17,8 @@ const void* kernelOf(DeviceAlgorithm algorithm) {
       return reinterpret_cast<const void*>(&ringKernel<R, kPrescaled, FifoViewPorts>);
     case DeviceAlgorithm::LowLatency:
       return reinterpret_cast<const void*>(&ringKernel<R, kPrescaled, LlPorts>);
+    case DeviceAlgorithm::Segmented:
+      return reinterpret_cast<const void*>(&ringKernel<R, kPrescaled, SegmentPorts>);
     case DeviceAlgorithm::Tree: return reinterpret_cast<const void*>(&treeKernel<R, kPrescaled>);
     default: return reinterpret_cast<const void*>(&directKernel<R, kPrescaled>);
   }

@@ -41,6 +41,13 @@ class BlockGroup {
   __device__ int size() const { return static_cast<int>(blockDim.x); }
   __device__ void sync() { __syncthreads(); }
   __device__ bool any(bool mine) { return __syncthreads_or(mine) != 0; }
+  // Warps, for the segmented protocol: every launch's blocks are whole warps (launchRing checks).
+  __device__ int lane() const { return static_cast<int>(threadIdx.x) % warpSize; }
+  __device__ int lanes() const { return warpSize; }
+  __device__ int warp() const { return static_cast<int>(threadIdx.x) / warpSize; }
+  __device__ int warps() const { return static_cast<int>(blockDim.x) / warpSize; }
+  __device__ void syncWarp() { __syncwarp(); }
+  __device__ bool anyInWarp(bool mine) { return __any_sync(0xffffffffu, mine) != 0; }
   __device__ bool keepWaiting() {
     __nanosleep(64);
     return now() < deadlineNs_;
@@ -113,7 +120,8 @@ struct DirectLaunch {
 
 #if defined(__CUDACC__)
 // The ring collectives and sends/receives: element reduction R (PreMulSum: Sum with each input
-// element first multiplied by the rank's scalar), Ports FifoViewPorts (Simple) or LlPorts.
+// element first multiplied by the rank's scalar), Ports FifoViewPorts (Simple), LlPorts or
+// SegmentPorts.
 template <class R, bool kPrescaled, class Ports>
 __global__ void __launch_bounds__(kMaxThreadsPerBlock, 1)
     ringKernel(const __grid_constant__ RingLaunch<typename R::Storage, Ports> launch) {

@@ -13,6 +13,7 @@ namespace braid {
 enum class DeviceAlgorithm : uint8_t {
   Simple,      // the ring, slots published by tail (RingLaunch<T, FifoViewPorts>)
   LowLatency,  // the ring, flagged 8-byte lines (RingLaunch<T, LlPorts>)
+  Segmented,   // the ring, warp segments each with its flag (RingLaunch<T, SegmentPorts>)
   Direct,      // all-pairs, every rank's buffers reached directly (DirectLaunch<T>)
   Tree,        // the all-reduce on the double binary tree, Simple slots (TreeLaunch<T>)
 };

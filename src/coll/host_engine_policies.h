@@ -6,6 +6,7 @@
 
 #include "base/wait.h"
 #include "coll/call_tag.h"
+#include "coll/ring_engine.h"
 #include "kernels/host_reduce.h"
 #include "transport/connector.h"
 
@@ -51,7 +52,7 @@ struct SimdMover {
 // The engine's ports on the host: the connectors' blocking waits under the watchdog, every slot
 // tagged with the call and checked against it.
 struct ConnectorPorts {
-  static constexpr bool kLowLatency = false;
+  static constexpr Arrival kArrival = Arrival::Tail;
   RecvConnector* prev = nullptr;
   SendConnector* next = nullptr;
   const CallTag* tag = nullptr;

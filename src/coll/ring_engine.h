@@ -5,18 +5,22 @@
 //    group reaches it before any leaves: __syncthreads, or a std::barrier), bool any(bool) (a
 //    sync that also tells every thread whether any passed true: __syncthreads_or), and
 //    bool keepWaiting() (pauses once; false when the wait must give up: abort flag or timeout);
+//    the segmented protocol also cuts it into warps of lanes() threads: warp(), warps(), lane(),
+//    syncWarp() (__syncwarp) and anyInWarp(bool) (__any_sync);
 //  - a data mover M: `Storage` (the element's bits) and
 //    operator()(G&, recv, input, toOutput, toSlot, count, divisor): recv OP input, or a copy of
 //    whichever is not null, into toOutput and toSlot (either may be null), this thread's share of
 //    `count` elements; divisor > 1 divides (Avg's finishing step). ElementMover below is the
 //    generic one a device uses (and the only one with the low-latency protocol's move); the host
 //    executor's moves bytes with its SIMD kernels;
-//  - ports P, the rank's two FIFO ends on the ring: kLowLatency (which protocol), slotBytes()
-//    (payload bytes of a slot), waitSend(G&) (false: the wait gave up), post(G&, bytes) and
-//    release(G&) (called by every thread after the group's barrier); Simple ports add
-//    waitRecv(G&, bytes), recvSlot() and sendSlot(), low-latency ones readLines and writeLines.
-//    FifoViewPorts and LlPorts below wait on the FIFO views as a device does; the host
-//    executor's ports block under the watchdog and tag each slot with the call.
+//  - ports P, the rank's two FIFO ends on the ring: kArrival (how a receiver learns its data is
+//    there: tail, or flags the data carries), slotBytes() (payload bytes of a slot), waitSend(G&)
+//    (false: the wait gave up), post(G&, bytes) and release(G&) (called by every thread after the
+//    group's barrier); Simple ports add waitRecv(G&, bytes), recvSlot() and sendSlot(),
+//    low-latency ones readLines and writeLines, segmented ones waitSegment and publishSegment.
+//    FifoViewPorts (Simple), LlPorts (low latency) and SegmentPorts (segmented) below wait on the
+//    FIFO views as a device does; the host executor's ports block under the watchdog and tag each
+//    slot with the call.
 // The same engine runs point-to-point calls (Collective::Send, Recv: one FIFO end used).
 // Every thread of the group runs the same sequence of primitives over the same schedule
 // (coll/schedule.h); an ElementMover's threads split each chunk's bytes among them, 16 bytes at a
@@ -97,6 +101,10 @@ BRAID_HD inline void storeElements(T* p, size_t n, const Pack16& v) {
 // moving one pack per round trip reached 4-5 GB/s on an H100: bench/results/gpu-check).
 constexpr int kPacksInFlight = 4;
 
+// A device's segment of the segmented protocol (SegmentPorts): what a warp of 32 lanes moves with
+// its packs in flight.
+constexpr size_t kWarpSegmentBytes = 32 * kPacksInFlight * sizeof(Pack16);
+
 // x as a reduction with PreMulSum's operator sees it: times the rank's scalar, rounded once as a
 // Prod (kPrescaled; R is then Sum), else x itself.
 template <class R, bool kPrescaled>
@@ -106,6 +114,17 @@ BRAID_HD typename R::Storage prescaled(typename R::Storage x, typename R::Storag
   else
     return x;
 }
+
+// How a receiver learns that a slot's data is there: the sender's tail (Simple), a flag in every
+// 8-byte line (low latency), a flag per warp segment (segmented).
+enum class Arrival { Tail, LineFlags, SegmentFlags };
+
+// A warp's lanes as the bulk move's thread group (it asks only which thread and how many).
+struct LaneGroup {
+  int laneIndex, laneCount;
+  BRAID_HD int index() const { return laneIndex; }
+  BRAID_HD int size() const { return laneCount; }
+};
 
 // The generic data mover: R's element reduction (kernels/element_reduce.h), this thread's share
 // of the elements, 16 bytes at a time where every pointer involved allows it. A move computes
@@ -205,6 +224,34 @@ struct ElementMover {
     }
     return true;
   }
+
+  // The same move through a segmented slot (SegmentPorts): each warp takes whole segments in
+  // turn; its lanes wait for the segment's flag, move it as the bulk move does (packs in flight,
+  // the warp's lanes as the group) and, once the warp has met, its first lane publishes the next
+  // slot's segment. false: a wait gave up (the warp's lanes give up together).
+  template <class G, class P>
+  BRAID_HD bool segmented(G& group, P& ports, bool receives, const Storage* input,
+                          Storage* toOutput, bool sends, size_t count, int divisor) const {
+    const size_t perSegment = ports.segmentBytes / sizeof(Storage);
+    const size_t segments = ceilDiv(count, perSegment);
+    LaneGroup lanes{group.lane(), group.lanes()};
+    for (size_t s = static_cast<size_t>(group.warp()); s < segments;
+         s += static_cast<size_t>(group.warps())) {
+      const size_t at = s * perSegment;
+      const size_t n = count - at < perSegment ? count - at : perSegment;
+      const bool ready = !receives || ports.waitSegment(group, s);
+      if (group.anyInWarp(!ready)) return false;
+      (*this)(lanes, receives ? static_cast<const Storage*>(ports.recvData()) + at : nullptr,
+              input != nullptr ? input + at : nullptr,
+              toOutput != nullptr ? toOutput + at : nullptr,
+              sends ? static_cast<Storage*>(ports.sendData()) + at : nullptr, n, divisor);
+      if (sends) {
+        group.syncWarp();  // every lane's stores before the first lane's release
+        ports.publishSegment(group, s);
+      }
+    }
+    return true;
+  }
 };
 
 // Waits, as the group decides, until `ready` holds or the FIFO is aborted; every thread waits on
@@ -255,7 +302,7 @@ struct FifoEnds {
 
 // The Simple protocol: a slot's bytes, then its tail (a release store after the group's barrier).
 struct FifoViewPorts : FifoEnds {
-  static constexpr bool kLowLatency = false;
+  static constexpr Arrival kArrival = Arrival::Tail;
 
   BRAID_HD size_t slotBytes() const { return fifoSlotBytes(); }
   template <class G>
@@ -278,7 +325,7 @@ struct FifoViewPorts : FifoEnds {
 // slot before it reads the slot it receives, so a ring needs two slots or more: with one, every
 // FIFO can be full while every rank waits for credit.
 struct LlPorts : FifoEnds {
-  static constexpr bool kLowLatency = true;
+  static constexpr Arrival kArrival = Arrival::LineFlags;
   static constexpr size_t kLinesPerPack = sizeof(Pack16) / sizeof(uint32_t);
 
   BRAID_HD size_t slotBytes() const { return fifoSlotBytes() / 2; }
@@ -319,15 +366,55 @@ struct LlPorts : FifoEnds {
   }
 };
 
+// The segmented protocol, for mid sizes: a slot is cut into segments of segmentBytes (on a device
+// a warp's packs in flight: 32 lanes x kPacksInFlight x 16 bytes = 2 KiB), its data first, then a
+// 4-byte flag per segment (segmentedSlotBytes). The warp that filled a segment meets at its warp
+// barrier and its first lane stores the segment's flag (the slot's use number, tail + 1, never 0)
+// with a release, as Simple's leader stores tail after the block's barrier; every lane of the
+// receiving warp acquires the flag before it reads. So a segment moves on as soon as its warp has
+// written it, with no block barrier, fence of the whole slot or tail round trip in between: the
+// pipeline's grain is a warp's 2 KiB, not a slot, and 99.8% of the bytes are data. NCCL's LL128
+// gets that grain from 128-byte lines that carry their flag, which relies on NVLink delivering a
+// warp's 128-byte store whole; the release and acquire here rely on the memory model alone, so
+// it also runs where that does not hold. Slots are returned through head, as in LL, and a ring
+// needs two slots or more for the same reason.
+struct SegmentPorts : FifoEnds {
+  static constexpr Arrival kArrival = Arrival::SegmentFlags;
+  size_t segmentBytes = 0;  // a multiple of 16
+
+  BRAID_HD size_t segments() const { return fifoSlotBytes() / (segmentBytes + sizeof(uint32_t)); }
+  BRAID_HD size_t slotBytes() const { return segments() * segmentBytes; }
+  BRAID_HD const void* recvData() const { return in.slot(); }
+  BRAID_HD void* sendData() const { return out.slot(); }
+  // Every lane acquires segment s's flag itself (no lane's read then depends on another's).
+  template <class G>
+  BRAID_HD bool waitSegment(G& group, size_t s) {
+    auto* flags = reinterpret_cast<uint32_t*>(const_cast<uint8_t*>(in.slot()) + slotBytes());
+    const uint32_t flag = in.head + 1;
+    return waitFor(group, [&] { return loadAcquire(flags[s]) == flag || in.aborted(); }) &&
+           !in.aborted();
+  }
+  // After the warp's barrier: the warp's stores into segment s, then its flag.
+  template <class G>
+  BRAID_HD void publishSegment(G& group, size_t s) {
+    auto* flags = reinterpret_cast<uint32_t*>(out.slot() + slotBytes());
+    if (group.lane() == 0) storeRelease(flags[s], out.tail + 1);
+  }
+  template <class G>
+  BRAID_HD void post(G& group, size_t) {
+    out.postFlagged(group.index() == 0);
+  }
+};
+
 // One primitive of the schedule over `op.count` elements. false: a wait gave up.
 template <class M, class G, class P>
 BRAID_HD bool runPrim(G& group, const M& move, P& ports, const RingOp& op,
                       const typename M::Storage* input, typename M::Storage* output, int divisor) {
   using T = typename M::Storage;
-  // A low-latency receiver waits for lines, not for tail: with no lines to wait for it would
-  // return the slot before the sender filled it. Both ends see the same empty block (the schedule
-  // is the same function on both), so neither counts a slot for it.
-  if (P::kLowLatency && op.count == 0) return true;
+  // A flagged receiver waits for flags, not for tail: with none to wait for it would return the
+  // slot before the sender filled it. Both ends see the same empty block (the schedule is the
+  // same function on both), so neither counts a slot for it.
+  if (P::kArrival != Arrival::Tail && op.count == 0) return true;
   const bool receives = primReceives(op.prim), sends = primSends(op.prim);
   const size_t bytes = op.count * sizeof(T);
   const T* src = primReadsInput(op.prim) ? input + op.inOffset : nullptr;
@@ -335,9 +422,12 @@ BRAID_HD bool runPrim(G& group, const M& move, P& ports, const RingOp& op,
   if (op.prim == Prim::CopySend && src == dst) dst = nullptr;  // in place: already there
   const int finish = primFinishesReduction(op.prim) ? divisor : 1;
   bool ready;
-  if constexpr (P::kLowLatency) {
+  if constexpr (P::kArrival == Arrival::LineFlags) {
     ready = (!sends || ports.waitSend(group)) &&
             move.lowLatency(group, ports, receives, src, dst, sends, op.count, finish);
+  } else if constexpr (P::kArrival == Arrival::SegmentFlags) {
+    ready = (!sends || ports.waitSend(group)) &&
+            move.segmented(group, ports, receives, src, dst, sends, op.count, finish);
   } else {
     ready = (!receives || ports.waitRecv(group, bytes)) && (!sends || ports.waitSend(group));
     if (ready)
@@ -456,8 +546,9 @@ BRAID_HD bool runChannel(G& group, const M& move, const RingCall<typename M::Sto
 }
 
 // The device form: element reduction R (with kPrescaled, PreMulSum's: each input element times
-// `scale`, then Sum) over the FIFO views, with the Simple protocol (FifoViewPorts) or the
-// low-latency one (LlPorts), their counters taken up from the FIFO words.
+// `scale`, then Sum) over the FIFO views, with the Simple protocol (FifoViewPorts), the
+// low-latency one (LlPorts) or the segmented one (SegmentPorts), their counters taken up from the
+// FIFO words.
 template <class R, bool kPrescaled = false, class G, class Ports>
 BRAID_HD bool runChannelOnViews(G& group, const RingCall<typename R::Storage>& call, int channel,
                                 int nChannels, Ports ports, typename R::Storage scale = {}) {

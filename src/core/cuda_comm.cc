@@ -31,13 +31,17 @@ namespace {
 
 // FIFO sizes of a CUDA communicator. Simple: 8 slots of 128 KiB per channel (a ring step moves a
 // slot; NCCL's is 512 KiB, tune on a GPU). Low-latency: 8 slots of 16 KiB lines, 8 KiB of data
-// each. Which protocol a call uses is the cost model's choice (core/comm.cc).
+// each. Segmented: 8 slots of 16 warp segments (2 KiB each, 32 KiB of data a slot: two per warp
+// of a 256-thread block). Which protocol a call uses is the cost model's choice (core/comm.cc).
 constexpr size_t kSimpleSlotBytes = 128 << 10;
 constexpr uint32_t kSimpleSlots = 8;
 constexpr size_t kLlSlotBytes = 16 << 10;
 constexpr uint32_t kLlSlots = 8;
+constexpr uint32_t kSegmentsPerSlot = 16;
+constexpr uint32_t kSegmentSlots = 8;
 constexpr int kThreadsPerBlock = 256;
 static_assert(kThreadsPerBlock <= kMaxThreadsPerBlock, "the kernels are built for at most this");
+static_assert(kThreadsPerBlock % 32 == 0, "the segmented protocol's blocks are whole warps");
 
 // CUDA communicators alive in this process: device memory handed to a CPU communicator is looked
 // for only where there are some (the question needs a CUDA context, which a CPU-only process on a
@@ -112,8 +116,9 @@ class CudaCommImpl final : public CudaComm {
       checkCuda(cudaHostGetDevicePointer(reinterpret_cast<void**>(&failedOnDevice), failed_, 0),
                 fmt::format("rank {}: cudaHostGetDevicePointer", rank_));
       loadDeviceKernels(device_);  // before the FIFOs' exchange: no peer has launched yet
-      DeviceFifoGeometry geometry{setup.channels, kSimpleSlotBytes, kSimpleSlots, kLlSlotBytes,
-                                  kLlSlots};
+      DeviceFifoGeometry geometry{setup.channels,   kSimpleSlotBytes, kSimpleSlots,
+                                  kLlSlotBytes,     kLlSlots,         kWarpSegmentBytes,
+                                  kSegmentsPerSlot, kSegmentSlots};
       links_ = P2pLinks::connect(
           setup.rank, setup.nranks,
           {setup.hostHash, processNonce(), static_cast<int32_t>(getpid()), device_}, geometry,

@@ -155,8 +155,11 @@ DeviceAlgorithm DeviceSide::algorithmOf(const CollArgs& a, plan::DeviceLaunch la
       if (a.coll == Collective::AllReduce) return DeviceAlgorithm::Tree;
       return DeviceAlgorithm::Simple;
     default:
-      return choice.protocol == plan::Protocol::LL ? DeviceAlgorithm::LowLatency
-                                                   : DeviceAlgorithm::Simple;
+      switch (choice.protocol) {
+        case plan::Protocol::LL: return DeviceAlgorithm::LowLatency;
+        case plan::Protocol::Segmented: return DeviceAlgorithm::Segmented;
+        default: return DeviceAlgorithm::Simple;
+      }
   }
 }
 

@@ -19,29 +19,32 @@ namespace {
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 // Device latencies per hop and protocol, in µs: the magnitudes of NCCL's tuning tables
-// (src/graph/tuning.cc: hwLat for rings, baseLat per protocol). LL moves 4 bytes of data per
-// 8-byte store (the other 4 are the flag), so it gets half the link bandwidth.
+// (src/graph/tuning.cc: hwLat for rings, baseLat per protocol; the segmented protocol takes
+// LL128's, the protocol it stands for, until a GPU run fits its own). LL moves 4 bytes of data per
+// 8-byte store (the other 4 are the flag), so it gets half the link bandwidth; a segment is 2 KiB
+// of data and a 4-byte flag.
 DeviceLatency deviceHopLatency(HopKind kind) {
   switch (kind) {
-    case HopKind::NvLink: return {3.4, 0.6};
-    case HopKind::PcieP2p: return {5.7, 1.0};
-    case HopKind::HostMemory: return {5.7, 1.0};
-    case HopKind::Network: return {14.0, 2.7};
+    case HopKind::NvLink: return {3.4, 0.6, 1.9};
+    case HopKind::PcieP2p: return {5.7, 1.0, 2.5};
+    case HopKind::HostMemory: return {5.7, 1.0, 2.5};
+    case HopKind::Network: return {14.0, 2.7, 4.0};
   }
-  return {14.0, 2.7};
+  return {14.0, 2.7, 4.0};
 }
-constexpr double kProtocolEfficiency[] = {1.0, 0.5};
+constexpr double kProtocolEfficiency[] = {1.0, 0.5, 2048.0 / 2052.0};
 // Device figures fitted to one H200 (bench/results/gpu-check/run3-4baa0c9-h200: the kernel sweep,
 // 2 ranks x 1-32 channels at 256 MiB, and braid-perf all-reduce 8 B - 256 MiB at 2 and 8 ranks):
 // - what one thread block moves alone, as bus bandwidth: a Simple ring channel 12.3 GB/s, an LL
-//   one 1.7; a direct-engine block 16.6. With c blocks the blocks' rate and the memory's combine
-//   as 1/G = 1/(c x block) + 1/memory (within 4% for the ring at 1-32 channels; the direct engine
-//   within 15% at 1-16 channels per rank, and 8 ranks x 4 within 10%);
+//   one 1.7; a direct-engine block 16.6. A segmented channel has not run yet: Simple's figure
+//   stands in (its warps move with the same packs in flight). With c blocks the blocks' rate and
+//   the memory's combine as 1/G = 1/(c x block) + 1/memory (within 4% for the ring at 1-32
+//   channels; the direct engine within 15% at 1-16 channels per rank, and 8 ranks x 4 within 10%);
 // - a kernel's own fixed time, 2 us, then its steps' hop latencies (deviceHopLatency);
 // - what the host takes to issue a call, 11 us, and 1.2 us more per rank when one thread issues
 //   every rank's launch: back-to-back calls overlap it with the previous kernels, so a call takes
 //   the longer of the two (the small sizes' flat 12 us at 2 ranks, 20.5 us at 8 in one launch).
-constexpr double kDeviceChannelGBs[] = {12.3, 1.7};  // indexed by Protocol
+constexpr double kDeviceChannelGBs[] = {12.3, 1.7, 12.3};  // indexed by Protocol
 constexpr double kDirectBlockGBs = 16.6;
 constexpr double kDeviceKernelUs = 2.0;
 constexpr double kDeviceIssueUs = 11.0;
@@ -109,7 +112,12 @@ const char* algorithmName(Algorithm algorithm) {
   return "?";
 }
 const char* protocolName(Protocol protocol) {
-  return protocol == Protocol::Simple ? "simple" : "ll";
+  switch (protocol) {
+    case Protocol::Simple: return "simple";
+    case Protocol::LL: return "ll";
+    case Protocol::Segmented: return "segmented";
+  }
+  return "?";
 }
 
 double busBandwidthFactor(Operation op, int nranks) {
@@ -156,15 +164,23 @@ ModelInput modelInputFromParams() {
                    .netHopUs = param::ModelNetHopUs(),
                    .switchUs = param::ModelSwitchUs()};
   allowAlgorithms(input, param::Algo(), "BRAID_ALGO");
-  input.allowedProtocols = parseChoice(param::Proto(), "BRAID_PROTO", {"simple", "ll"});
+  const std::string protocols = param::Proto();
+  std::vector<const char*> names;
+  for (Protocol protocol : kProtocols) names.push_back(protocolName(protocol));
+  input.allowedProtocols = parseChoice(protocols, "BRAID_PROTO", names);
+  input.deviceSegmentedNamed =
+      !protocols.empty() && input.allowedProtocols[static_cast<int>(Protocol::Segmented)];
   return input;
 }
 
 Model::Model(const LinkGraph& graph, const Plan& plan, ModelInput input)
     : nranks_(graph.nranks()), hosts_(std::max(1, graph.hosts)), in_(std::move(input)) {
   // Device ranks on several hosts: the network proxy sends the bytes a Simple slot holds, and
-  // low-latency lines carry no count (transport/p2p.cc), so those hops run Simple only.
-  if (!in_.hostRanks && hosts_ > 1) in_.allowedProtocols[static_cast<int>(Protocol::LL)] = false;
+  // flagged lines and segments carry no count (transport/p2p.cc), so those hops run Simple only.
+  if (!in_.hostRanks && hosts_ > 1) {
+    in_.allowedProtocols[static_cast<int>(Protocol::LL)] = false;
+    in_.allowedProtocols[static_cast<int>(Protocol::Segmented)] = false;
+  }
   ringGBs_ = plan.totalBandwidthGBs();
   if (!plan.channels.empty()) {
     for (const Hop& hop : plan.channels.front().hops) {
@@ -284,8 +300,7 @@ void Model::findDeviceTreePaths(const LinkGraph& graph, const Channel& channel) 
            p = parent, parent = trees.node(tree, p).parent) {
         const bool crosses = graph.hostOfRank(order[p]) != graph.hostOfRank(order[parent]);
         const DeviceLatency& hop = crosses ? network : onHost;
-        path.simpleUs += hop.simpleUs;
-        path.llUs += hop.llUs;
+        path += hop;
         treeCrossesHosts_ |= crosses;
       }
       if (path.simpleUs > treePath_.simpleUs) treePath_ = path;
@@ -437,7 +452,7 @@ double Model::hierarchicalTimeUs(Operation op, Protocol protocol, size_t bytes,
 }
 
 double Model::stepLatencyUs(Protocol protocol) const {
-  if (!in_.hostRanks) return protocol == Protocol::LL ? slowestHop_.llUs : slowestHop_.simpleUs;
+  if (!in_.hostRanks) return slowestHop_.of(protocol);
   // A ring of host ranks crosses the network once per host: the average step, as handoffUs
   // prices each.
   return hosts_ > 1 ? ((nranks_ - hosts_) * handoffUs(false) + hosts_ * handoffUs(true)) / nranks_
@@ -559,8 +574,9 @@ Prediction Model::fastest(Operation op, size_t bytes, DeviceLaunch launch,
     if (!in_.allowedAlgorithms[static_cast<int>(algorithm)] || algorithm == skip) continue;
     if (algorithm == Algorithm::Direct && !directPossible) continue;
     if (algorithm == Algorithm::Tree && !in_.hostRanks && !in_.deviceTreeNamed) continue;
-    for (Protocol protocol : {Protocol::Simple, Protocol::LL}) {
+    for (Protocol protocol : kProtocols) {
       if (!in_.allowedProtocols[static_cast<int>(protocol)]) continue;
+      if (protocol == Protocol::Segmented && !in_.hostRanks && !in_.deviceSegmentedNamed) continue;
       const double us = timeUs(op, algorithm, protocol, bytes);
       if (us < best.us) best = {algorithm, protocol, us, 0};
     }
@@ -611,10 +627,11 @@ std::string Model::describe() const {
     if (in_.linkOnCores) out += "; the network is the cores' own TCP copies (virtual interfaces)";
   } else
     out += fmt::format(
-        "; device protocols simple/ll, slowest hop {:.1f}/{:.1f} us, rings {:.1f}/{:.1f} "
-        "GB/s{}{}{}",
-        slowestHop_.simpleUs, slowestHop_.llUs, deviceRingGBs(Protocol::Simple),
-        deviceRingGBs(Protocol::LL),
+        "; device protocols simple/ll/segmented, slowest hop {:.1f}/{:.1f}/{:.1f} us, rings "
+        "{:.1f}/{:.1f}/{:.1f} GB/s{}{}{}",
+        slowestHop_.simpleUs, slowestHop_.llUs, slowestHop_.segmentedUs,
+        deviceRingGBs(Protocol::Simple), deviceRingGBs(Protocol::LL),
+        deviceRingGBs(Protocol::Segmented),
         in_.deviceChannels > 0 ? fmt::format(" over {} channels", in_.deviceChannels)
                                : std::string(),
         in_.ranksShareDevice

@@ -26,7 +26,11 @@ enum class Algorithm : uint8_t { Ring, Direct, Doubling, Halving, Tree, HierDoub
 inline constexpr Algorithm kAlgorithms[] = {
     Algorithm::Ring, Algorithm::Direct,       Algorithm::Doubling,   Algorithm::Halving,
     Algorithm::Tree, Algorithm::HierDoubling, Algorithm::HierHalving};
-enum class Protocol : uint8_t { Simple, LL };
+// Device protocols (coll/ring_engine.h): Simple (slots published by tail), LL (flagged 8-byte
+// lines, half of them data), Segmented (warp segments, each published by its own flag: the mid
+// sizes). Host ranks run Simple only.
+enum class Protocol : uint8_t { Simple, LL, Segmented };
+inline constexpr Protocol kProtocols[] = {Protocol::Simple, Protocol::LL, Protocol::Segmented};
 
 const char* operationName(Operation op);
 const char* algorithmName(Algorithm algorithm);
@@ -80,7 +84,11 @@ struct ModelInput {
   // Device ranks choose the tree only where the algorithms are named and name it (BRAID_ALGO or a
   // config's): it has not run on a GPU yet (docs/engine.md); until it has, no default takes it.
   bool deviceTreeNamed = false;
-  std::vector<bool> allowedProtocols = {true, true};  // indexed by Protocol (BRAID_PROTO)
+  // Indexed by Protocol (BRAID_PROTO).
+  std::vector<bool> allowedProtocols = std::vector<bool>(std::size(kProtocols), true);
+  // Likewise the segmented protocol, until a GPU run has fitted its constants: devices choose it
+  // only where BRAID_PROTO names it.
+  bool deviceSegmentedNamed = false;
 };
 
 struct Prediction {
@@ -92,7 +100,18 @@ struct Prediction {
 
 // Device latencies of one hop, in µs, per protocol.
 struct DeviceLatency {
-  double simpleUs = 0, llUs = 0;
+  double simpleUs = 0, llUs = 0, segmentedUs = 0;
+  double of(Protocol protocol) const {
+    return protocol == Protocol::LL          ? llUs
+           : protocol == Protocol::Segmented ? segmentedUs
+                                             : simpleUs;
+  }
+  DeviceLatency& operator+=(const DeviceLatency& hop) {
+    simpleUs += hop.simpleUs;
+    llUs += hop.llUs;
+    segmentedUs += hop.segmentedUs;
+    return *this;
+  }
 };
 
 // How a CUDA communicator's ranks launch a call, as far as the direct engine goes.
@@ -180,7 +199,8 @@ class Model {
 
 // The host figures and latencies of BRAID_MODEL_*, and the algorithms and protocols BRAID_ALGO and
 // BRAID_PROTO allow ("ring", "direct", "doubling", "halving", "tree", "hier-doubling",
-// "hier-halving", "hier" for both, "ring,direct"; "simple", "ll"; empty = all). Fails naming the
+// "hier-halving", "hier" for both, "ring,direct"; "simple", "ll", "segmented"; empty = all). Fails
+// naming the
 // variable and the accepted values. The caller fills in the machine: cores, threads, FIFOs.
 ModelInput modelInputFromParams();
 // The algorithms a list names ("ring,doubling"; empty: all), indexed by Algorithm; fails naming

@@ -41,6 +41,7 @@ need 'ld\.acquire\.sys' "acquire loads of FIFO words at system scope"
 need 'st\.release\.sys' "release stores of FIFO words at system scope"
 need 'st\.relaxed\.sys\.b64' "low-latency lines (4 bytes of data and their flag in one 8-byte store), and a Simple slot's bytes in use for a network proxy"
 need 'ld\.relaxed\.sys\.b64' "low-latency lines read as one 8-byte load"
+need 'bar\.warp\.sync' "the segmented protocol's warp barrier before a lane publishes a segment"
 if grep -E 'ld\.(acquire|relaxed)\.(gpu|cta)|st\.(release|relaxed)\.(gpu|cta)' "$ptx" > /dev/null; then
   echo "FAIL: a FIFO word is accessed at a scope narrower than the system"
   status=1

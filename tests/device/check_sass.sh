@@ -1,9 +1,10 @@
 #!/bin/bash
 # The device kernels as the GPU runs them: `cuobjdump -sass` of the object device_ptx compiled
 # (in $2; tools from PyPI, scripts/sass-tools.sh, into $3), read by sass_loads.py. Every Simple
-# ring and direct kernel must issue at least MIN_LOADS 16-byte global loads before it uses the
-# first (the design: kPacksInFlight = 4 packs of each of the two sources a move reduces, so one
-# round trip to memory brings 8 packs; docs/cuda.md), touch no local memory, and keep to the
+# and segmented ring kernel and every direct kernel must issue at least MIN_LOADS 16-byte global
+# loads before it uses the first (the design: kPacksInFlight = 4 packs of each of the two sources a
+# move reduces, so one round trip to memory brings 8 packs; docs/cuda.md), touch no local memory,
+# and keep to the
 # registers a block of kMaxThreadsPerBlock threads allows (65536 / 512 = 128).
 # Exit 77 (ctest: skipped) where device_ptx could not compile (no nvcc).
 set -euo pipefail

@@ -18,7 +18,7 @@ namespace braid_test {
 
 using braid::Collective;
 
-enum class Algorithm { Simple, LowLatency, Direct };
+enum class Algorithm { Simple, LowLatency, Segmented, Direct };
 
 struct Shape {
   int ranks, channels, threads, slots;
@@ -32,6 +32,7 @@ struct Shape {
 inline std::string shapeName(const Shape& s) {
   const char* algorithm = s.algorithm == Algorithm::Simple       ? "simple_"
                           : s.algorithm == Algorithm::LowLatency ? "ll_"
+                          : s.algorithm == Algorithm::Segmented  ? "seg_"
                                                                  : "direct_";
   return (s.network ? std::string("net_") : std::string()) + algorithm + std::to_string(s.ranks) +
          "ranks_" + std::to_string(s.channels) + "ch_" + std::to_string(s.threads) + "threads_" +
@@ -39,6 +40,9 @@ inline std::string shapeName(const Shape& s) {
 }
 
 constexpr size_t kSlotBytes = 256;  // small, so that 1031 elements take many chunks
+// The segmented protocol's segments: 3 packs, so that a slot holds 4 (and 64 bytes are left) and
+// a warp's lanes get different numbers of packs.
+constexpr size_t kSegmentBytes = 48;
 
 struct Case {
   Collective collective;

@@ -10,7 +10,11 @@
 #   no-resume:    the views no longer take up the FIFO's counters (coll/ring_engine.h), so a call
 #                 after the first on the same FIFOs starts from zero (what a communicator's second
 #                 call, or a graph's replay, would do).
-# Usage: mutation_check.sh [gtest filter] (default: one 4-rank, 4-thread shape)
+#   no-warp-barrier: the segmented protocol's warp barrier before a segment's flag is dropped
+#                 (coll/ring_engine.h), so the first lane publishes a segment while the warp's other
+#                 lanes may still write it.
+# Usage: [MUTANTS="no-barrier ..."] mutation_check.sh [gtest filter] (default: every mutant, on
+# one 4-rank, 4-thread shape of every algorithm)
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 filter="${1:-*4ranks_1ch_4threads_2slots*}"
@@ -36,11 +40,12 @@ build_and_run() {  # name, then sed expressions applied to file
 status=0
 if build_and_run original "" ""; then echo "original: passes"; else
   echo "original: FAILS (see below)"; tail -20 "$scratch/original/log"; exit 1; fi
-for mutant in no-barrier relaxed-post no-resume; do
+for mutant in ${MUTANTS:-no-barrier relaxed-post no-resume no-warp-barrier}; do
   case "$mutant" in
     no-barrier) file=src/coll/ring_engine.h expr='s/if (group.any(!ready)) return false;/if (!ready) return false;/' ;;
     relaxed-post) file=transport/fifo_view.h expr='/storeRelease/,/^}/s/memory_order_release/memory_order_relaxed/' ;;
     no-resume) file=src/coll/ring_engine.h expr='s/^  ports.resume(group);$//' ;;
+    no-warp-barrier) file=src/coll/ring_engine.h expr='s/^        group.syncWarp();  .*$//' ;;
   esac
   if build_and_run "$mutant" "$file" "$expr"; then
     echo "$mutant: NOT caught (the tests passed)"; status=1

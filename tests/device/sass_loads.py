@@ -8,8 +8,8 @@ shows 2 x kPacksInFlight; one that reduces each pack as it arrives shows 2.
 
     python3 sass_loads.py --sass SASS --ptxas PTXAS_V --min-loads N --max-registers M [--bulk RE]
 
-exits 1, naming them, where a kernel whose (mangled) name matches RE (default: the Simple ring and
-the direct kernels) has fewer loads in flight than N, or any kernel has an LDL/STL (local memory:
+exits 1, naming them, where a kernel whose (mangled) name matches RE (default: the Simple and
+segmented ring kernels and the direct kernels) has fewer loads in flight than N, or any kernel has an LDL/STL (local memory:
 spills or stack arrays) or more than M registers per thread (ptxas -v).
 """
 
@@ -103,7 +103,7 @@ def main():
     parser.add_argument("--ptxas", required=True, help="ptxas -v's output for the same object")
     parser.add_argument("--min-loads", type=int, required=True)
     parser.add_argument("--max-registers", type=int, required=True)
-    parser.add_argument("--bulk", default=r"ringKernel.*FifoViewPorts|directKernel",
+    parser.add_argument("--bulk", default=r"ringKernel.*(FifoViewPorts|SegmentPorts)|directKernel",
                         help="the kernels whose moves are bulk (regex): the loads are counted there")
     args = parser.parse_args()
     with open(args.sass) as f:

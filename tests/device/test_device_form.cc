@@ -1,9 +1,10 @@
 // The device form of the collectives (coll/ring_engine.h, coll/direct_engine.h: the code nvcc
 // compiles into kernels) on CPU threads: a "grid" of R ranks x C channels x T threads per block,
 // each block's threads meeting at a std::barrier where a kernel has __syncthreads, FIFOs and
-// barrier words in ordinary memory, the element reductions of kernels/element_reduce.h. Three
-// algorithms: the ring with the Simple protocol, the ring with the low-latency protocol (LL), and
-// the direct all-pairs exchange. Every collective x dtype x op (PreMulSum included, with a scalar
+// barrier words in ordinary memory, the element reductions of kernels/element_reduce.h. Four
+// algorithms: the ring with the Simple protocol, with the low-latency protocol (LL) and with the
+// segmented protocol (each warp of 2 lanes publishing its segments), and the direct all-pairs
+// exchange. Every collective x dtype x op (PreMulSum included, with a scalar
 // per rank) runs at counts 0, 1, 7, 1031 and beyond the FIFO, in place and out of place, plus
 // point-to-point sends and receives, for R in {1, 2, 3, 4, 8}, T in {1, 4, 32}, FIFO slots {2, 4}
 // and C in {1, 2}; outputs are poisoned first and every element is compared with the multirank
@@ -250,6 +251,9 @@ class Grid {
       if (shape_.algorithm == Algorithm::LowLatency)
         ok = braid::runChannelOnViews<R, kPrescaled>(group, call, part, parts,
                                                      braid::LlPorts{in, out}, scale);
+      else if (shape_.algorithm == Algorithm::Segmented)
+        ok = braid::runChannelOnViews<R, kPrescaled>(
+            group, call, part, parts, braid::SegmentPorts{in, out, kSegmentBytes}, scale);
       else
         ok = braid::runChannelOnViews<R, kPrescaled>(group, call, part, parts,
                                                      braid::FifoViewPorts{in, out}, scale);
@@ -354,6 +358,9 @@ class AbsentRankCalls {
                                   outputs_[rank].data(), kCount, kCount, 1};
     if (algorithm_ == Algorithm::LowLatency)
       return braid::runChannelOnViews<R>(group, call, 0, 1, braid::LlPorts{in, out});
+    if (algorithm_ == Algorithm::Segmented)
+      return braid::runChannelOnViews<R>(group, call, 0, 1,
+                                         braid::SegmentPorts{in, out, kSegmentBytes});
     return braid::runChannelOnViews<R>(group, call, 0, 1, braid::FifoViewPorts{in, out});
   }
 
@@ -392,14 +399,16 @@ void runWithAbsentRank(Algorithm algorithm, Ending ending) {
 }
 
 TEST(DeviceWaits, AnAbsentRankIsAbortedNotAwaited) {
-  for (Algorithm a : {Algorithm::Simple, Algorithm::LowLatency, Algorithm::Direct}) {
+  for (Algorithm a :
+       {Algorithm::Simple, Algorithm::LowLatency, Algorithm::Segmented, Algorithm::Direct}) {
     SCOPED_TRACE(shapeName({3, 1, 4, 2, a}));
     runWithAbsentRank(a, Ending::Abort);
   }
 }
 
 TEST(DeviceWaits, AnAbsentRankEndsTheWaitAtTheDeadline) {
-  for (Algorithm a : {Algorithm::Simple, Algorithm::LowLatency, Algorithm::Direct}) {
+  for (Algorithm a :
+       {Algorithm::Simple, Algorithm::LowLatency, Algorithm::Segmented, Algorithm::Direct}) {
     SCOPED_TRACE(shapeName({3, 1, 4, 2, a}));
     runWithAbsentRank(a, Ending::Deadline);
   }
@@ -505,7 +514,8 @@ TEST_P(DeviceForm, EveryCollectiveMatchesTheReference) {
 // ranks.
 std::vector<Shape> shapes() {
   std::vector<Shape> all;
-  for (Algorithm algorithm : {Algorithm::Simple, Algorithm::LowLatency, Algorithm::Direct})
+  for (Algorithm algorithm :
+       {Algorithm::Simple, Algorithm::LowLatency, Algorithm::Segmented, Algorithm::Direct})
     for (int ranks : {1, 2, 3, 4, 8})
       for (int threads : {1, 4, 32})
         for (int slots : {2, 4}) {
@@ -520,7 +530,8 @@ std::vector<Shape> shapes() {
         }
 #if !defined(__SANITIZE_THREAD__)
   // As many channels as a CUDA communicator of 2 ranks sharing a GPU has (16: core/comm.cc).
-  for (Algorithm algorithm : {Algorithm::Simple, Algorithm::LowLatency, Algorithm::Direct})
+  for (Algorithm algorithm :
+       {Algorithm::Simple, Algorithm::LowLatency, Algorithm::Segmented, Algorithm::Direct})
     all.push_back({2, 16, 1, 2, algorithm});
 #endif
 #if BRAID_DEVICE_FORM_NET

@@ -42,6 +42,7 @@ void runCase(const Shape& shape, const Case& c, DeviceArena& arena, cudaStream_t
   const void* kernel = braid::deviceKernel(
       shape.algorithm == Algorithm::Simple       ? braid::DeviceAlgorithm::Simple
       : shape.algorithm == Algorithm::LowLatency ? braid::DeviceAlgorithm::LowLatency
+      : shape.algorithm == Algorithm::Segmented  ? braid::DeviceAlgorithm::Segmented
                                                  : braid::DeviceAlgorithm::Direct,
       c.type, prescaled ? braidSum : c.op, prescaled);
   ASSERT_NE(kernel, nullptr);
@@ -113,6 +114,7 @@ void runCase(const Shape& shape, const Case& c, DeviceArena& arena, cudaStream_t
                         divisor};
           block.channel = p2p ? ch / 2 : ch;
           block.nChannels = p2p ? channels / 2 : channels;
+          block.ports = ports;  // the segmented protocol's segment size
           block.ports.in = {words[mine], slots[mine], slotBytes,
                             static_cast<uint32_t>(shape.slots)};
           block.ports.out = {words[theirs], slots[theirs], slotBytes,
@@ -127,6 +129,8 @@ void runCase(const Shape& shape, const Case& c, DeviceArena& arena, cudaStream_t
     };
     if (shape.algorithm == Algorithm::LowLatency)
       launchRing(braid::LlPorts{});
+    else if (shape.algorithm == Algorithm::Segmented)
+      launchRing(braid::SegmentPorts{{}, kSegmentBytes});
     else
       launchRing(braid::FifoViewPorts{});
   });
@@ -161,14 +165,16 @@ TEST_P(GpuKernels, EveryCollectiveMatchesTheReference) {
 // 16 at 2; blocks of 32 (a warp) and 256 threads.
 std::vector<Shape> shapes() {
   std::vector<Shape> all;
-  for (Algorithm algorithm : {Algorithm::Simple, Algorithm::LowLatency, Algorithm::Direct})
+  for (Algorithm algorithm :
+       {Algorithm::Simple, Algorithm::LowLatency, Algorithm::Segmented, Algorithm::Direct})
     for (int ranks : {1, 2, 4, 8})
       for (int threads : {32, 256}) {
         const int channels = ranks == 2 || ranks == 4 ? 2 : 1;
         all.push_back({ranks, channels, threads, 4, algorithm});
       }
   // A CUDA communicator's channels at 2 ranks sharing a GPU (core/comm.cc).
-  for (Algorithm algorithm : {Algorithm::Simple, Algorithm::LowLatency, Algorithm::Direct})
+  for (Algorithm algorithm :
+       {Algorithm::Simple, Algorithm::LowLatency, Algorithm::Segmented, Algorithm::Direct})
     all.push_back({2, 16, 256, 4, algorithm});
   return all;
 }

@@ -40,6 +40,17 @@ Planned cpuRanks(int n) {
   return p;
 }
 
+// Device ranks that all share one GPU of `memoryGBs` (reads and writes together), `channels`
+// blocks each.
+ModelInput oneGpuInput(double memoryGBs, int channels) {
+  ModelInput in;
+  in.hostRanks = false;
+  in.ranksShareDevice = true;
+  in.deviceMemoryGBs = memoryGBs;
+  in.deviceChannels = channels;
+  return in;
+}
+
 TEST(PlanModel, BusBandwidthFactorsAreNcclTests) {
   EXPECT_DOUBLE_EQ(busBandwidthFactor(Operation::AllReduce, 4), 1.5);
   EXPECT_DOUBLE_EQ(busBandwidthFactor(Operation::ReduceScatter, 4), 0.75);
@@ -108,7 +119,7 @@ TEST(PlanModel, OverridesRestrictTheChoice) {
             Algorithm::Ring);
   // Host FIFOs run the Simple protocol only: asking for LL alone falls back to what runs.
   ModelInput llOnly = hostInput(2, 2);
-  llOnly.allowedProtocols = {false, true};
+  llOnly.allowedProtocols = {false, true, false};
   const Prediction fallback = Model(p.graph, p.plan, llOnly).best(Operation::AllReduce, 1 << 20);
   EXPECT_EQ(fallback.protocol, Protocol::Simple);
   EXPECT_EQ(fallback.algorithm, Algorithm::Ring);
@@ -162,6 +173,38 @@ TEST(PlanModel, DeviceRanksAcrossHostsRunSimpleOnly) {
                 .best(Operation::AllReduce, 8, DeviceLaunch::Apart)
                 .protocol,
             Protocol::LL);
+}
+
+// The segmented protocol's figures are LL128's stand-ins until a GPU run fits them: no default
+// chooses it; named (BRAID_PROTO), it is priced per hop at 1.9 us on NVLink and 2048 of every
+// 2052 bytes as data, and wins the mid sizes from Simple; across hosts it never runs.
+TEST(PlanModel, SegmentedProtocolRunsOnlyWhereNamedAndOnOneHost) {
+  const int n = 2, channels = 16;
+  const Planned p = cpuRanks(n);
+  ModelInput in = oneGpuInput(3000, channels);
+  const Model unnamed(p.graph, p.plan, in);
+  for (size_t bytes = 8; bytes <= (size_t{1} << 30); bytes *= 4)
+    EXPECT_NE(unnamed.best(Operation::AllReduce, bytes, DeviceLaunch::Apart).protocol,
+              Protocol::Segmented)
+        << bytes;
+  in.deviceSegmentedNamed = true;
+  const Model named(p.graph, p.plan, in);
+  const size_t bytes = size_t{1} << 20;
+  const double busBytes = 2.0 * (n - 1) / n * static_cast<double>(bytes);
+  const double memory = 3000.0 / (2 * n) * 2048.0 / 2052.0;
+  const double blocks = channels * 12.3;
+  EXPECT_NEAR(named.timeUs(Operation::AllReduce, Algorithm::Ring, Protocol::Segmented, bytes),
+              2.0 + 2 * (n - 1) * 1.9 + busBytes / (1 / (1 / blocks + 1 / memory)) / 1e3, 1e-6);
+  const Prediction mid = named.best(Operation::AllReduce, bytes, DeviceLaunch::Apart);
+  EXPECT_EQ(mid.algorithm, Algorithm::Ring);
+  EXPECT_EQ(mid.protocol, Protocol::Segmented);
+  ManyHosts twoHosts(2, 1, 8);
+  twoHosts.in.hostRanks = false;
+  twoHosts.in.deviceSegmentedNamed = true;
+  twoHosts.in.allowedProtocols = {false, false, true};  // what runs there instead: Simple
+  const Model acrossHosts(twoHosts.graph, twoHosts.plan, twoHosts.in);
+  EXPECT_EQ(acrossHosts.best(Operation::AllReduce, bytes, DeviceLaunch::Apart).protocol,
+            Protocol::Simple);
 }
 
 TEST(PlanModel, LogStepsAcrossHostsPayNetworkHopsOnlyWhereTheyCross) {
@@ -449,12 +492,8 @@ TEST(PlanModel, RanksSharingOneGpuRunDirectWhenOneLaunchHoldsThemAll) {
   for (int n : {2, 4, 8}) {
     SCOPED_TRACE(std::to_string(n) + " ranks");
     const Planned p = cpuRanks(n);
-    ModelInput in;
-    in.hostRanks = false;
-    in.ranksShareDevice = true;
-    in.deviceMemoryGBs = 3000;   // an H100's HBM3, reads and writes together
-    in.deviceChannels = 32 / n;  // the communicator's default: 32 blocks on the GPU
-    const Model model(p.graph, p.plan, in);
+    // An H100's HBM3; the communicator's default of 32 blocks on the GPU.
+    const Model model(p.graph, p.plan, oneGpuInput(3000, 32 / n));
     for (Operation op : {Operation::AllReduce, Operation::ReduceScatter, Operation::AllGather}) {
       SCOPED_TRACE(operationName(op));
       const Prediction large = model.best(op, size_t{256} << 20);
@@ -533,12 +572,7 @@ TEST(PlanModel, OneShotAcrossHostsPaysTheBusiestNic) {
 TEST(PlanModel, DeviceRatesCombineTheBlocksAndTheMemory) {
   const int n = 2, channels = 16;
   const Planned p = cpuRanks(n);
-  ModelInput in;
-  in.hostRanks = false;
-  in.ranksShareDevice = true;
-  in.deviceMemoryGBs = 3000;
-  in.deviceChannels = channels;
-  const Model model(p.graph, p.plan, in);
+  const Model model(p.graph, p.plan, oneGpuInput(3000, channels));
   const size_t bytes = size_t{256} << 20;
   const double busBytes = 2.0 * (n - 1) / n * static_cast<double>(bytes);
   const double memory = 3000.0 / (2 * n);
@@ -587,12 +621,7 @@ TEST(PlanModel, DeviceFiguresReproduceTheH200Run) {
   for (const Measured& row : rows) {
     SCOPED_TRACE(std::to_string(row.ranks) + " ranks, " + std::to_string(row.bytes) + " B");
     const Planned p = cpuRanks(row.ranks);
-    ModelInput in;
-    in.hostRanks = false;
-    in.ranksShareDevice = true;
-    in.deviceMemoryGBs = 4814;
-    in.deviceChannels = 32 / row.ranks;
-    const Model model(p.graph, p.plan, in);
+    const Model model(p.graph, p.plan, oneGpuInput(4814, 32 / row.ranks));
     const double us = model
                           .best(Operation::AllReduce, row.bytes,
                                 row.oneLaunch ? DeviceLaunch::Together : DeviceLaunch::Apart)
