@@ -6,7 +6,8 @@
 #   - CPU ranks, 2 per host (this 2-core machine: a rank and its network proxy each, more busy
 #     threads than cores): the flat log-step forms beside the hierarchical ones.
 # Beside them, the network steps NCCL's double binary tree pays between hosts (2 log2(hosts)) at
-# the model's own network hop. Usage: model_scale.sh [BUILD_DIR]
+# the model's own network hop. Usage: model_scale.sh [BUILD_DIR] > bench/results/model_scale.md; then
+# bench/trees/plot_model_scale.py draws docs/model_scale.png from it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 topo=${1:-build}/tools/braid-topo
