@@ -53,6 +53,17 @@ void takeScale(Block& block, const DeviceScale* scale) {
   std::memcpy(&block.scaleValue, &scale->bits, sizeof(block.scaleValue));
 }
 
+// The segmented protocol's warps must be whole (their barriers and votes name all 32 lanes) and
+// its segments whole packs.
+void checkSegmentedLaunch(const DeviceRankCall& r) {
+  const size_t segmentBytes = r.ctx->links->geometry().segmentBytes;
+  if (r.ctx->threads % 32 != 0 || segmentBytes == 0 || segmentBytes % sizeof(Pack16) != 0)
+    fail(braidInternalError,
+         "rank {}: the segmented protocol needs whole warps and segments of whole 16-byte packs "
+         "({} threads, {}-byte segments)",
+         r.ctx->links->rank(), r.ctx->threads, segmentBytes);
+}
+
 template <class T, class Ports>
 void launchRing(std::span<const DeviceRankCall> ranks, DeviceProtocol protocol, const void* kernel,
                 void* stream) {
@@ -69,8 +80,10 @@ void launchRing(std::span<const DeviceRankCall> ranks, DeviceProtocol protocol, 
       block.nChannels = channels;
       block.ports.in = links.ringRecv(ch, protocol).recvView();
       block.ports.out = links.ringSend(ch, protocol).sendView();
-      if constexpr (std::is_same_v<Ports, SegmentPorts>)
+      if constexpr (std::is_same_v<Ports, SegmentPorts>) {
+        if (ch == 0) checkSegmentedLaunch(r);
         block.ports.segmentBytes = links.geometry().segmentBytes;
+      }
       takeScale(block, r.scale);
       block.failed = r.ctx->failed + ch;
     }

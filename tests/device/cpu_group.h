@@ -12,21 +12,23 @@
 
 namespace braid_test {
 
-// Where a block's (or a warp's) threads meet: a barrier, and a vote for any()/anyInWarp() in two
-// flags used in turn, so one can be cleared while the other is in use.
+// Where a block's (or a warp's) threads meet: a barrier, and a vote for any()/anyInWarp() in three
+// flags used in turn.
 struct Meeting {
   explicit Meeting(int threads) : barrier(threads) {}
   std::barrier<> barrier;
-  std::atomic<bool> flag[2] = {false, false};
+  std::atomic<bool> flag[3] = {false, false, false};
 
-  // Every thread has left the previous vote once all reach the barrier, so the leader may clear
-  // that vote's flag for the next one. `phase`: the calling thread's count of votes here.
+  // Once every thread has reached this vote's barrier, all have read the previous vote's flag, and
+  // none can set it again (as the vote after next) before the leader reaches the next barrier: so
+  // the leader clears it here. (Clearing the next vote's flag instead would race with a thread
+  // already voting in it.) `phase`: the calling thread's count of votes here.
   bool any(bool mine, bool leader, unsigned& phase) {
-    std::atomic<bool>& current = flag[phase % 2];
+    std::atomic<bool>& current = flag[phase % 3];
     if (mine) current.store(true);
     barrier.arrive_and_wait();
     const bool result = current.load();
-    if (leader) flag[(phase + 1) % 2].store(false);
+    if (leader) flag[(phase + 2) % 3].store(false);
     ++phase;
     return result;
   }
