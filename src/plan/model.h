@@ -200,8 +200,8 @@ class Model {
 // The host figures and latencies of BRAID_MODEL_*, and the algorithms and protocols BRAID_ALGO and
 // BRAID_PROTO allow ("ring", "direct", "doubling", "halving", "tree", "hier-doubling",
 // "hier-halving", "hier" for both, "ring,direct"; "simple", "ll", "segmented"; empty = all). Fails
-// naming the
-// variable and the accepted values. The caller fills in the machine: cores, threads, FIFOs.
+// naming the variable and the accepted values. The caller fills in the machine: cores, threads,
+// FIFOs.
 ModelInput modelInputFromParams();
 // The algorithms a list names ("ring,doubling"; empty: all), indexed by Algorithm; fails naming
 // `source` and the accepted names.

@@ -76,22 +76,22 @@ class CpuGroup {
 class CpuBlocks {
  public:
   CpuBlocks(int blocks, int threads, int lanes = 2)
-      : threads_(threads), lanes_(std::max(1, std::min(lanes, threads))) {
-    const int warps = (threads + lanes_ - 1) / lanes_;
+      : threads_(threads),
+        lanes_(std::max(1, std::min(lanes, threads))),
+        warpsPerBlock_((threads + lanes_ - 1) / lanes_) {
     for (int b = 0; b < blocks; ++b) {
       blocks_.push_back(std::make_unique<Meeting>(threads));
-      for (int w = 0; w < warps; ++w)
+      for (int w = 0; w < warpsPerBlock_; ++w)
         warps_.push_back(std::make_unique<Meeting>(std::min(lanes_, threads - w * lanes_)));
     }
   }
   CpuGroup group(int block, int thread, CpuGroup::Clock::time_point deadline) {
-    const int warps = (threads_ + lanes_ - 1) / lanes_;
     return CpuGroup(thread, threads_, lanes_, blocks_[block].get(),
-                    warps_[block * warps + thread / lanes_].get(), deadline);
+                    warps_[block * warpsPerBlock_ + thread / lanes_].get(), deadline);
   }
 
  private:
-  int threads_, lanes_;
+  int threads_, lanes_, warpsPerBlock_;
   std::vector<std::unique_ptr<Meeting>> blocks_, warps_;
 };
 

@@ -4,8 +4,8 @@
 // barrier words in ordinary memory, the element reductions of kernels/element_reduce.h. Four
 // algorithms: the ring with the Simple protocol, with the low-latency protocol (LL) and with the
 // segmented protocol (each warp of 2 lanes publishing its segments), and the direct all-pairs
-// exchange. Every collective x dtype x op (PreMulSum included, with a scalar
-// per rank) runs at counts 0, 1, 7, 1031 and beyond the FIFO, in place and out of place, plus
+// exchange. Every collective x dtype x op (PreMulSum included, with a scalar per rank) runs at
+// counts 0, 1, 7, 1031 and beyond the FIFO, in place and out of place, plus
 // point-to-point sends and receives, for R in {1, 2, 3, 4, 8}, T in {1, 4, 32}, FIFO slots {2, 4}
 // and C in {1, 2}; outputs are poisoned first and every element is compared with the multirank
 // grid's independent reference (grid_common.h). The same binary is built with ThreadSanitizer
