@@ -5,6 +5,10 @@
 // the ranks meet through a gloo::rendezvous::FileStore in the empty directory GLOO_PERF_STORE.
 // Gloo reduces in place: an out-of-place row copies the input into the output first, in the time.
 // Exit status as braid-perf: 0 passed, 1 wrong values, 2 bad flags, 3 failed.
+// Gloo's collectives return before their last send is written (AllreduceRing's final notification,
+// the root's replies in BarrierAllToOne), and a rank that exits then closes its sockets under a
+// peer still waiting: the peer's wait throws "Connection closed by peer" even where its data
+// arrived. So the ranks leave together through the store, which no socket's closing can disturb.
 #include <fmt/format.h>
 #include <gloo/allreduce_ring.h>
 #include <gloo/barrier_all_to_one.h>
@@ -19,6 +23,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "peer_bench.h"
 #include "perf/launch.h"
@@ -49,15 +55,24 @@ const gloo::ReductionFunction<float>* glooReduction(braidRedOp_t op) {
 
 class GlooComm : public PeerComm {
  public:
-  GlooComm(int rank, int nranks, const std::string& storeDirectory) : rank_(rank) {
+  GlooComm(int rank, int nranks, const std::string& storeDirectory)
+      : rank_(rank), store_(storeDirectory) {
     gloo::transport::tcp::attr attr;
     attr.hostname = "127.0.0.1";
     std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
-    gloo::rendezvous::FileStore store(storeDirectory);
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, nranks);
     context->setTimeout(kOperationTimeout);
-    context->connectFullMesh(store, device);
+    context->connectFullMesh(store_, device);
     context_ = context;
+  }
+  // Returns once every rank has finished its last Gloo wait, so closing this rank's sockets can
+  // no longer fail a peer's.
+  void leaveTogether() {
+    const auto doneKey = [](int rank) { return fmt::format("gloo_perf_done_{}", rank); };
+    store_.set(doneKey(rank_), {'1'});
+    std::vector<std::string> keys;
+    for (int r = 0; r < nranks(); ++r) keys.push_back(doneKey(r));
+    store_.wait(keys, kOperationTimeout);
   }
   int rank() const override { return rank_; }
   int nranks() const override { return context_->size; }
@@ -98,6 +113,7 @@ class GlooComm : public PeerComm {
 
  private:
   int rank_;
+  gloo::rendezvous::FileStore store_;
   std::shared_ptr<gloo::Context> context_;
   std::unique_ptr<gloo::AllreduceRing<float>> ring_;
   float* ringData_ = nullptr;
@@ -123,6 +139,7 @@ int main(int argc, char** argv) {
                   environmentInt("OMPI_COMM_WORLD_SIZE", "WORLD_SIZE"), store);
     const int64_t wrong =
         runPeerBenchmark(*options, comm, {"gloo-perf", "Gloo", GLOO_PERF_VERSION, "mpirun"});
+    comm.leaveTogether();
     return wrong == 0 ? kExitPassed : kExitWrongValues;
   } catch (const UsageError& e) {
     fmt::print(stderr, "gloo-perf: {}\n", e.what());
