@@ -15,7 +15,8 @@
 #      (BRAID_PROTO=segmented, 2 and 8 ranks to 64 MiB), which no default chooses yet;
 #   4. the GPU test programs, to their verdicts: the kernels' grid on device memory and the CUDA
 #      communicator tests (1-8 ranks on one GPU, stream order, graph replay, one launch of every
-#      rank on the direct engine, on the ring, on the tree and with the segmented protocol) at
+#      rank on the direct engine, on the ring, on the tree (Simple and LL) and with the segmented
+#      protocol) at
 #      once, as separate processes sharing the GPU (they assert values, not times); then two
 #      processes through IPC, DataParallel on device buffers, and ranks on two namespace hosts
 #      where `ip` exists;
@@ -137,6 +138,9 @@ done | tee -a "$out/perf.txt"
 # The device tree's all-reduce beside the chosen algorithms above: 8 ranks as threads, to 4 MiB.
 BRAID_ALGO=tree perf perf-allreduce-8ranks-float-threads-tree -t 8 -b 8 -e 4M -f 4 \
   | tee -a "$out/perf.txt"
+# ... and on LL's flagged lines, to 256 KiB.
+BRAID_ALGO=tree BRAID_PROTO=ll perf perf-allreduce-8ranks-float-threads-tree-ll -t 8 -b 8 \
+  -e 256K -f 4 | tee -a "$out/perf.txt"
 # Every stream in one hardware queue, 8 ranks as threads, calls back to back: the hazard that
 # likely stalled run 3 (docs/cuda.md) laid bare; the ranks' rounds must carry it through.
 CUDA_DEVICE_MAX_CONNECTIONS=1 perf perf-allreduce-8ranks-float-threads-1queue -t 8 -b 8 -e 1M \
@@ -164,6 +168,8 @@ BRAID_LAUNCH_ROUNDS=0 CUDA_DEVICE_MAX_CONNECTIONS=1 \
   BRAID_ALGO=tree gtest comm-onelaunch-tree test_gpu_comm "$limit" \
     --gtest_filter=CudaComm.OneThreadDrivesEveryRankInOneLaunch &
   BRAID_ALGO=tree gtest comm-ranks-tree test_gpu_comm "$limit" --gtest_filter='*CudaCommRanks*' &
+  BRAID_ALGO=tree BRAID_PROTO=ll gtest comm-ranks-tree-ll test_gpu_comm "$limit" \
+    --gtest_filter='*CudaCommRanks*' &
   # The segmented protocol on every ring call.
   BRAID_PROTO=segmented gtest comm-onelaunch-segmented test_gpu_comm "$limit" \
     --gtest_filter=CudaComm.OneThreadDrivesEveryRankInOneLaunch &

@@ -49,8 +49,17 @@ size_t P2pLinks::ringFifosBytes() const {
   return simpleFifoBytes() + llFifoBytes() + segmentFifoBytes();
 }
 
-size_t P2pLinks::treeFifoBytes() const {
+size_t P2pLinks::treeSimpleFifoBytes() const {
   return fifoBytes(geometry_.simpleSlotBytes, kTreeSlots);
+}
+size_t P2pLinks::treeFifoBytes() const {
+  return treeSimpleFifoBytes() + fifoBytes(geometry_.llSlotBytes, kTreeSlots);
+}
+
+int P2pLinks::hopProtocolIndex(DeviceProtocol protocol) {
+  if (protocol == DeviceProtocol::Segmented)
+    fail(braidInternalError, "the segmented protocol runs on no tree and no hop to another host");
+  return protocol == DeviceProtocol::Simple ? 0 : 1;
 }
 
 size_t P2pLinks::treeOffset() const {
@@ -63,9 +72,9 @@ size_t P2pLinks::directOffset() const {
 }
 
 // A rank's allocation: per channel its Simple, low-latency and segmented ring FIFOs, then one
-// Simple FIFO per sending peer, then per tree channel one Simple FIFO of kTreeSlots per neighbour's
-// end (parent, first child, second child), then the direct engine's words: per channel a line per
-// rank, then the abort word on a line of its own.
+// Simple FIFO per sending peer, then per tree channel and neighbour's end (parent, first child,
+// second child) a Simple and a low-latency FIFO of kTreeSlots, then the direct engine's words: per
+// channel a line per rank, then the abort word on a line of its own.
 DeviceFifo P2pLinks::ringFifo(int receiver, int channel, DeviceProtocol protocol) const {
   const size_t offset = static_cast<size_t>(channel) * ringFifosBytes();
   switch (protocol) {
@@ -88,14 +97,18 @@ DeviceFifo P2pLinks::pairFifo(int receiver, int sender) const {
   return fifoAt(receiver, offset, geometry_.simpleSlotBytes, geometry_.simpleSlots);
 }
 
-DeviceFifo P2pLinks::treeFifo(int receiver, int channel, int sender) const {
+DeviceFifo P2pLinks::treeFifo(int receiver, int channel, int sender,
+                              DeviceProtocol protocol) const {
   const int end = treeNodeOf(channel, receiver).endOf(sender);
   if (end < 0)
     fail(braidInternalError, "rank {}: ranks {} and {} are not neighbours on tree channel {}",
          rank_, receiver, sender, channel);
   const size_t index = static_cast<size_t>(channel) * TreeNode::kEnds + static_cast<size_t>(end);
-  return fifoAt(receiver, treeOffset() + index * treeFifoBytes(), geometry_.simpleSlotBytes,
-                kTreeSlots);
+  const size_t offset = treeOffset() + index * treeFifoBytes();
+  if (protocol == DeviceProtocol::Simple)
+    return fifoAt(receiver, offset, geometry_.simpleSlotBytes, kTreeSlots);
+  hopProtocolIndex(protocol);  // fails for the segmented protocol
+  return fifoAt(receiver, offset + treeSimpleFifoBytes(), geometry_.llSlotBytes, kTreeSlots);
 }
 
 int P2pLinks::ringPosition(int channel, int rank) const {
@@ -119,21 +132,25 @@ void P2pLinks::layOutTrees(const std::vector<bool>& remote) {
     for (int end = 0; end < TreeNode::kEnds; ++end) {
       const int peer = tree.node.at(end);
       if (peer < 0 || remote[peer]) continue;
-      tree.from[end] = treeFifo(rank_, t, peer);
-      tree.to[end] = treeFifo(peer, t, rank_);
+      for (DeviceProtocol protocol : {DeviceProtocol::Simple, DeviceProtocol::LowLatency}) {
+        tree.fromBy[hopProtocolIndex(protocol)][end] = treeFifo(rank_, t, peer, protocol);
+        tree.toBy[hopProtocolIndex(protocol)][end] = treeFifo(peer, t, rank_, protocol);
+      }
     }
   }
 }
 
 DeviceFifo P2pLinks::ringEnd(int channel, DeviceProtocol protocol, bool sending) const {
-  const DeviceFifo& net = (sending ? netRingSend_ : netRingRecv_)[channel];
+  // Any protocol's FIFO says whether the hop crosses the network.
+  const DeviceFifo& simple = (sending ? netRingSend_ : netRingRecv_)[0][channel];
   const int peer = sending ? ringNext(channel) : ringPrev(channel);
-  if (net.words == nullptr) return ringFifo(sending ? peer : rank_, channel, protocol);
-  if (protocol != DeviceProtocol::Simple)
+  if (simple.words == nullptr) return ringFifo(sending ? peer : rank_, channel, protocol);
+  if (protocol == DeviceProtocol::Segmented)
     fail(braidInternalError,
-         "rank {}: channel {} {} rank {} on another host, where only the Simple protocol runs",
+         "rank {}: channel {} {} rank {} on another host, where the segmented protocol does not "
+         "run",
          rank_, channel, sending ? "sends to" : "receives from", peer);
-  return net;
+  return (sending ? netRingSend_ : netRingRecv_)[hopProtocolIndex(protocol)][channel];
 }
 
 DeviceFifo P2pLinks::pairRecv(int sender) const {
@@ -184,23 +201,28 @@ DeviceFifo P2pLinks::onDevice(const FifoDesc& hostFifo, bool sending) const {
 }
 
 // The hops to other hosts: on each channel the ring neighbours there, and every peer there for
-// sends and receives, a connection each way for each (keys alike on both ends). The proxy's FIFOs
+// sends and receives, a connection each way for each (keys alike on both ends), the rings and
+// trees one for each protocol (Simple, low-latency: a FIFO never serves two). The proxy's FIFOs
 // go in pinned host memory mapped into the GPU; the proxy keeps polling them, since a kernel's
 // stores cannot wake it.
 void P2pLinks::connectNetwork(const std::vector<bool>& remote,
                               const std::function<void(void*, size_t)>& allGather,
                               Clock::time_point deadline) {
-  const int channels = geometry_.channels;
-  // Keys: ring channel c, then the sends and receives (channels), then tree channel t
-  // (channels + 1 + t).
+  const int channels = geometry_.channels, trees = treeChannels();
+  // Keys: the sends and receives 0; then per protocol p (hopProtocolIndex) ring channel c at
+  // 1 + p * (channels + trees) + c and tree channel t after the rings.
+  const auto ringKey = [&](int p, int c) { return 1 + p * (channels + trees) + c; };
+  const auto treeKey = [&](int p, int t) { return ringKey(p, channels) + t; };
   std::vector<net::NetLinkKey> keys;
   for (int peer = 0; peer < nranks_; ++peer) {
     if (!remote[peer]) continue;
-    for (int c = 0; c < channels; ++c)
-      if (ringNext(c) == peer || ringPrev(c) == peer) keys.push_back({peer, c});
-    keys.push_back({peer, channels});
-    for (int t = 0; t < treeChannels(); ++t)
-      if (trees_[t].node.endOf(peer) >= 0) keys.push_back({peer, channels + 1 + t});
+    keys.push_back({peer, 0});
+    for (int p = 0; p < kHopProtocols; ++p) {
+      for (int c = 0; c < channels; ++c)
+        if (ringNext(c) == peer || ringPrev(c) == peer) keys.push_back({peer, ringKey(p, c)});
+      for (int t = 0; t < trees; ++t)
+        if (trees_[t].node.endOf(peer) >= 0) keys.push_back({peer, treeKey(p, t)});
+    }
   }
   net::NetLinks connected = net::connectNetLinks(rank_, nranks_, keys, allGather, deadline);
   const int rank = rank_;
@@ -214,26 +236,29 @@ void P2pLinks::connectNetwork(const std::vector<bool>& remote,
   proxy_ = std::make_shared<net::Proxy>(
       rank_, FifoGeometry{geometry_.simpleSlotBytes, static_cast<int>(geometry_.simpleSlots)},
       pinned);
+  const net::LinkFormat lines{
+      FifoGeometry{geometry_.llSlotBytes, static_cast<int>(geometry_.llSlots)}, true};
   for (const net::NetLinkKey& key : keys) {
     auto& [send, recv] = connected.links[key];
-    const net::Proxy::Fifos fifos = proxy_->addPeer(key.peer, std::move(send), std::move(recv));
+    const int p = key.index == 0 ? 0 : (key.index - 1) / (channels + trees);
+    const int at = key.index == 0 ? 0 : (key.index - 1) % (channels + trees);
+    const net::Proxy::Fifos fifos = proxy_->addPeer(key.peer, std::move(send), std::move(recv),
+                                                    p == 1 ? lines : net::LinkFormat{});
     netHostWords_.push_back(&fifos.send.control->words);
     netHostWords_.push_back(&fifos.recv.control->words);
-    if (key.index == channels) {
+    if (key.index == 0) {
       netPairSend_[key.peer] = onDevice(fifos.send, true);
       netPairRecv_[key.peer] = onDevice(fifos.recv, false);
-      continue;
-    }
-    if (key.index > channels) {
-      TreeChannel& tree = trees_[key.index - channels - 1];
+    } else if (at >= channels) {
+      TreeChannel& tree = trees_[at - channels];
       const int end = tree.node.endOf(key.peer);
-      tree.from[end] = onDevice(fifos.recv, false);
-      tree.to[end] = onDevice(fifos.send, true);
+      tree.fromBy[p][end] = onDevice(fifos.recv, false);
+      tree.toBy[p][end] = onDevice(fifos.send, true);
       tree.overNetwork[end] = true;
-      continue;
+    } else {
+      if (ringNext(at) == key.peer) netRingSend_[p][at] = onDevice(fifos.send, true);
+      if (ringPrev(at) == key.peer) netRingRecv_[p][at] = onDevice(fifos.recv, false);
     }
-    if (ringNext(key.index) == key.peer) netRingSend_[key.index] = onDevice(fifos.send, true);
-    if (ringPrev(key.index) == key.peer) netRingRecv_[key.index] = onDevice(fifos.recv, false);
   }
   proxy_->start(net::nicName(*connected.net));
   proxy_->operationStarted();
@@ -348,8 +373,10 @@ std::unique_ptr<P2pLinks> P2pLinks::connect(int rank, int nranks, const DeviceRa
     links->areas_[peer] = static_cast<uint8_t*>(opened);
     links->opened_[peer] = true;
   }
-  links->netRingSend_.assign(geometry.channels, {});
-  links->netRingRecv_.assign(geometry.channels, {});
+  for (int p = 0; p < kHopProtocols; ++p) {
+    links->netRingSend_[p].assign(geometry.channels, {});
+    links->netRingRecv_[p].assign(geometry.channels, {});
+  }
   links->netPairSend_.assign(nranks, {});
   links->netPairRecv_.assign(nranks, {});
   links->layOutTrees(remote);
@@ -379,8 +406,9 @@ void P2pLinks::abort() {
   for (int c = 0; c < geometry_.channels; ++c)
     for (DeviceProtocol protocol :
          {DeviceProtocol::Simple, DeviceProtocol::LowLatency, DeviceProtocol::Segmented}) {
-      if (netRingRecv_[c].words == nullptr) set(&ringFifo(rank_, c, protocol).words->abort);
-      if (netRingSend_[c].words == nullptr) set(&ringFifo(ringNext(c), c, protocol).words->abort);
+      if (netRingRecv_[0][c].words == nullptr) set(&ringFifo(rank_, c, protocol).words->abort);
+      if (netRingSend_[0][c].words == nullptr)
+        set(&ringFifo(ringNext(c), c, protocol).words->abort);
     }
   for (int peer = 0; peer < nranks_; ++peer) {
     if (netPairRecv_[peer].words == nullptr) set(&pairFifo(rank_, peer).words->abort);
@@ -389,8 +417,10 @@ void P2pLinks::abort() {
   for (const TreeChannel& tree : trees_)
     for (int end = 0; end < TreeNode::kEnds; ++end) {
       if (tree.node.at(end) < 0 || tree.overNetwork[end]) continue;
-      set(&tree.from[end].words->abort);
-      set(&tree.to[end].words->abort);
+      for (int p = 0; p < kHopProtocols; ++p) {
+        set(&tree.fromBy[p][end].words->abort);
+        set(&tree.toBy[p][end].words->abort);
+      }
     }
   if (areas_[0] != nullptr) set(directAbort());  // rank 0's allocation, on this host
   // The network's, in pinned host memory: the host's own stores.

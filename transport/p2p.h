@@ -3,12 +3,12 @@
 // device allocation: per channel a ring FIFO for each protocol (the Simple protocol's slots, the
 // low-latency protocol's lines and the segmented protocol's segments never share a buffer: stale
 // bytes of one could look like a flag of another), per peer a FIFO for sends and receives, per tree
-// channel a FIFO from each tree neighbour (a tree slot on the sends' FIFO could land between the
-// parts of a user's message), and the direct engine's barrier words (used in rank 0's allocation
-// only, so that every rank of a launch meets on the same words). Ranks of one process reach a
-// peer's allocation by its pointer, ranks of another process on the same host by a CUDA IPC handle;
-// where the two GPUs differ, peer access is enabled. Ranks on other hosts are reached through FIFOs
-// in pinned host memory that a network proxy moves (connectNetwork).
+// channel a Simple and a low-latency FIFO from each tree neighbour (a tree slot on the sends' FIFO
+// could land between the parts of a user's message), and the direct engine's barrier words (used in
+// rank 0's allocation only, so that every rank of a launch meets on the same words). Ranks of one
+// process reach a peer's allocation by its pointer, ranks of another process on the same host by a
+// CUDA IPC handle; where the two GPUs differ, peer access is enabled. Ranks on other hosts are
+// reached through FIFOs in pinned host memory that a network proxy moves (connectNetwork).
 #pragma once
 
 #include <cstddef>
@@ -85,7 +85,8 @@ class P2pLinks {
 
   const DeviceFifoGeometry& geometry() const { return geometry_; }
   // The ring FIFOs of `channel` this rank receives on (its predecessor writes it) and sends on.
-  // Fails for the flagged protocols (low-latency, segmented) on a hop to another host.
+  // Fails for the segmented protocol on a hop to another host (the network proxy carries Simple
+  // slots and low-latency lines).
   DeviceFifo ringRecv(int channel, DeviceProtocol protocol) const {
     return ringEnd(channel, protocol, false);
   }
@@ -103,13 +104,23 @@ class P2pLinks {
   // (coll/tree_engine.h), the second lets the next call's first slot in early.
   static constexpr uint32_t kTreeSlots = 2;
   // This rank on tree channel `channel`, laid out at connect: its neighbours as ranks, and by
-  // each one's end (TreeNode::at) the FIFO it writes and this rank reads (`from`) and the one
-  // this rank writes and it reads (`to`), in GPU memory or, for a neighbour on another host, in
-  // the network proxy's pinned memory (`overNetwork`).
+  // protocol (Simple or low-latency) and each one's end (TreeNode::at) the FIFO it writes and this
+  // rank reads (`from`) and the one this rank writes and it reads (`to`), in GPU memory or, for a
+  // neighbour on another host, in the network proxy's pinned memory (`overNetwork`).
+  // The protocols of a tree and of a hop to another host: Simple 0, low-latency 1; the index
+  // fails for the segmented protocol, which neither runs.
+  static constexpr int kHopProtocols = 2;
+  static int hopProtocolIndex(DeviceProtocol protocol);
   struct TreeChannel {
     TreeNode node;
-    DeviceFifo from[TreeNode::kEnds], to[TreeNode::kEnds];
+    DeviceFifo fromBy[kHopProtocols][TreeNode::kEnds], toBy[kHopProtocols][TreeNode::kEnds];
     bool overNetwork[TreeNode::kEnds] = {};
+    const DeviceFifo& from(DeviceProtocol protocol, int end) const {
+      return fromBy[hopProtocolIndex(protocol)][end];
+    }
+    const DeviceFifo& to(DeviceProtocol protocol, int end) const {
+      return toBy[hopProtocolIndex(protocol)][end];
+    }
   };
   const TreeChannel& tree(int channel) const { return trees_[channel]; }
   // The ring order of `channel` in device memory (nranks ints), and who follows this rank on it.
@@ -142,7 +153,7 @@ class P2pLinks {
   DeviceFifo ringFifo(int receiver, int channel, DeviceProtocol protocol) const;
   DeviceFifo pairFifo(int receiver, int sender) const;
   // The FIFO of `receiver` that its tree neighbour `sender` writes on tree channel `channel`.
-  DeviceFifo treeFifo(int receiver, int channel, int sender) const;
+  DeviceFifo treeFifo(int receiver, int channel, int sender, DeviceProtocol protocol) const;
   // `rank`'s neighbours on tree channel `channel`, as ranks.
   TreeNode treeNodeOf(int channel, int rank) const;
   // trees_ with every neighbour's FIFOs on this host (those on `remote` hosts: connectNetwork).
@@ -159,9 +170,10 @@ class P2pLinks {
   size_t llFifoBytes() const;
   size_t segmentFifoBytes() const;
   size_t ringFifosBytes() const;  // a channel's, every protocol's
-  size_t treeFifoBytes() const;
-  size_t treeOffset() const;    // where the tree FIFOs start in an allocation
-  size_t directOffset() const;  // where the direct engine's words start in an allocation
+  size_t treeSimpleFifoBytes() const;
+  size_t treeFifoBytes() const;  // a tree end's, both protocols
+  size_t treeOffset() const;     // where the tree FIFOs start in an allocation
+  size_t directOffset() const;   // where the direct engine's words start in an allocation
 
   int rank_ = 0;
   int nranks_ = 0;
@@ -175,10 +187,12 @@ class P2pLinks {
   int* ringOrders_ = nullptr;    // channels x nranks, device memory
   void* abortStream_ = nullptr;  // cudaStream_t for abort()'s stores
   // Hops to other hosts: the proxy that moves them (it owns their pinned FIFOs), and by channel
-  // (ring), peer (sends and receives) or tree channel and this rank's end (trees) the FIFOs this
-  // rank's kernels write and read; a FIFO without words is a hop on this host.
+  // and protocol (the trees' index: rings), peer (sends and receives) or tree channel and this
+  // rank's end (trees) the FIFOs this rank's kernels write and read; a FIFO without words is a
+  // hop on this host.
   std::shared_ptr<net::Proxy> proxy_;
-  std::vector<DeviceFifo> netRingSend_, netRingRecv_, netPairSend_, netPairRecv_;
+  std::vector<DeviceFifo> netRingSend_[kHopProtocols], netRingRecv_[kHopProtocols];
+  std::vector<DeviceFifo> netPairSend_, netPairRecv_;
   std::vector<TreeChannel> trees_;        // by tree channel
   std::vector<FifoWords*> netHostWords_;  // their words as the host reaches them (abort)
 };

@@ -94,16 +94,17 @@ void launchRing(std::span<const DeviceRankCall> ranks, DeviceProtocol protocol, 
 
 // The all-reduce on the trees: each tree channel of each rank a block with its share of the
 // elements, through the FIFOs P2pLinks laid out for it.
-template <class T>
-void launchTree(std::span<const DeviceRankCall> ranks, const void* kernel, void* stream) {
-  TreeLaunch<T> params{};
+template <class T, class Ports>
+void launchTree(std::span<const DeviceRankCall> ranks, DeviceProtocol protocol, const void* kernel,
+                void* stream) {
+  TreeLaunch<T, Ports> params{};
   params.timeoutNs = ranks.front().ctx->timeoutNs;
   int blocks = 0;
   for (const DeviceRankCall& r : ranks) {
     const P2pLinks& links = *r.ctx->links;
     const int channels = links.treeChannels();
     for (int ch = 0; ch < channels; ++ch) {
-      TreeBlock<T>& block = params.blocks[blocks++];
+      TreeBlock<T, Ports>& block = params.blocks[blocks++];
       const P2pLinks::TreeChannel& tree = links.tree(ch);
       const TreeNode& node = tree.node;
       const size_t begin = shareBegin<T>(r.args.count, ch, channels);
@@ -116,9 +117,9 @@ void launchTree(std::span<const DeviceRankCall> ranks, const void* kernel, void*
                     node.parent >= 0,
                     node.nChildren};
       auto portsAt = [&](int end) {
-        FifoViewPorts ports{};
-        ports.in = tree.from[end].recvView();
-        ports.out = tree.to[end].sendView();
+        Ports ports{};
+        ports.in = tree.from(protocol, end).recvView();
+        ports.out = tree.to(protocol, end).sendView();
         return ports;
       };
       if (node.parent >= 0) block.ports.parent = portsAt(0);
@@ -193,7 +194,7 @@ void loadDeviceKernels(int device) {
   if (loaded.contains(device)) return;
   for (DeviceAlgorithm algorithm :
        {DeviceAlgorithm::Simple, DeviceAlgorithm::LowLatency, DeviceAlgorithm::Segmented,
-        DeviceAlgorithm::Direct, DeviceAlgorithm::Tree})
+        DeviceAlgorithm::Direct, DeviceAlgorithm::Tree, DeviceAlgorithm::TreeLowLatency})
     for (int type = 0; type < braidNumTypes; ++type)
       for (int op = 0; op < braidNumOps; ++op)
         for (bool prescaled : {false, true})
@@ -217,12 +218,14 @@ void launchCollective(std::span<const DeviceRankCall> ranks, DeviceAlgorithm alg
   const DeviceRankCall& first = ranks.front();
   const CollArgs& a = first.args;
   int blocks = 0;
-  if (algorithm == DeviceAlgorithm::Tree && a.coll != Collective::AllReduce)
+  const bool tree =
+      algorithm == DeviceAlgorithm::Tree || algorithm == DeviceAlgorithm::TreeLowLatency;
+  if (tree && a.coll != Collective::AllReduce)
     fail(braidInternalError, "rank {}: the device tree runs all-reduces only",
          first.ctx->links->rank());
   for (const DeviceRankCall& r : ranks) {
     const P2pLinks& links = *r.ctx->links;
-    blocks += algorithm == DeviceAlgorithm::Tree ? links.treeChannels() : links.geometry().channels;
+    blocks += tree ? links.treeChannels() : links.geometry().channels;
     if (!sameCollective(r.args, a) || (r.scale == nullptr) != (first.scale == nullptr))
       fail(braidInternalError, "rank {}: ranks of one launch make different calls",
            r.ctx->links->rank());
@@ -239,7 +242,10 @@ void launchCollective(std::span<const DeviceRankCall> ranks, DeviceAlgorithm alg
     using T = decltype(element);
     switch (algorithm) {
       case DeviceAlgorithm::Direct: return launchDirect<T>(ranks, kernel, stream);
-      case DeviceAlgorithm::Tree: return launchTree<T>(ranks, kernel, stream);
+      case DeviceAlgorithm::Tree:
+        return launchTree<T, FifoViewPorts>(ranks, DeviceProtocol::Simple, kernel, stream);
+      case DeviceAlgorithm::TreeLowLatency:
+        return launchTree<T, LlPorts>(ranks, DeviceProtocol::LowLatency, kernel, stream);
       case DeviceAlgorithm::LowLatency:
         return launchRing<T, LlPorts>(ranks, DeviceProtocol::LowLatency, kernel, stream);
       case DeviceAlgorithm::Segmented:

@@ -1,8 +1,8 @@
 // Every kernel of the device path: the ring (Simple, low-latency and segmented protocols), the tree
-// all-reduce and the direct all-pairs algorithm, for every datatype x operator (PreMulSum as Sum
-// over prescaled inputs), found by what they compute (coll/device_launch.h). The device_ptx ctest
-// (tests/device/check_ptx.sh) builds this file for sm_90 plus PTX with warnings as errors and
-// reads what nvcc made of it.
+// all-reduce (Simple and low-latency) and the direct all-pairs algorithm, for every datatype x
+// operator (PreMulSum as Sum over prescaled inputs), found by what they compute
+// (coll/device_launch.h). The device_ptx ctest (tests/device/check_ptx.sh) builds this file for
+// sm_90 plus PTX with warnings as errors and reads what nvcc made of it.
 #include "coll/device_kernels.cuh"
 #include "coll/device_launch.h"
 
@@ -19,7 +19,10 @@ const void* kernelOf(DeviceAlgorithm algorithm) {
       return reinterpret_cast<const void*>(&ringKernel<R, kPrescaled, LlPorts>);
     case DeviceAlgorithm::Segmented:
       return reinterpret_cast<const void*>(&ringKernel<R, kPrescaled, SegmentPorts>);
-    case DeviceAlgorithm::Tree: return reinterpret_cast<const void*>(&treeKernel<R, kPrescaled>);
+    case DeviceAlgorithm::Tree:
+      return reinterpret_cast<const void*>(&treeKernel<R, kPrescaled, FifoViewPorts>);
+    case DeviceAlgorithm::TreeLowLatency:
+      return reinterpret_cast<const void*>(&treeKernel<R, kPrescaled, LlPorts>);
     default: return reinterpret_cast<const void*>(&directKernel<R, kPrescaled>);
   }
 }

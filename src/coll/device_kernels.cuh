@@ -81,20 +81,20 @@ struct RingLaunch {
 };
 
 // One block of a tree launch: a rank's share of an all-reduce on one tree channel, through the
-// FIFOs to and from its tree neighbours.
-template <class T>
+// FIFOs to and from its tree neighbours (Ports: FifoViewPorts or LlPorts).
+template <class T, class Ports>
 struct TreeBlock {
   TreeCall<T> call;
-  TreePorts<FifoViewPorts> ports;
+  TreePorts<Ports> ports;
   const T* scale;  // PreMulSum, as in RingBlock
   T scaleValue;
   int* failed;
 };
 
-template <class T>
+template <class T, class Ports>
 struct TreeLaunch {
   uint64_t timeoutNs;
-  TreeBlock<T> blocks[kMaxLaunchBlocks];
+  TreeBlock<T, Ports> blocks[kMaxLaunchBlocks];
 };
 
 // One block of a direct launch: a rank's call on one channel, the barrier words of that channel.
@@ -134,10 +134,10 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock, 1)
     *block.failed = kGaveUp;
 }
 
-// The all-reduce on the double binary tree (Simple protocol).
-template <class R, bool kPrescaled>
+// The all-reduce on the double binary tree, Ports FifoViewPorts (Simple) or LlPorts.
+template <class R, bool kPrescaled, class Ports>
 __global__ void __launch_bounds__(kMaxThreadsPerBlock, 1)
-    treeKernel(const __grid_constant__ TreeLaunch<typename R::Storage> launch) {
+    treeKernel(const __grid_constant__ TreeLaunch<typename R::Storage, Ports> launch) {
   const auto& block = launch.blocks[blockIdx.x];
   BlockGroup group(launch.timeoutNs);
   const typename R::Storage scale = block.scale != nullptr ? *block.scale : block.scaleValue;

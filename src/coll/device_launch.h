@@ -1,7 +1,7 @@
 // The device kernels (coll/device_kernels.cu) by what they compute, for host code that launches
-// them with cudaLaunchKernel: one parameter, the launch's RingLaunch<T, Ports>, TreeLaunch<T> or
-// DirectLaunch<T> (coll/device_kernels.cuh), and one block per entry of its `blocks`. Built only
-// where nvcc is.
+// them with cudaLaunchKernel: one parameter, the launch's RingLaunch<T, Ports>, TreeLaunch<T,
+// Ports> or DirectLaunch<T> (coll/device_kernels.cuh), and one block per entry of its `blocks`.
+// Built only where nvcc is.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +15,8 @@ enum class DeviceAlgorithm : uint8_t {
   LowLatency,  // the ring, flagged 8-byte lines (RingLaunch<T, LlPorts>)
   Segmented,   // the ring, warp segments each with its flag (RingLaunch<T, SegmentPorts>)
   Direct,      // all-pairs, every rank's buffers reached directly (DirectLaunch<T>)
-  Tree,        // the all-reduce on the double binary tree, Simple slots (TreeLaunch<T>)
+  Tree,  // the all-reduce on the double binary tree, Simple slots (TreeLaunch<T, FifoViewPorts>)
+  TreeLowLatency,  // the same tree, flagged 8-byte lines (TreeLaunch<T, LlPorts>)
 };
 
 // The kernel for (algorithm, datatype, op); PreMulSum when `prescaled` (op is then braidSum).

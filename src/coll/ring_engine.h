@@ -360,9 +360,16 @@ struct LlPorts : FifoEnds {
     for (size_t l = 0; l < kLinesPerPack; ++l)
       if (l < lines) storeRelaxed(line[l], flag | data.word[l]);
   }
+  // A network proxy that drains this FIFO (`used` set) sends what tail publishes: the leader
+  // publishes the lines of the packs in use and tail as the Simple protocol does, and the lines
+  // cross the network with their flags (net::LinkFormat).
   template <class G>
-  BRAID_HD void post(G& group, size_t) {
-    out.postFlagged(group.index() == 0);
+  BRAID_HD void post(G& group, size_t bytes) {
+    if (out.used != nullptr)
+      out.post(group.index() == 0,
+               ceilDiv(bytes, sizeof(Pack16)) * kLinesPerPack * sizeof(uint64_t));
+    else
+      out.postFlagged(group.index() == 0);
   }
 };
 

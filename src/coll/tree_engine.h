@@ -3,8 +3,9 @@
 // from the top) or a reduce (up to the top) on one binary tree of base/binary_trees.h, a FIFO
 // slot of elements at a time. A double binary tree gives each tree a share of the elements.
 // Header-only and __host__ __device__, on the ring engine's thread group G and data mover M, and
-// on ports P per neighbour (the ring engine's Simple ports: waitRecv, recvSlot, release, waitSend,
-// sendSlot, post, slotBytes), each with the FIFO from that neighbour and the FIFO to it. An
+// on ports P per neighbour, each with the FIFO from that neighbour and the FIFO to it: the ring
+// engine's Simple ports (slots published by tail) or its low-latency ports (LlPorts: every 8-byte
+// line carries its flag, so a small call's hop costs no fence and no tail round trip). An
 // all-reduce's slot goes up and its result comes down before the next slot goes up, so each FIFO
 // holds at most one of its slots: no wait can close a cycle, whatever the FIFOs' depth (a
 // broadcast or reduce moves one way only). That costs a round trip of the tree per slot: the
@@ -119,6 +120,94 @@ BRAID_HD bool broadcastDown(G& group, const M& move, const TreeCall<typename M::
   return true;
 }
 
+// The low-latency protocol's steps: each thread takes whole packs, the same packs in both steps,
+// and reads the neighbours' lines, waiting for each line's flag, straight into registers; no
+// slot is read whole, so no partial result is stored between the children. A rank takes its send
+// credit before it reads, as on the ring.
+template <class M, class G, class P>
+BRAID_HD bool reduceUpLines(G& group, const M& move, const TreeCall<typename M::Storage>& call,
+                            TreePorts<P>& ports, size_t at, size_t n) {
+  using T = typename M::Storage;
+  constexpr size_t kPerPack = M::kPerPack;
+  bool ready = !call.hasParent || ports.parent.waitSend(group);
+  const size_t packs = ceilDiv(n, kPerPack);
+  for (size_t p = static_cast<size_t>(group.index()); ready && p < packs;
+       p += static_cast<size_t>(group.size())) {
+    const size_t k = n - p * kPerPack < kPerPack ? n - p * kPerPack : kPerPack;
+    const size_t bytes = k * sizeof(T);
+    Pack16 received[2] = {};
+    if (call.nChildren > 0) ready = ports.children[0].readLines(group, p, bytes, received[0]);
+    if (call.nChildren > 1)
+      ready = ready && ports.children[1].readLines(group, p, bytes, received[1]);
+    if (!ready) break;
+    // Combined as the Simple steps combine: the first child with this rank's input, then the
+    // second child with that, Avg's division at the top's last combination.
+    const int divisor = call.hasParent ? 1 : call.divisor;
+    const Pack16 input = loadElements(call.input + at + p * kPerPack, k);
+    Pack16 result = move.combinePack(call.nChildren > 0, received[0], true, input, k,
+                                     call.nChildren < 2 ? divisor : 1);
+    if (call.nChildren > 1)
+      result = unscaled(move).combinePack(true, received[1], true, result, k, divisor);
+    if (call.hasParent)
+      ports.parent.writeLines(p, bytes, result);
+    else
+      storeElements(call.output + at + p * kPerPack, k, result);
+  }
+  if (group.any(!ready)) return false;
+  if (call.hasParent) ports.parent.post(group, n * sizeof(T));
+  forEachChild(ports, call.nChildren, [&](P& child) { child.release(group); });
+  return true;
+}
+
+template <class M, class G, class P>
+BRAID_HD bool broadcastDownLines(G& group, const TreeCall<typename M::Storage>& call,
+                                 TreePorts<P>& ports, size_t at, size_t n) {
+  using T = typename M::Storage;
+  constexpr size_t kPerPack = M::kPerPack;
+  bool ready = true;
+  forEachChild(ports, call.nChildren, [&](P& child) { ready = ready && child.waitSend(group); });
+  // At the top of an all-reduce this thread stored these packs of the output itself (the same
+  // packs in both steps), so it reads them back without a barrier.
+  const T* from = call.collective == Collective::Broadcast ? call.input : call.output;
+  const bool toOutput = call.hasParent || from != call.output;
+  const size_t packs = ceilDiv(n, kPerPack);
+  for (size_t p = static_cast<size_t>(group.index()); ready && p < packs;
+       p += static_cast<size_t>(group.size())) {
+    const size_t k = n - p * kPerPack < kPerPack ? n - p * kPerPack : kPerPack;
+    const size_t bytes = k * sizeof(T);
+    Pack16 value{};
+    if (call.hasParent)
+      ready = ports.parent.readLines(group, p, bytes, value);
+    else
+      value = loadElements(from + at + p * kPerPack, k);
+    if (!ready) break;
+    if (toOutput) storeElements(call.output + at + p * kPerPack, k, value);
+    forEachChild(ports, call.nChildren, [&](P& child) { child.writeLines(p, bytes, value); });
+  }
+  if (group.any(!ready)) return false;
+  forEachChild(ports, call.nChildren, [&](P& child) { child.post(group, n * sizeof(T)); });
+  if (call.hasParent) ports.parent.release(group);
+  return true;
+}
+
+// One slot's step up or down, in the ports' protocol.
+template <class M, class G, class P>
+BRAID_HD bool upOneSlot(G& group, const M& move, const TreeCall<typename M::Storage>& call,
+                        TreePorts<P>& ports, size_t at, size_t n) {
+  if constexpr (P::kArrival == Arrival::LineFlags)
+    return reduceUpLines(group, move, call, ports, at, n);
+  else
+    return reduceUp(group, move, call, ports, at, n);
+}
+template <class M, class G, class P>
+BRAID_HD bool downOneSlot(G& group, const M& move, const TreeCall<typename M::Storage>& call,
+                          TreePorts<P>& ports, size_t at, size_t n) {
+  if constexpr (P::kArrival == Arrival::LineFlags)
+    return broadcastDownLines<M>(group, call, ports, at, n);
+  else
+    return broadcastDown(group, move, call, ports, at, n);
+}
+
 // This rank's part of the call on one tree. false: a wait gave up (every thread alike).
 template <class M, class G, class P>
 BRAID_HD bool runTree(G& group, const M& move, const TreeCall<typename M::Storage>& call,
@@ -133,22 +222,22 @@ BRAID_HD bool runTree(G& group, const M& move, const TreeCall<typename M::Storag
   if (chunk == 0 && call.count > 0) return false;  // a slot smaller than a pack: nothing fits
   for (size_t at = 0; at < call.count; at += chunk) {
     const size_t n = call.count - at < chunk ? call.count - at : chunk;
-    if (call.collective != Collective::Broadcast && !reduceUp(group, move, call, ports, at, n))
+    if (call.collective != Collective::Broadcast && !upOneSlot(group, move, call, ports, at, n))
       return false;
-    if (call.collective != Collective::Reduce && !broadcastDown(group, move, call, ports, at, n))
+    if (call.collective != Collective::Reduce && !downOneSlot(group, move, call, ports, at, n))
       return false;
   }
   group.sync();
   return true;
 }
 
-// The device form: element reduction R over the FIFO views (Simple protocol), their counters taken
-// up from the FIFO words.
-template <class R, bool kPrescaled = false, class G>
+// The device form: element reduction R over the FIFO views (Simple or low-latency ports), their
+// counters taken up from the FIFO words.
+template <class R, bool kPrescaled = false, class G, class Ports>
 BRAID_HD bool runTreeOnViews(G& group, const TreeCall<typename R::Storage>& call,
-                             TreePorts<FifoViewPorts> ports, typename R::Storage scale = {}) {
+                             TreePorts<Ports> ports, typename R::Storage scale = {}) {
   if (call.hasParent) ports.parent.resume(group);
-  forEachChild(ports, call.nChildren, [&](FifoViewPorts& child) { child.resume(group); });
+  forEachChild(ports, call.nChildren, [&](Ports& child) { child.resume(group); });
   return runTree(group, ElementMover<R, kPrescaled>{scale}, call, ports);
 }
 

@@ -11,6 +11,7 @@
 
 #include "base/random.h"
 #include "core/cuda_probe.h"
+#include "plan/model.h"
 
 #if BRAID_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -24,7 +25,8 @@
 namespace braid {
 
 #if BRAID_HAVE_CUDA
-static_assert(kMaxDeviceChannels <= kMaxLaunchBlocks);
+// A launch carries a block per channel.
+static_assert(plan::kMaxDeviceChannels <= kMaxLaunchBlocks);
 static_assert(kMaxWindowRanks <= kMaxLaunchBlocks, "a window call's buffers go in one launch");
 
 namespace {

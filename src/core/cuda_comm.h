@@ -21,9 +21,6 @@
 
 namespace braid {
 
-// A launch carries a block per channel, at most coll/device_kernels.cuh's kMaxLaunchBlocks.
-constexpr int kMaxDeviceChannels = 32;
-
 struct CudaCommSetup {
   int rank = 0;
   int nranks = 1;

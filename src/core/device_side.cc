@@ -14,14 +14,6 @@ namespace braid {
 
 namespace {
 
-// A CUDA communicator's channels, a thread block each: the planner's rings, repeated where it made
-// fewer. A block moves a few GB/s (bench/results/gpu-check), so on one host the ranks that share
-// a GPU take kMaxDeviceChannels (32) blocks between them, as many as one launch of them all holds
-// (2 ranks: 16 channels each, 3.7x the bandwidth of 4 on an H100); across hosts every channel is
-// a network link each way, so four. The channel bounds (BRAID_MIN/MAX_NCHANNELS) have the last
-// word.
-constexpr int kDeviceChannelsAcrossHosts = 4;
-
 // Counts a launch in its ranks' rounds once it was made, or failed after their turn came: a
 // failure must not hold the other ranks of the GPU back.
 struct CountedInRounds {
@@ -79,9 +71,10 @@ int DeviceSide::channelsFor(Clock::time_point deadline) const {
     oneHost = oneHost && p.host == places[rank].host;
     sharingDevice += p.host == places[rank].host && p.device == places[rank].device;
   }
-  const int wanted =
-      oneHost ? std::max(1, kMaxDeviceChannels / sharingDevice) : kDeviceChannelsAcrossHosts;
-  return std::min(std::clamp(wanted, setup_.minChannels, setup_.maxChannels), kMaxDeviceChannels);
+  // The planner's rings, repeated where it made fewer.
+  const int wanted = plan::defaultDeviceChannels(oneHost, sharingDevice);
+  return std::min(std::clamp(wanted, setup_.minChannels, setup_.maxChannels),
+                  plan::kMaxDeviceChannels);
 }
 
 // One key per communicator (its id and rank 0's nonce, drawn at this init) and GPU.
@@ -152,8 +145,9 @@ DeviceAlgorithm DeviceSide::algorithmOf(const CollArgs& a, plan::DeviceLaunch la
   switch (choice.algorithm) {
     case plan::Algorithm::Direct: return DeviceAlgorithm::Direct;
     case plan::Algorithm::Tree:  // all-reduces only: one rank prices every algorithm alike
-      if (a.coll == Collective::AllReduce) return DeviceAlgorithm::Tree;
-      return DeviceAlgorithm::Simple;
+      if (a.coll != Collective::AllReduce) return DeviceAlgorithm::Simple;
+      return choice.protocol == plan::Protocol::LL ? DeviceAlgorithm::TreeLowLatency
+                                                   : DeviceAlgorithm::Tree;
     default:
       switch (choice.protocol) {
         case plan::Protocol::LL: return DeviceAlgorithm::LowLatency;
@@ -176,7 +170,7 @@ bool DeviceSide::canLaunchTogether(std::span<const DeviceSide* const> sides,
       return false;
     blocks += side.channels_;
   }
-  return blocks <= kMaxDeviceChannels;
+  return blocks <= plan::kMaxDeviceChannels;
 }
 
 void DeviceSide::launchTogether(std::span<DeviceSide* const> sides, std::span<const CollArgs> calls,

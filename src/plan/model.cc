@@ -130,6 +130,11 @@ double busBandwidthFactor(Operation op, int nranks) {
   }
 }
 
+int defaultDeviceChannels(bool oneHost, int ranksSharingDevice) {
+  constexpr int kAcrossHosts = 4;
+  return oneHost ? std::max(1, kMaxDeviceChannels / std::max(1, ranksSharingDevice)) : kAcrossHosts;
+}
+
 size_t hostDirectMaxBytes(int hosts, size_t slotPayloadBytes, int slots) {
   return hosts > 1 ? slotPayloadBytes * static_cast<size_t>(slots) : slotPayloadBytes;
 }
@@ -175,12 +180,10 @@ ModelInput modelInputFromParams() {
 
 Model::Model(const LinkGraph& graph, const Plan& plan, ModelInput input)
     : nranks_(graph.nranks()), hosts_(std::max(1, graph.hosts)), in_(std::move(input)) {
-  // Device ranks on several hosts: the network proxy sends the bytes a Simple slot holds, and
-  // flagged lines and segments carry no count (transport/p2p.cc), so those hops run Simple only.
-  if (!in_.hostRanks && hosts_ > 1) {
-    in_.allowedProtocols[static_cast<int>(Protocol::LL)] = false;
+  // Device ranks on several hosts: the network proxy carries Simple slots and low-latency lines
+  // (transport/p2p.cc), not the segmented protocol's segments.
+  if (!in_.hostRanks && hosts_ > 1)
     in_.allowedProtocols[static_cast<int>(Protocol::Segmented)] = false;
-  }
   ringGBs_ = plan.totalBandwidthGBs();
   if (!plan.channels.empty()) {
     for (const Hop& hop : plan.channels.front().hops) {
@@ -307,24 +310,25 @@ void Model::findDeviceTreePaths(const LinkGraph& graph, const Channel& channel) 
     }
 }
 
-// The device tree all-reduce (coll/tree_engine.h in treeKernel): each tree channel's block takes
-// its share a slot at a time, and a slot goes up the tree and its result down before the next goes
-// up: per slot, the slowest path up and down, and at every level a block's move of the slot (at
-// its own rate and its share of the links' together).
+// The device tree all-reduce (coll/tree_engine.h in treeKernel), Simple or low-latency: each tree
+// channel's block takes its share a slot at a time, and a slot goes up the tree and its result
+// down before the next goes up: per slot, the slowest path up and down in the protocol's hop
+// latencies, and at every level a block's move of the slot (at its own rate and its share of the
+// links' together, as the protocol uses them).
 double Model::deviceTreeTimeUs(Operation op, Protocol protocol, size_t bytes) const {
-  if (op != Operation::AllReduce || protocol != Protocol::Simple || nranks_ < 2 || treeDepth_ == 0)
-    return kInfinity;
+  const bool runs = protocol == Protocol::Simple || protocol == Protocol::LL;
+  if (op != Operation::AllReduce || !runs || nranks_ < 2 || treeDepth_ == 0) return kInfinity;
   // As the executor runs them (two where the channel count is unknown).
   const int channels = treeChannelsOf(in_.deviceChannels <= 0 ? 2 : in_.deviceChannels);
   const double share = static_cast<double>(bytes) / channels;
-  const double slotBytes = static_cast<double>(in_.slotBytes);
+  const double slotBytes =
+      static_cast<double>(protocol == Protocol::LL ? in_.deviceLlSlotDataBytes : in_.slotBytes);
   const double slots = std::max(1.0, std::ceil(share / slotBytes));
   const double slot = std::min(slotBytes, share);
-  // A block's move, bounded by its channel's share of the links too.
+  const int p = static_cast<int>(protocol);
   const double moveUs = microseconds(
-      slot,
-      combinedGBs(kDeviceChannelGBs[static_cast<int>(Protocol::Simple)], ringGBs_ / channels));
-  return kDeviceKernelUs + slots * 2 * (treePath_.simpleUs + treeDepth_ * moveUs);
+      slot, combinedGBs(kDeviceChannelGBs[p], ringGBs_ * kProtocolEfficiency[p] / channels));
+  return kDeviceKernelUs + slots * 2 * (treePath_.of(protocol) + treeDepth_ * moveUs);
 }
 
 // The host's trees run one after the other, each on half the bytes, a FIFO slot at a time. An
@@ -573,7 +577,9 @@ Prediction Model::fastest(Operation op, size_t bytes, DeviceLaunch launch,
   for (Algorithm algorithm : kAlgorithms) {
     if (!in_.allowedAlgorithms[static_cast<int>(algorithm)] || algorithm == skip) continue;
     if (algorithm == Algorithm::Direct && !directPossible) continue;
-    if (algorithm == Algorithm::Tree && !in_.hostRanks && !in_.deviceTreeNamed) continue;
+    if (algorithm == Algorithm::Tree && !in_.hostRanks && !in_.deviceTreeNamed &&
+        !treeCrossesHosts_)
+      continue;
     for (Protocol protocol : kProtocols) {
       if (!in_.allowedProtocols[static_cast<int>(protocol)]) continue;
       if (protocol == Protocol::Segmented && !in_.hostRanks && !in_.deviceSegmentedNamed) continue;

@@ -81,9 +81,14 @@ struct ModelInput {
   int deviceChannels = 0;
   // Indexed by Algorithm (BRAID_ALGO).
   std::vector<bool> allowedAlgorithms = std::vector<bool>(std::size(kAlgorithms), true);
-  // Device ranks choose the tree only where the algorithms are named and name it (BRAID_ALGO or a
-  // config's): it has not run on a GPU yet (docs/engine.md); until it has, no default takes it.
+  // Device ranks on one host choose the tree only where the algorithms are named and name it
+  // (BRAID_ALGO or a config's): it has not run on a GPU yet (docs/engine.md), and there the ring's
+  // steps are NVLink's. Across hosts the default takes it where it wins: the alternative is a ring
+  // of 2(n-1) network steps (NCCL's choice too).
   bool deviceTreeNamed = false;
+  // Device ranks: the data of one low-latency slot (core/cuda_comm.cc's kLlSlotBytes, half of it
+  // data), a device tree's step in that protocol.
+  size_t deviceLlSlotDataBytes = 8 << 10;
   // Indexed by Protocol (BRAID_PROTO).
   std::vector<bool> allowedProtocols = std::vector<bool>(std::size(kProtocols), true);
   // Likewise the segmented protocol, until a GPU run has fitted its constants: devices choose it
@@ -209,6 +214,14 @@ std::vector<bool> allowedAlgorithms(const std::string& list, const char* source)
 // The algorithms `list` names, into `input`: allowedAlgorithms, and deviceTreeNamed where a
 // non-empty list names the tree.
 void allowAlgorithms(ModelInput& input, const std::string& list, const char* source);
+
+// The channels a CUDA communicator's rank runs by default, a thread block each
+// (core/device_side.cc): a block moves a few GB/s (bench/results/gpu-check), so on one host the
+// ranks that share a GPU take kMaxDeviceChannels blocks between them, as many as one launch of them
+// all holds (2 ranks: 16 channels each, 3.7x the bandwidth of 4 on an H100); across hosts every
+// channel is a network link each way, so four. BRAID_MIN/MAX_NCHANNELS have the last word.
+constexpr int kMaxDeviceChannels = 32;
+int defaultDeviceChannels(bool oneHost, int ranksSharingDevice);
 
 // The largest all-reduce the host one-shot exchange can take (ModelInput::directMaxBytes): one
 // FIFO slot on one host, where a larger one goes round the ring, whose copies are fewer; across

@@ -9,9 +9,9 @@
 // point-to-point sends and receives, for R in {1, 2, 3, 4, 8}, T in {1, 4, 32}, FIFO slots {2, 4}
 // and C in {1, 2}; outputs are poisoned first and every element is compared with the multirank
 // grid's independent reference (grid_common.h). The same binary is built with ThreadSanitizer
-// (label tsan). The device variant (BRAID_DEVICE_FORM_NET) also runs the Simple ring with every
-// hop through the network proxy over loopback TCP, as a CUDA communicator's hops to other hosts
-// run (FIFOs in pinned host memory the proxy drains and fills).
+// (label tsan). The device variant (BRAID_DEVICE_FORM_NET) also runs the Simple and low-latency
+// rings with every hop through the network proxy over loopback TCP, as a CUDA communicator's hops
+// to other hosts run (FIFOs in pinned host memory the proxy drains and fills).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -35,9 +35,7 @@
 #include "multirank/grid_common.h"
 
 #if BRAID_DEVICE_FORM_NET
-#include "base/socket.h"
-#include "transport/net/proxy.h"
-#include "transport/net/socket_net.h"
+#include "device/net_hops.h"
 #endif
 
 namespace braid_test {
@@ -89,45 +87,16 @@ class Grid {
     return static_cast<size_t>(channel * shape_.ranks + rank);
   }
 #if BRAID_DEVICE_FORM_NET
-  // Each hop (sender -> receiver on a channel) as two ranks on different hosts run it: the
-  // sender's proxy drains the FIFO its blocks fill into a connection, the receiver's proxy fills
-  // the FIFO its blocks read. A proxy per rank; connections over loopback TCP (the reverse
-  // direction of each pair is connected too, as addPeer takes both, and stays idle).
+  // Each hop (sender -> receiver on a channel) as two ranks on different hosts run it.
   void connectNetwork() {
-    using namespace braid::net;
-    const auto deadline = braid::Clock::now() + std::chrono::seconds(30);
-    std::unique_ptr<Net> net = makeSocketNet(braid::findInterfaces("lo"), {1, 5000});
-    Handle handle;
-    std::unique_ptr<ListenComm> listener = net->listen(0, &handle);
-    auto connection = [&] {
-      std::pair<std::unique_ptr<SendComm>, std::unique_ptr<RecvComm>> c;
-      c.first = net->connect(0, handle, 0, deadline);
-      uint32_t tag = 0;
-      c.second = net->accept(*listener, &tag, deadline);
-      return c;
-    };
-    const braid::FifoGeometry geometry{kSlotBytes, shape_.slots};
-    for (int rank = 0; rank < shape_.ranks; ++rank)
-      proxies_.push_back(std::make_unique<Proxy>(rank, geometry));
-    netSend_.resize(fifoWords_.size());
-    netRecv_.resize(fifoWords_.size());
+    hops_ = std::make_unique<NetHops>(shape_.ranks, fifoWords_.size(),
+                                      braid::FifoGeometry{kSlotBytes, shape_.slots},
+                                      shape_.algorithm == Algorithm::LowLatency);
     for (int receiver = 0; receiver < shape_.ranks; ++receiver)
-      for (int channel = 0; channel < shape_.channels; ++channel) {
-        const int sender = (receiver + shape_.ranks - 1) % shape_.ranks;
-        auto forward = connection(), backward = connection();
-        const size_t hop = fifoIndex(receiver, channel);
-        netSend_[hop] =
-            proxies_[sender]
-                ->addPeer(receiver, std::move(forward.first), std::move(backward.second))
-                .send;
-        netRecv_[hop] = proxies_[receiver]
-                            ->addPeer(sender, std::move(backward.first), std::move(forward.second))
-                            .recv;
-      }
-    for (auto& proxy : proxies_) {
-      proxy->start("lo");
-      proxy->operationStarted();  // kernels' FIFO moves cannot wake it: it keeps polling
-    }
+      for (int channel = 0; channel < shape_.channels; ++channel)
+        hops_->connect(fifoIndex(receiver, channel), (receiver + shape_.ranks - 1) % shape_.ranks,
+                       receiver);
+    hops_->start();
   }
 #endif
 
@@ -199,15 +168,8 @@ class Grid {
     }
 #if BRAID_DEVICE_FORM_NET
     if (shape_.network) {
-      if (in.words != nullptr) {
-        in.words = &netRecv_[mine].control->words;
-        in.slots = netRecv_[mine].slots;
-      }
-      if (out.words != nullptr) {
-        out.words = &netSend_[theirs].control->words;
-        out.slots = netSend_[theirs].slots;
-        out.used = netSend_[theirs].control->bytes;
-      }
+      if (in.words != nullptr) hops_->receiveThrough(mine, in);
+      if (out.words != nullptr) hops_->sendThrough(theirs, out);
     }
 #endif
     const size_t block = fifoIndex(rank, channel);
@@ -280,8 +242,7 @@ class Grid {
   std::mutex failuresMutex_;
   std::vector<std::string> failures_;
 #if BRAID_DEVICE_FORM_NET
-  std::vector<std::unique_ptr<braid::net::Proxy>> proxies_;  // by rank; they own netSend/Recv
-  std::vector<braid::FifoDesc> netSend_, netRecv_;           // by hop (fifoIndex)
+  std::unique_ptr<NetHops> hops_;  // by fifoIndex
 #endif
 };
 
@@ -535,11 +496,13 @@ std::vector<Shape> shapes() {
     all.push_back({2, 16, 1, 2, algorithm});
 #endif
 #if BRAID_DEVICE_FORM_NET
-  // Hops through the network: the Simple protocol (a proxy sends the bytes a slot holds), two
-  // channels so that sends and receives run too.
-  for (int ranks : {2, 3})
-    for (int threads : {1, 4})
-      for (int slots : {2, 4}) all.push_back({ranks, 2, threads, slots, Algorithm::Simple, true});
+  // Hops through the network: the Simple protocol (a proxy sends the bytes a slot holds) and the
+  // low-latency one (the lines as they are, copied in whole at the receiver), two channels so
+  // that sends and receives run too.
+  for (Algorithm algorithm : {Algorithm::Simple, Algorithm::LowLatency})
+    for (int ranks : {2, 3})
+      for (int threads : {1, 4})
+        for (int slots : {2, 4}) all.push_back({ranks, 2, threads, slots, algorithm, true});
 #endif
   return all;
 }

@@ -1,14 +1,18 @@
 // The tree engine's device form (coll/tree_engine.h) on CPU threads standing in for thread blocks:
 // all-reduce, broadcast and reduce on a double binary tree (base/binary_trees.h; one channel per
 // tree, each a share of the elements), every dtype x op x count, in place and not, roots first and
-// last, 1-16 ranks (every tree shape those sizes make), ranks placed on the trees through a ring
+// last, 1-16 ranks (every tree shape those sizes make), in the Simple protocol and the low-latency
+// one (LlPorts: flagged lines), ranks placed on the trees through a ring
 // order that is not the identity; every element against the multirank grid's independent
 // reference (device_cases.h), the outputs poisoned first. FIFOs carry the cases one after another,
-// as a communicator's do. Built with ThreadSanitizer too (label tsan).
+// as a communicator's do. Built with ThreadSanitizer too (label tsan). The device variant
+// (BRAID_DEVICE_FORM_NET) also runs every tree edge through the network proxy over loopback TCP, as
+// a CUDA communicator's tree neighbours on other hosts are reached (device/net_hops.h).
 #include <gtest/gtest.h>
 
 #include <barrier>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -18,6 +22,10 @@
 #include "coll/tree_engine.h"
 #include "device/cpu_group.h"
 #include "device/device_cases.h"
+
+#if BRAID_DEVICE_FORM_NET
+#include "device/net_hops.h"
+#endif
 
 namespace braid_test {
 namespace {
@@ -33,11 +41,14 @@ constexpr int kTrees = 2;
 struct TreeShape {
   int ranks, threads, slots;
   bool backToBack = false;
+  bool lowLatency = false;
+  bool network = false;  // every edge through the network proxy
 };
 
 std::string treeShapeName(const TreeShape& s) {
-  return (s.backToBack ? std::string("backtoback_") : std::string()) + std::to_string(s.ranks) +
-         "ranks_" + std::to_string(s.threads) + "threads_" + std::to_string(s.slots) + "slots";
+  return std::string(s.network ? "net_" : "") + (s.lowLatency ? "ll_" : "") +
+         (s.backToBack ? "backtoback_" : "") + std::to_string(s.ranks) + "ranks_" +
+         std::to_string(s.threads) + "threads_" + std::to_string(s.slots) + "slots";
 }
 
 // The collectives a tree runs, of the grid's cases. The grid's inputs keep results exact for 8
@@ -87,6 +98,9 @@ class TreeGrid {
       for (int p = 0; p < s.ranks; ++p) ringOrder_[p] = (3 * p + 1) % s.ranks;
     positionOf_.resize(s.ranks);
     for (int p = 0; p < s.ranks; ++p) positionOf_[ringOrder_[p]] = p;
+#if BRAID_DEVICE_FORM_NET
+    if (s.network) connectNetwork();
+#endif
   }
 
   std::vector<std::string> run() {
@@ -103,7 +117,9 @@ class TreeGrid {
   }
 
  private:
-  int blocksPerRank() const { return shape_.backToBack ? 1 : kTrees; }
+  int blocksPerRank() const {
+    return shape_.backToBack ? 1 : kTrees;
+  }
   size_t fifoCount() const {
     return static_cast<size_t>(blocksPerRank() * shape_.ranks * shape_.ranks);
   }
@@ -116,12 +132,44 @@ class TreeGrid {
     return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(slots_[fifo].data()) + 63) / 64 *
                                       64);
   }
+#if BRAID_DEVICE_FORM_NET
+  // Every pair's FIFO of every set a hop of its own (a rooted call's tree edges change with its
+  // root).
+  void connectNetwork() {
+    hops_ =
+        std::make_unique<NetHops>(shape_.ranks, fifoCount(),
+                                  braid::FifoGeometry{kSlotBytes, shape_.slots}, shape_.lowLatency);
+    for (int set = 0; set < blocksPerRank(); ++set)
+      for (int sender = 0; sender < shape_.ranks; ++sender)
+        for (int receiver = 0; receiver < shape_.ranks; ++receiver)
+          if (sender != receiver)
+            hops_->connect(fifoIndex(set, sender, receiver), sender, receiver);
+    hops_->start();
+  }
+#endif
+
   // The ports between `rank` and `peer` on `tree`.
-  braid::FifoViewPorts portsTo(int tree, int rank, int peer) {
+  template <class Ports>
+  Ports portsTo(int tree, int rank, int peer) {
     const size_t in = fifoIndex(tree, peer, rank), out = fifoIndex(tree, rank, peer);
     const auto slots = static_cast<uint32_t>(shape_.slots);
-    return {braid::FifoEnds{{&words_[in], slotsOf(in), kSlotBytes, slots},
-                            {&words_[out], slotsOf(out), kSlotBytes, slots}}};
+    Ports ports{braid::FifoEnds{{&words_[in], slotsOf(in), kSlotBytes, slots},
+                                {&words_[out], slotsOf(out), kSlotBytes, slots}}};
+#if BRAID_DEVICE_FORM_NET
+    if (shape_.network) {
+      hops_->receiveThrough(in, ports.in);
+      hops_->sendThrough(out, ports.out);
+    }
+#endif
+    return ports;
+  }
+  template <class Ports>
+  braid::TreePorts<Ports> treePorts(const braid::TreeNode& node, int tree, int rank) {
+    braid::TreePorts<Ports> ports{};
+    if (node.parent >= 0) ports.parent = portsTo<Ports>(tree, rank, ringOrder_[node.parent]);
+    for (int k = 0; k < node.nChildren; ++k)
+      ports.children[k] = portsTo<Ports>(tree, rank, ringOrder_[node.children[k]]);
+    return ports;
   }
 
   // Every block meets the others before and after each case.
@@ -171,10 +219,6 @@ class TreeGrid {
     const braid::BinaryTrees trees =
         rooted ? braid::BinaryTrees(n, positionOf_[c.root]) : braid::BinaryTrees(n);
     const braid::TreeNode node = trees.node(tree, positionOf_[rank]);
-    braid::TreePorts<braid::FifoViewPorts> ports{};
-    if (node.parent >= 0) ports.parent = portsTo(tree, rank, ringOrder_[node.parent]);
-    for (int k = 0; k < node.nChildren; ++k)
-      ports.children[k] = portsTo(tree, rank, ringOrder_[node.children[k]]);
     const int block = rank * blocksPerRank() + (shape_.backToBack ? 0 : tree);
     CpuGroup group = blocks_.group(block, t, Clock::now() + kDeadline);
     bool ok = true;
@@ -194,9 +238,14 @@ class TreeGrid {
       T scale{};  // PreMulSum's, as the grid's element type makes it, in the storage's bits
       visitDtype(c.type, [&](auto element) {
         const auto value = premulScalar<decltype(element)>(rank);
-        std::memcpy(&scale, &value, sizeof scale);
+        // Every pairing of types compiles; only the grid's own (same size) runs.
+        if constexpr (sizeof value == sizeof scale) std::memcpy(&scale, &value, sizeof scale);
       });
-      ok = braid::runTreeOnViews<R, kPrescaled>(group, call, ports, scale);
+      ok = shape_.lowLatency
+               ? braid::runTreeOnViews<R, kPrescaled>(
+                     group, call, treePorts<braid::LlPorts>(node, tree, rank), scale)
+               : braid::runTreeOnViews<R, kPrescaled>(
+                     group, call, treePorts<braid::FifoViewPorts>(node, tree, rank), scale);
     });
     return ok;
   }
@@ -211,6 +260,9 @@ class TreeGrid {
   CpuBlocks blocks_;  // a block per (rank, tree), or per rank back to back
   std::mutex failuresMutex_;
   std::vector<std::string> failures_;
+#if BRAID_DEVICE_FORM_NET
+  std::unique_ptr<NetHops> hops_;  // by fifoIndex
+#endif
 };
 
 class TreeForm : public testing::TestWithParam<TreeShape> {};
@@ -224,6 +276,8 @@ std::vector<TreeShape> treeShapes() {
 #if defined(__SANITIZE_THREAD__)
   for (int ranks : {1, 2, 3, 6, 9}) shapes.push_back({ranks, 4, 2});
   shapes.push_back({5, 2, 1, true});
+  for (int ranks : {2, 3, 6}) shapes.push_back({ranks, 4, 2, false, true});
+  shapes.push_back({5, 2, 1, true, true});
 #else
   for (int ranks : {2, 3, 5, 8}) shapes.push_back({ranks, 2, 1, true});
   shapes.push_back({6, 4, 2, true});
@@ -231,6 +285,19 @@ std::vector<TreeShape> treeShapes() {
   for (int ranks = 1; ranks <= 16; ++ranks) shapes.push_back({ranks, ranks <= 8 ? 4 : 2, 2});
   shapes.push_back({5, 1, 1});
   shapes.push_back({7, 32, 4});
+  // The low-latency protocol: every tree shape to 8 ranks, some beyond, a slot per FIFO.
+  for (int ranks : {2, 3, 5, 8}) shapes.push_back({ranks, 2, 1, true, true});
+  for (int ranks : {1, 2, 3, 4, 5, 6, 7, 8, 11, 16})
+    shapes.push_back({ranks, ranks <= 8 ? 4 : 2, 2, false, true});
+  shapes.push_back({5, 1, 1, false, true});
+  shapes.push_back({7, 32, 4, false, true});
+#endif
+#if BRAID_DEVICE_FORM_NET
+  // Every edge through the network, in both protocols, as trees of hosts run.
+  for (bool lowLatency : {false, true}) {
+    for (int ranks : {2, 3, 5}) shapes.push_back({ranks, 2, 2, false, lowLatency, true});
+    shapes.push_back({4, 2, 2, true, lowLatency, true});
+  }
 #endif
   return shapes;
 }

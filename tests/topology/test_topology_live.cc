@@ -211,6 +211,30 @@ TEST(Tool, PlansTheSegmentedProtocolOnlyWhereNamed) {
       << unknown.out;
 }
 
+// Issue 36's bar: 128 NDv5 hosts (1024 H100s) all-reduce 8 bytes in under 100 us by the
+// model, on the double binary tree in the low-latency protocol (2 log2(hosts) network hops), the
+// default across hosts; the ring's 2(n-1) steps would take milliseconds.
+TEST(Tool, PlansTheLowLatencyTreeForSmallCallsAcrossManyHosts) {
+  const fs::path file = kXml / "azure_ndv5_h100_nccl_topo.xml";
+  if (!fs::exists(file)) GTEST_SKIP() << "no " << file << " (../shared/topologies is not here)";
+  ToolRun run = braidTopo("--file " + file.string() + " --plan --hosts 128",
+                          "env -u BRAID_ALGO -u BRAID_PROTO");
+  ASSERT_EQ(run.status, 0) << run.out;
+  std::istringstream lines(run.out);
+  std::string line;
+  bool found = false;
+  while (std::getline(lines, line)) {
+    std::istringstream row(line);
+    size_t bytes = 0;
+    double allReduceUs = 0;
+    if (!(row >> bytes >> allReduceUs) || bytes != 8) continue;
+    found = true;
+    EXPECT_LT(allReduceUs, 100.0) << line;
+    EXPECT_NE(line.find("tree/ll"), std::string::npos) << line;
+  }
+  EXPECT_TRUE(found) << run.out;
+}
+
 TEST(Tool, ErrorsNameTheFile) {
   fs::path bad = fs::temp_directory_path() / fmt::format("braid_topo_bad_{}.xml", getpid());
   std::ofstream(bad) << "<system version=\"1\">\n  <cpu numaid=\"0\">\n";

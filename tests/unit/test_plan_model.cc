@@ -156,17 +156,16 @@ struct ManyHosts {
   }
 };
 
-// Device ranks on several hosts: their hops go through the network proxy, which sends the bytes a
-// Simple slot holds (low-latency lines carry no count), so no size is planned on LL; on one host
-// small calls are.
-TEST(PlanModel, DeviceRanksAcrossHostsRunSimpleOnly) {
+// Device ranks on several hosts: their hops go through the network proxy, which carries Simple
+// slots and low-latency lines (received aside and copied in whole), so small calls take LL there
+// as on one host, and large ones Simple.
+TEST(PlanModel, DeviceRanksAcrossHostsRunLowLatencyLinesToo) {
   ManyHosts twoHosts(2, 1, 8);
   twoHosts.in.hostRanks = false;
   const Model acrossHosts(twoHosts.graph, twoHosts.plan, twoHosts.in);
-  for (size_t bytes = 8; bytes <= (size_t{1} << 30); bytes *= 8)
-    EXPECT_EQ(acrossHosts.best(Operation::AllReduce, bytes, DeviceLaunch::Apart).protocol,
-              Protocol::Simple)
-        << bytes;
+  EXPECT_EQ(acrossHosts.best(Operation::AllReduce, 8, DeviceLaunch::Apart).protocol, Protocol::LL);
+  EXPECT_EQ(acrossHosts.best(Operation::AllReduce, size_t{1} << 30, DeviceLaunch::Apart).protocol,
+            Protocol::Simple);
   ManyHosts oneHost(1, 2, 8);
   oneHost.in.hostRanks = false;
   EXPECT_EQ(Model(oneHost.graph, oneHost.plan, oneHost.in)
@@ -293,7 +292,7 @@ TEST(PlanModel, DeviceTreesPayTheirSlowestPathPerSlot) {
   devices.in.hostRanks = false;
   devices.plan.channels.front().order = {0, 1, 2, 3, 4, 5, 6, 7};
   const Model model(devices.graph, devices.plan, devices.in);
-  EXPECT_NE(model.describe().find("trees of depth 3, slowest path 42.0/"), std::string::npos)
+  EXPECT_NE(model.describe().find("trees of depth 3, slowest path 42.0/8.1 us"), std::string::npos)
       << model.describe();
   // 8 bytes on 2 tree channels (the channel count unknown): 4 bytes each, one slot, moved at the
   // block's 12.3 GB/s and the channel's half of the 1 GB/s links together.
@@ -309,18 +308,32 @@ TEST(PlanModel, DeviceTreesPayTheirSlowestPathPerSlot) {
   const double slotMove = moveUs(128 << 10, 8);
   EXPECT_NEAR(eight.timeUs(Operation::AllReduce, Algorithm::Tree, Protocol::Simple, 4 << 20),
               2.0 + 4 * 2 * (42.0 + 3 * slotMove), 1e-6);
-  // Not chosen unless named (it has not run on a GPU yet); named, small all-reduces take the tree
-  // (the ring pays 14 network-bound steps) and large ones the ring; only all-reduces run on it,
-  // and only Simple slots.
-  EXPECT_EQ(model.best(Operation::AllReduce, 8, DeviceLaunch::Apart).algorithm, Algorithm::Ring);
-  devices.in.deviceChannels = 0;
-  devices.in.deviceTreeNamed = true;
-  const Model named(devices.graph, devices.plan, devices.in);
-  EXPECT_EQ(named.best(Operation::AllReduce, 8, DeviceLaunch::Apart).algorithm, Algorithm::Tree);
-  EXPECT_EQ(named.best(Operation::AllReduce, size_t{1} << 30, DeviceLaunch::Apart).algorithm,
+  // The low-latency lines: three network hops of 2.7 us, 8 KiB slots of data, the block's 1.7 GB/s
+  // and half the links (4 bytes of data in every 8).
+  const double lineMove = 4 / 1.7 / 1e3 + 4 / (0.5 / 2) / 1e3;
+  EXPECT_NEAR(model.timeUs(Operation::AllReduce, Algorithm::Tree, Protocol::LL, 8),
+              2.0 + 2 * (8.1 + 3 * lineMove), 1e-6);
+  // Across hosts the default takes the tree where it wins: small all-reduces on its lines (the
+  // ring pays 14 network-bound steps), large ones on the ring; only all-reduces run on it, and
+  // never in segments.
+  const Prediction small = model.best(Operation::AllReduce, 8, DeviceLaunch::Apart);
+  EXPECT_EQ(small.algorithm, Algorithm::Tree);
+  EXPECT_EQ(small.protocol, Protocol::LL);
+  EXPECT_EQ(model.best(Operation::AllReduce, size_t{1} << 30, DeviceLaunch::Apart).algorithm,
             Algorithm::Ring);
   EXPECT_TRUE(std::isinf(model.timeUs(Operation::Broadcast, Algorithm::Tree, Protocol::Simple, 8)));
-  EXPECT_TRUE(std::isinf(model.timeUs(Operation::AllReduce, Algorithm::Tree, Protocol::LL, 8)));
+  EXPECT_TRUE(
+      std::isinf(model.timeUs(Operation::AllReduce, Algorithm::Tree, Protocol::Segmented, 8)));
+  // On one host it has not run on a GPU yet, and NVLink carries the ring's steps: only where named.
+  ManyHosts oneHost(1, 8, 16);
+  oneHost.in.hostRanks = false;
+  const Model unnamed(oneHost.graph, oneHost.plan, oneHost.in);
+  EXPECT_NE(unnamed.best(Operation::AllReduce, 8, DeviceLaunch::Apart).algorithm, Algorithm::Tree);
+  oneHost.in.deviceTreeNamed = true;
+  oneHost.in.allowedAlgorithms.assign(oneHost.in.allowedAlgorithms.size(), false);
+  oneHost.in.allowedAlgorithms[static_cast<int>(Algorithm::Tree)] = true;
+  const Model named(oneHost.graph, oneHost.plan, oneHost.in);
+  EXPECT_EQ(named.best(Operation::AllReduce, 8, DeviceLaunch::Apart).algorithm, Algorithm::Tree);
 }
 
 TEST(PlanModel, SurplusRanksFoldInAndOut) {

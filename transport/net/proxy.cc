@@ -12,6 +12,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "transport/fifo_view.h"
 #include "transport/local.h"
 
 namespace braid::net {
@@ -42,7 +43,16 @@ constexpr auto kAbandonConnectTimeout = std::chrono::seconds(2);
 
 struct Proxy::Link {
   int peer = -1;
+  FifoGeometry geometry;
   std::shared_ptr<void> memory;  // both FIFOs
+  // Where the slots of flagged lines are received before they are copied in (LinkFormat).
+  std::vector<uint64_t> recvAside;
+  uint8_t* recvInto(uint32_t slot) {
+    uint8_t* slots =
+        recvAside.empty() ? recvFifo.slots : reinterpret_cast<uint8_t*>(recvAside.data());
+    return slots + slot * geometry.slotBytes;
+  }
+  size_t slotsBytes() const { return geometry.slotBytes * static_cast<size_t>(geometry.nSlots); }
   FifoDesc sendFifo;
   FifoDesc recvFifo;
   // Slots the rank posted that the network has not taken yet (handed over and sent), read
@@ -227,24 +237,31 @@ Proxy::~Proxy() {
   }
 }
 
-Proxy::Link& Proxy::newLink(int peer) {
+Proxy::Link& Proxy::newLink(int peer, const LinkFormat& format) {
   auto link = std::make_unique<Link>();
   link->peer = peer;
-  const size_t fifoBytes = FifoDesc::footprint(geometry_.slotBytes, geometry_.nSlots);
+  const FifoGeometry& g = format.geometry.nSlots > 0 ? format.geometry : geometry_;
+  if (g.nSlots > kMaxFifoSlots || (format.flaggedLines && g.slotBytes % sizeof(uint64_t) != 0))
+    braid::fail(braidInternalError,
+                "rank {}: a network link to rank {} cannot have {} slots of {} bytes (at most {} "
+                "slots; flagged lines in whole 8-byte words)",
+                rank_, peer, g.nSlots, g.slotBytes, kMaxFifoSlots);
+  link->geometry = g;
+  const size_t fifoBytes = FifoDesc::footprint(g.slotBytes, g.nSlots);
   link->memory = allocate_(2 * fifoBytes);
   auto* base = static_cast<uint8_t*>(link->memory.get());
-  link->sendFifo = FifoDesc::over(base, geometry_.slotBytes, geometry_.nSlots);
+  link->sendFifo = FifoDesc::over(base, g.slotBytes, g.nSlots);
   link->sendFifo.payloadAt = link->sendPayloadAt.data();
-  link->recvFifo = FifoDesc::over(base + fifoBytes, geometry_.slotBytes, geometry_.nSlots);
+  link->recvFifo = FifoDesc::over(base + fifoBytes, g.slotBytes, g.nSlots);
+  if (format.flaggedLines) link->recvAside.assign(link->slotsBytes() / sizeof(uint64_t), 0);
   links_.push_back(std::move(link));
   return *links_.back();
 }
 
 Proxy::Fifos Proxy::addPeer(int peer, std::unique_ptr<SendComm> send,
-                            std::unique_ptr<RecvComm> recv) {
-  Link& link = newLink(peer);
-  const size_t slotsBytes = geometry_.slotBytes * geometry_.nSlots;
-  link.sendRegion = send->registerMemory(link.sendFifo.slots, slotsBytes);
+                            std::unique_ptr<RecvComm> recv, const LinkFormat& format) {
+  Link& link = newLink(peer, format);
+  link.sendRegion = send->registerMemory(link.sendFifo.slots, link.slotsBytes());
   link.send = std::move(send);
   setRecv(link, std::move(recv));
   link.accepted = true;
@@ -266,7 +283,6 @@ Proxy::Fifos Proxy::addPeer(int peer) {
 // else a new one, whose other direction the peer's messages may then take.
 void Proxy::connectSend(Link& link, Clock::time_point deadline) {
   const Connector& c = *connector_;
-  const size_t slotsBytes = geometry_.slotBytes * geometry_.nSlots;
   if (link.recv != nullptr && !link.recvTentative) link.send = c.net->sendBack(*link.recv);
   if (link.send != nullptr) {
     BRAID_INFO(log::kNet, "rank {}: sends to rank {} over its connection", rank_, link.peer);
@@ -281,7 +297,7 @@ void Proxy::connectSend(Link& link, Clock::time_point deadline) {
       }
     }
   }
-  link.sendRegion = link.send->registerMemory(link.sendFifo.slots, slotsBytes);
+  link.sendRegion = link.send->registerMemory(link.sendFifo.slots, link.slotsBytes());
 }
 
 // Under the link's lock. Where connections carry both ways, the pair's one connection is the lower
@@ -302,8 +318,7 @@ bool Proxy::deferConnect(Link& link) {
 }
 
 void Proxy::setRecv(Link& link, std::unique_ptr<RecvComm> comm) {
-  link.recvRegion =
-      comm->registerMemory(link.recvFifo.slots, geometry_.slotBytes * geometry_.nSlots);
+  link.recvRegion = comm->registerMemory(link.recvInto(0), link.slotsBytes());
   if (ranksReadSmallMessages_) comm->setPollThreshold(kRankReadsBelowBytes);
   link.recv = std::move(comm);
 }
@@ -484,12 +499,12 @@ bool Proxy::drive(int peer) {
 // Hands the slots the rank published to isend; returns the finished ones to the rank.
 bool Proxy::progressSend(Link& link) {
   FifoControl& control = *link.sendFifo.control;
-  const uint32_t slots = static_cast<uint32_t>(geometry_.nSlots);
+  const uint32_t slots = static_cast<uint32_t>(link.geometry.nSlots);
   bool moved = false;
   const uint32_t tail = control.tail().load();
   while (link.sendPosted != tail) {
     const uint32_t slot = link.sendPosted % slots;
-    uint8_t* slotData = link.sendFifo.slots + slot * geometry_.slotBytes;
+    uint8_t* slotData = link.sendFifo.slots + slot * link.geometry.slotBytes;
     const void* payloadAt = link.sendPayloadAt[slot];
     Request* request = payloadAt == nullptr
                            ? link.send->isend(slotData, control.bytes[slot], link.sendRegion.get())
@@ -511,16 +526,25 @@ bool Proxy::progressSend(Link& link) {
   return moved;
 }
 
+// A slot of flagged lines, received aside, into the FIFO the rank polls: whole 8-byte words,
+// each a line's data and flag together (the rank's loads of them are 8 bytes too).
+void Proxy::copyLinesIn(Link& link, uint32_t slot, size_t bytes) {
+  const size_t first = slot * link.geometry.slotBytes / sizeof(uint64_t);
+  auto* lines = reinterpret_cast<uint64_t*>(link.recvFifo.slots) + first;
+  const size_t words = (bytes + sizeof(uint64_t) - 1) / sizeof(uint64_t);
+  for (size_t w = 0; w < words; ++w) storeRelaxed(lines[w], link.recvAside[first + w]);
+}
+
 // Posts irecv into the slots the rank released; publishes the filled ones to it.
 bool Proxy::progressRecv(Link& link) {
   FifoControl& control = *link.recvFifo.control;
-  const uint32_t slots = static_cast<uint32_t>(geometry_.nSlots);
+  const uint32_t slots = static_cast<uint32_t>(link.geometry.nSlots);
   bool moved = false;
   const uint32_t head = control.head().load();
   while (link.recvPosted - head < slots) {
     const uint32_t slot = link.recvPosted % slots;
-    Request* request = link.recv->irecv(link.recvFifo.slots + slot * geometry_.slotBytes,
-                                        geometry_.slotBytes, link.recvRegion.get());
+    Request* request =
+        link.recv->irecv(link.recvInto(slot), link.geometry.slotBytes, link.recvRegion.get());
     if (request == nullptr) break;
     link.recvRequests[slot] = request;
     ++link.recvPosted;
@@ -534,6 +558,7 @@ bool Proxy::progressRecv(Link& link) {
     size_t bytes = 0;
     if (link.recv->test(link.recvRequests[slot], &bytes)) {
       if (link.recvTentative) settleRecv(link);
+      if (!link.recvAside.empty()) copyLinesIn(link, slot, bytes);
       control.bytes[slot] = bytes;
       control.tail().publish(++link.recvDone);
       moved = true;

@@ -60,6 +60,16 @@ class ProgressThread {
   std::thread thread_;
 };
 
+// How one link's FIFOs are cut (an empty geometry: the proxy's), and whether its receiver reads
+// a slot's 8-byte lines as they land, each carrying its own flag (the low-latency protocol's
+// LlPorts) rather than waiting for tail. Such a slot is received aside and then copied into the
+// FIFO in whole 8-byte words, so that no line is seen half written; its sender publishes tail
+// and the bytes in use as in the Simple protocol, and the lines cross the network as they are.
+struct LinkFormat {
+  FifoGeometry geometry;
+  bool flaggedLines = false;
+};
+
 // The network transport's LinkService for its communicator.
 class Proxy : public LinkService {
  public:
@@ -77,7 +87,8 @@ class Proxy : public LinkService {
     FifoDesc recv;  // the proxy fills it, the rank reads it
   };
   // Serves `peer` over these connections; before start(). The FIFOs live as long as the proxy.
-  Fifos addPeer(int peer, std::unique_ptr<SendComm> send, std::unique_ptr<RecvComm> recv);
+  Fifos addPeer(int peer, std::unique_ptr<SendComm> send, std::unique_ptr<RecvComm> recv,
+                const LinkFormat& format = {});
 
   // Where connections made on first use come from: the plug-in (one whose acceptReady works),
   // this rank's listener, and every rank's handle, by peer.
@@ -151,8 +162,9 @@ class Proxy : public LinkService {
   // false (nothing moved) if the other holds it.
   bool progressSend(Link& link);
   bool progressRecv(Link& link);
+  static void copyLinesIn(Link& link, uint32_t slot, size_t bytes);
   bool progress(Link& link, bool send, bool recv);
-  Link& newLink(int peer);
+  Link& newLink(int peer, const LinkFormat& format = {});
   void connectSend(Link& link, Clock::time_point deadline);
   bool deferConnect(Link& link);
   void settleRecv(Link& link);
