@@ -69,8 +69,9 @@ void showPlan(const Topology& topology, const PlanRequest& request) {
   const int slots = static_cast<int>(braid::param::FifoSlots());
   input.slotBytes = input.fifoBytes / static_cast<size_t>(slots);
   input.directMaxBytes = plan::hostDirectMaxBytes(graph.hosts, input.slotBytes, slots);
-  // A file's GPUs are a rank each, with a CUDA communicator's default channels.
-  input.deviceChannels = plan::defaultDeviceChannels(graph.hosts == 1, 1);
+  // A file's GPUs are a rank each, with the channels a CUDA communicator would run.
+  input.deviceChannels =
+      plan::deviceChannels(graph.hosts == 1, 1, options.minChannels, options.maxChannels);
   const plan::Model model(graph, found, input);
 
   fmt::print("{} rank(s) on {} host(s) of {}\n", graph.nranks(), graph.hosts, topology.origin);

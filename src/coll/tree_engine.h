@@ -166,8 +166,8 @@ BRAID_HD bool broadcastDownLines(G& group, const TreeCall<typename M::Storage>& 
   constexpr size_t kPerPack = M::kPerPack;
   bool ready = true;
   forEachChild(ports, call.nChildren, [&](P& child) { ready = ready && child.waitSend(group); });
-  // At the top of an all-reduce this thread stored these packs of the output itself (the same
-  // packs in both steps), so it reads them back without a barrier.
+  // At the top of an all-reduce the output holds the result: the group stored it before the vote
+  // that ended the step up (each thread its own packs, the same ones it reads here).
   const T* from = call.collective == Collective::Broadcast ? call.input : call.output;
   const bool toOutput = call.hasParent || from != call.output;
   const size_t packs = ceilDiv(n, kPerPack);

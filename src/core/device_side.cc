@@ -72,9 +72,7 @@ int DeviceSide::channelsFor(Clock::time_point deadline) const {
     sharingDevice += p.host == places[rank].host && p.device == places[rank].device;
   }
   // The planner's rings, repeated where it made fewer.
-  const int wanted = plan::defaultDeviceChannels(oneHost, sharingDevice);
-  return std::min(std::clamp(wanted, setup_.minChannels, setup_.maxChannels),
-                  plan::kMaxDeviceChannels);
+  return plan::deviceChannels(oneHost, sharingDevice, setup_.minChannels, setup_.maxChannels);
 }
 
 // One key per communicator (its id and rank 0's nonce, drawn at this init) and GPU.

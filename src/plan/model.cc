@@ -22,7 +22,10 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 // (src/graph/tuning.cc: hwLat for rings, baseLat per protocol; the segmented protocol takes
 // LL128's, the protocol it stands for, until a GPU run fits its own). LL moves 4 bytes of data per
 // 8-byte store (the other 4 are the flag), so it gets half the link bandwidth; a segment is 2 KiB
-// of data and a 4-byte flag.
+// of data and a 4-byte flag. Across hosts none is braid's own: no GPU run has crossed hosts, and
+// braid's LL hop there takes the Simple hop's proxy handoffs (the sender's fenced tail, the proxy's
+// poll, a copy at the receiver; NCCL's proxy polls the lines instead), saving only the receiver's
+// tail round trip, so its 2.7 us is the optimistic end (docs/plan.md).
 DeviceLatency deviceHopLatency(HopKind kind) {
   switch (kind) {
     case HopKind::NvLink: return {3.4, 0.6, 1.9};
@@ -130,9 +133,12 @@ double busBandwidthFactor(Operation op, int nranks) {
   }
 }
 
-int defaultDeviceChannels(bool oneHost, int ranksSharingDevice) {
+int deviceChannels(bool oneHost, int ranksSharingDevice, int minChannels, int maxChannels) {
   constexpr int kAcrossHosts = 4;
-  return oneHost ? std::max(1, kMaxDeviceChannels / std::max(1, ranksSharingDevice)) : kAcrossHosts;
+  const int wanted =
+      oneHost ? std::max(1, kMaxDeviceChannels / std::max(1, ranksSharingDevice)) : kAcrossHosts;
+  return std::min(std::clamp(wanted, minChannels, std::max(minChannels, maxChannels)),
+                  kMaxDeviceChannels);
 }
 
 size_t hostDirectMaxBytes(int hosts, size_t slotPayloadBytes, int slots) {
@@ -186,10 +192,8 @@ Model::Model(const LinkGraph& graph, const Plan& plan, ModelInput input)
     in_.allowedProtocols[static_cast<int>(Protocol::Segmented)] = false;
   ringGBs_ = plan.totalBandwidthGBs();
   if (!plan.channels.empty()) {
-    for (const Hop& hop : plan.channels.front().hops) {
-      const DeviceLatency lat = deviceHopLatency(hop.kind);
-      if (lat.simpleUs > slowestHop_.simpleUs) slowestHop_ = lat;
-    }
+    for (const Hop& hop : plan.channels.front().hops)
+      slowestHop_.takeSlower(deviceHopLatency(hop.kind));
   }
   // One-shot exchanges need every pair joined directly: shared memory on one host, the network
   // transport between host ranks on different hosts (it connects any pair), or NVLink / NVSwitch
@@ -306,7 +310,7 @@ void Model::findDeviceTreePaths(const LinkGraph& graph, const Channel& channel) 
         path += hop;
         treeCrossesHosts_ |= crosses;
       }
-      if (path.simpleUs > treePath_.simpleUs) treePath_ = path;
+      treePath_.takeSlower(path);
     }
 }
 

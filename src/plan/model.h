@@ -117,6 +117,12 @@ struct DeviceLatency {
     segmentedUs += hop.segmentedUs;
     return *this;
   }
+  // Each protocol's larger latency (the slowest hop or path may differ by protocol).
+  void takeSlower(const DeviceLatency& other) {
+    simpleUs = simpleUs > other.simpleUs ? simpleUs : other.simpleUs;
+    llUs = llUs > other.llUs ? llUs : other.llUs;
+    segmentedUs = segmentedUs > other.segmentedUs ? segmentedUs : other.segmentedUs;
+  }
 };
 
 // How a CUDA communicator's ranks launch a call, as far as the direct engine goes.
@@ -215,13 +221,14 @@ std::vector<bool> allowedAlgorithms(const std::string& list, const char* source)
 // non-empty list names the tree.
 void allowAlgorithms(ModelInput& input, const std::string& list, const char* source);
 
-// The channels a CUDA communicator's rank runs by default, a thread block each
-// (core/device_side.cc): a block moves a few GB/s (bench/results/gpu-check), so on one host the
-// ranks that share a GPU take kMaxDeviceChannels blocks between them, as many as one launch of them
-// all holds (2 ranks: 16 channels each, 3.7x the bandwidth of 4 on an H100); across hosts every
-// channel is a network link each way, so four. BRAID_MIN/MAX_NCHANNELS have the last word.
+// The channels a CUDA communicator's rank runs, a thread block each (core/device_side.cc): a
+// block moves a few GB/s (bench/results/gpu-check), so on one host the ranks that share a GPU take
+// kMaxDeviceChannels blocks between them, as many as one launch of them all holds (2 ranks: 16
+// channels each, 3.7x the bandwidth of 4 on an H100); across hosts every channel is a network link
+// each way, so four. The channel bounds (BRAID_MIN/MAX_NCHANNELS, a config's) have the last word,
+// within kMaxDeviceChannels.
 constexpr int kMaxDeviceChannels = 32;
-int defaultDeviceChannels(bool oneHost, int ranksSharingDevice);
+int deviceChannels(bool oneHost, int ranksSharingDevice, int minChannels, int maxChannels);
 
 // The largest all-reduce the host one-shot exchange can take (ModelInput::directMaxBytes): one
 // FIFO slot on one host, where a larger one goes round the ring, whose copies are fewer; across

@@ -156,6 +156,19 @@ struct ManyHosts {
   }
 };
 
+// A CUDA communicator's channels: the GPU's 32 blocks shared by the ranks on it, four across hosts
+// (a network link each way per channel), the channel bounds having the last word within 32.
+TEST(PlanModel, DeviceChannelsShareTheGpuAndKeepToTheBounds) {
+  EXPECT_EQ(deviceChannels(true, 1, 1, 32), 32);
+  EXPECT_EQ(deviceChannels(true, 2, 1, 32), 16);
+  EXPECT_EQ(deviceChannels(true, 64, 1, 32), 1);
+  EXPECT_EQ(deviceChannels(false, 1, 1, 32), 4);
+  EXPECT_EQ(deviceChannels(true, 1, 1, 8), 8);
+  EXPECT_EQ(deviceChannels(false, 1, 8, 32), 8);
+  EXPECT_EQ(deviceChannels(true, 1, 1, 64), 32);
+  EXPECT_EQ(deviceChannels(false, 1, 40, 64), 32);
+}
+
 // Device ranks on several hosts: their hops go through the network proxy, which carries Simple
 // slots and low-latency lines (received aside and copied in whole), so small calls take LL there
 // as on one host, and large ones Simple.
