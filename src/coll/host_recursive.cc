@@ -36,28 +36,39 @@ Team everyRank(const CollContext& ctx) {
   return Team(ctx.ringOrder, ctx.rank);
 }
 
+// Where a send's pieces go from: copied into the FIFO's slots, or, where the link's reader takes a
+// payload where it lies (a network proxy: SendConnector::postFrom), from the buffer itself, which
+// must then stay unchanged until the link has taken it (awaitTaken).
+enum class SendFrom { Slot, Place };
+
 // Sends `sendBytes` from `send` to `peer` while receiving `recvBytes` from it, a FIFO slot at a
 // time, handing each received piece to take(slot, offset, bytes) before freeing its slot. Both
 // partners post piece k before they wait for the other's piece k, so messages larger than a FIFO
-// never stall; a piece is copied into its slot before `take` may overwrite where it came from.
+// never stall. From a slot, a piece is copied in before `take` may overwrite where it came from;
+// from its place, `take` must not write where the send lies.
 template <class Take>
 void exchange(CollContext& ctx, const CallTag& tag, int peer, const uint8_t* send, size_t sendBytes,
-              size_t recvBytes, size_t elemBytes, Take&& take) {
+              size_t recvBytes, size_t elemBytes, Take&& take, SendFrom from = SendFrom::Slot) {
   SendConnector& to = *ctx.sendTo[peer];
-  RecvConnector& from = *ctx.recvFrom[peer];
+  RecvConnector& source = *ctx.recvFrom[peer];
+  const bool inPlace = from == SendFrom::Place && to.postsFromPlace();
   const size_t sendPiece = to.slotBytes() / elemBytes * elemBytes;
-  const size_t recvPiece = from.slotBytes() / elemBytes * elemBytes;
+  const size_t recvPiece = source.slotBytes() / elemBytes * elemBytes;
   for (size_t sent = 0, got = 0; sent < sendBytes || got < recvBytes;) {
     if (sent < sendBytes) {
       const size_t piece = std::min(sendPiece, sendBytes - sent);
-      std::memcpy(to.acquire(*ctx.dog), send + sent, piece);
-      to.post(piece, tag);
+      if (inPlace) {
+        to.postFrom(send + sent, piece, tag, *ctx.dog);
+      } else {
+        std::memcpy(to.acquire(*ctx.dog), send + sent, piece);
+        to.post(piece, tag);
+      }
       sent += piece;
     }
     if (got < recvBytes) {
       const size_t piece = std::min(recvPiece, recvBytes - got);
-      take(static_cast<const uint8_t*>(receive(from, tag, piece, *ctx.dog)), got, piece);
-      from.release();
+      take(static_cast<const uint8_t*>(receive(source, tag, piece, *ctx.dog)), got, piece);
+      source.release();
       got += piece;
     }
   }
@@ -159,36 +170,53 @@ void halvingSteps(CollContext& ctx, const CallTag& tag, const Team& team, const 
   };
   auto length = [&](Blocks b) { return offset(b.hi) - offset(b.lo); };
 
+  // Every send goes from where it lies (SendFrom::Place), so none costs a copy into a slot: each
+  // step's receives write where that step's sends do not lie, a reduce-scatter step's sent half is
+  // written again only by the all-gather step with the same partner (which first waits until it
+  // has gone), and the call waits for every send before it returns.
   // Reduce-scatter: each step keeps half of the blocks this rank holds, reducing the partner's
   // values for them into the output, and sends the partner the other half.
   std::vector<Blocks> before;
+  std::vector<uint32_t> sentBy;  // per step, the partner link's slots posted once it sent
   Blocks held{0, team.participants()};
   for (int mask = 1; mask < team.participants(); mask *= 2) {
     const bool lower = (index & mask) == 0;
     const Blocks keep = lower ? Blocks{held.lo, held.mid()} : Blocks{held.mid(), held.hi};
     const Blocks give = lower ? Blocks{held.mid(), held.hi} : Blocks{held.lo, held.mid()};
     const bool last = mask * 2 == team.participants();
-    exchange(ctx, tag, team.rankOfIndex(index ^ mask), mine + offset(give.lo), length(give),
-             length(keep), r.elemBytes, [&](const uint8_t* slot, size_t at, size_t bytes) {
-               const size_t to = offset(keep.lo) + at;
-               r.combine(to, mine + to, slot, bytes, lower, last);
-             });
+    const int peer = team.rankOfIndex(index ^ mask);
+    exchange(
+        ctx, tag, peer, mine + offset(give.lo), length(give), length(keep), r.elemBytes,
+        [&](const uint8_t* slot, size_t at, size_t bytes) {
+          const size_t to = offset(keep.lo) + at;
+          r.combine(to, mine + to, slot, bytes, lower, last);
+        },
+        SendFrom::Place);
+    sentBy.push_back(ctx.sendTo[peer]->posted());
     before.push_back(held);
     held = keep;
     mine = r.output;
   }
   // All-gather: the same partners in reverse order, each sending what this rank holds complete
-  // and receiving the other half of what it held before that step.
+  // and receiving the other half of what it held before that step (where that step's send lay).
   for (int step = static_cast<int>(before.size()) - 1; step >= 0; --step) {
     const Blocks whole = before[step];
     const bool lowerHalf = held.lo == whole.lo;
     const Blocks theirs = lowerHalf ? Blocks{whole.mid(), whole.hi} : Blocks{whole.lo, whole.mid()};
-    exchange(ctx, tag, team.rankOfIndex(index ^ (1 << step)), r.output + offset(held.lo),
-             length(held), length(theirs), r.elemBytes,
-             [&](const uint8_t* slot, size_t at, size_t bytes) {
-               std::memcpy(r.output + offset(theirs.lo) + at, slot, bytes);
-             });
+    const int peer = team.rankOfIndex(index ^ (1 << step));
+    SendConnector& to = *ctx.sendTo[peer];
+    if (to.postsFromPlace()) to.awaitTaken(sentBy[step], *ctx.dog);
+    exchange(
+        ctx, tag, peer, r.output + offset(held.lo), length(held), length(theirs), r.elemBytes,
+        [&](const uint8_t* slot, size_t at, size_t bytes) {
+          std::memcpy(r.output + offset(theirs.lo) + at, slot, bytes);
+        },
+        SendFrom::Place);
     held = whole;
+  }
+  for (int step = 0; step < static_cast<int>(before.size()); ++step) {
+    SendConnector& to = *ctx.sendTo[team.rankOfIndex(index ^ (1 << step))];
+    if (to.postsFromPlace()) to.awaitTaken(to.posted(), *ctx.dog);
   }
 }
 
