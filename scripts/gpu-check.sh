@@ -16,10 +16,9 @@
 #   4. the GPU test programs, to their verdicts: the kernels' grid on device memory and the CUDA
 #      communicator tests (1-8 ranks on one GPU, stream order, graph replay, one launch of every
 #      rank on the direct engine, on the ring, on the tree (Simple and LL) and with the segmented
-#      protocol) at
-#      once, as separate processes sharing the GPU (they assert values, not times); then two
-#      processes through IPC, DataParallel on device buffers, and ranks on two namespace hosts
-#      where `ip` exists;
+#      protocol) at once, as separate processes sharing the GPU (they assert values, not times);
+#      then two processes through IPC, DataParallel on device buffers, and ranks on two namespace
+#      hosts where `ip` exists;
 #   5. the device form on CPU threads (ctest -L device) where the build tree has it.
 # docs/cuda.md says what is and is not covered.
 #

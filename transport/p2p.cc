@@ -104,11 +104,10 @@ DeviceFifo P2pLinks::treeFifo(int receiver, int channel, int sender,
     fail(braidInternalError, "rank {}: ranks {} and {} are not neighbours on tree channel {}",
          rank_, receiver, sender, channel);
   const size_t index = static_cast<size_t>(channel) * TreeNode::kEnds + static_cast<size_t>(end);
-  const size_t offset = treeOffset() + index * treeFifoBytes();
-  if (protocol == DeviceProtocol::Simple)
-    return fifoAt(receiver, offset, geometry_.simpleSlotBytes, kTreeSlots);
-  hopProtocolIndex(protocol);  // fails for the segmented protocol
-  return fifoAt(receiver, offset + treeSimpleFifoBytes(), geometry_.llSlotBytes, kTreeSlots);
+  const size_t offset = treeOffset() + index * treeFifoBytes();  // Simple's, then low-latency's
+  return hopProtocolIndex(protocol) == 0
+             ? fifoAt(receiver, offset, geometry_.simpleSlotBytes, kTreeSlots)
+             : fifoAt(receiver, offset + treeSimpleFifoBytes(), geometry_.llSlotBytes, kTreeSlots);
 }
 
 int P2pLinks::ringPosition(int channel, int rank) const {
@@ -209,21 +208,29 @@ void P2pLinks::connectNetwork(const std::vector<bool>& remote,
                               const std::function<void(void*, size_t)>& allGather,
                               Clock::time_point deadline) {
   const int channels = geometry_.channels, trees = treeChannels();
-  // Keys: the sends and receives 0; then per protocol p (hopProtocolIndex) ring channel c at
-  // 1 + p * (channels + trees) + c and tree channel t after the rings.
-  const auto ringKey = [&](int p, int c) { return 1 + p * (channels + trees) + c; };
-  const auto treeKey = [&](int p, int t) { return ringKey(p, channels) + t; };
-  std::vector<net::NetLinkKey> keys;
+  // What each link serves, beside its key: the sends and receives (key 0), or per protocol p
+  // (hopProtocolIndex) ring channel c (key 1 + p * (channels + trees) + c) or tree channel t (the
+  // rings' keys, then t).
+  struct NetHop {
+    net::NetLinkKey key;
+    int protocol = 0;
+    int ring = -1, tree = -1;
+  };
+  std::vector<NetHop> hops;
   for (int peer = 0; peer < nranks_; ++peer) {
     if (!remote[peer]) continue;
-    keys.push_back({peer, 0});
+    hops.push_back({{peer, 0}});
     for (int p = 0; p < kHopProtocols; ++p) {
+      const int first = 1 + p * (channels + trees);
       for (int c = 0; c < channels; ++c)
-        if (ringNext(c) == peer || ringPrev(c) == peer) keys.push_back({peer, ringKey(p, c)});
+        if (ringNext(c) == peer || ringPrev(c) == peer) hops.push_back({{peer, first + c}, p, c});
       for (int t = 0; t < trees; ++t)
-        if (trees_[t].node.endOf(peer) >= 0) keys.push_back({peer, treeKey(p, t)});
+        if (trees_[t].node.endOf(peer) >= 0)
+          hops.push_back({{peer, first + channels + t}, p, -1, t});
     }
   }
+  std::vector<net::NetLinkKey> keys;
+  for (const NetHop& hop : hops) keys.push_back(hop.key);
   net::NetLinks connected = net::connectNetLinks(rank_, nranks_, keys, allGather, deadline);
   const int rank = rank_;
   auto pinned = [rank](size_t bytes) {
@@ -238,26 +245,25 @@ void P2pLinks::connectNetwork(const std::vector<bool>& remote,
       pinned);
   const net::LinkFormat lines{
       FifoGeometry{geometry_.llSlotBytes, static_cast<int>(geometry_.llSlots)}, true};
-  for (const net::NetLinkKey& key : keys) {
-    auto& [send, recv] = connected.links[key];
-    const int p = key.index == 0 ? 0 : (key.index - 1) / (channels + trees);
-    const int at = key.index == 0 ? 0 : (key.index - 1) % (channels + trees);
-    const net::Proxy::Fifos fifos = proxy_->addPeer(key.peer, std::move(send), std::move(recv),
-                                                    p == 1 ? lines : net::LinkFormat{});
+  for (const NetHop& hop : hops) {
+    const int peer = hop.key.peer, p = hop.protocol;
+    auto& [send, recv] = connected.links[hop.key];
+    const net::Proxy::Fifos fifos =
+        proxy_->addPeer(peer, std::move(send), std::move(recv), p == 1 ? lines : net::LinkFormat{});
     netHostWords_.push_back(&fifos.send.control->words);
     netHostWords_.push_back(&fifos.recv.control->words);
-    if (key.index == 0) {
-      netPairSend_[key.peer] = onDevice(fifos.send, true);
-      netPairRecv_[key.peer] = onDevice(fifos.recv, false);
-    } else if (at >= channels) {
-      TreeChannel& tree = trees_[at - channels];
-      const int end = tree.node.endOf(key.peer);
+    if (hop.tree >= 0) {
+      TreeChannel& tree = trees_[hop.tree];
+      const int end = tree.node.endOf(peer);
       tree.fromBy[p][end] = onDevice(fifos.recv, false);
       tree.toBy[p][end] = onDevice(fifos.send, true);
       tree.overNetwork[end] = true;
+    } else if (hop.ring >= 0) {
+      if (ringNext(hop.ring) == peer) netRingSend_[p][hop.ring] = onDevice(fifos.send, true);
+      if (ringPrev(hop.ring) == peer) netRingRecv_[p][hop.ring] = onDevice(fifos.recv, false);
     } else {
-      if (ringNext(at) == key.peer) netRingSend_[p][at] = onDevice(fifos.send, true);
-      if (ringPrev(at) == key.peer) netRingRecv_[p][at] = onDevice(fifos.recv, false);
+      netPairSend_[peer] = onDevice(fifos.send, true);
+      netPairRecv_[peer] = onDevice(fifos.recv, false);
     }
   }
   proxy_->start(net::nicName(*connected.net));

@@ -103,14 +103,14 @@ class P2pLinks {
   // Slots of a tree FIFO on this host: a tree's FIFO holds at most one slot of a call at a time
   // (coll/tree_engine.h), the second lets the next call's first slot in early.
   static constexpr uint32_t kTreeSlots = 2;
-  // This rank on tree channel `channel`, laid out at connect: its neighbours as ranks, and by
-  // protocol (Simple or low-latency) and each one's end (TreeNode::at) the FIFO it writes and this
-  // rank reads (`from`) and the one this rank writes and it reads (`to`), in GPU memory or, for a
-  // neighbour on another host, in the network proxy's pinned memory (`overNetwork`).
   // The protocols of a tree and of a hop to another host: Simple 0, low-latency 1; the index
   // fails for the segmented protocol, which neither runs.
   static constexpr int kHopProtocols = 2;
   static int hopProtocolIndex(DeviceProtocol protocol);
+  // This rank on tree channel `channel`, laid out at connect: its neighbours as ranks, and by
+  // protocol (Simple or low-latency) and each one's end (TreeNode::at) the FIFO it writes and this
+  // rank reads (`from`) and the one this rank writes and it reads (`to`), in GPU memory or, for a
+  // neighbour on another host, in the network proxy's pinned memory (`overNetwork`).
   struct TreeChannel {
     TreeNode node;
     DeviceFifo fromBy[kHopProtocols][TreeNode::kEnds], toBy[kHopProtocols][TreeNode::kEnds];
