@@ -39,6 +39,9 @@
   X(Algo, "BRAID_ALGO", std::string, "",                                                           \
     "algorithms the planner may choose: ring, direct, doubling, halving, tree, hier-doubling, "    \
     "hier-halving, hier (both; comma-separated; empty: the model picks)")                          \
+  X(HalvingLevels, "BRAID_HALVING_LEVELS", int64_t, 0,                                             \
+    "of recursive halving's exchanges, how many halve (the rest double on the part held); 0: the " \
+    "model picks per size")                                                                        \
   X(Proto, "BRAID_PROTO", std::string, "",                                                         \
     "protocols the planner may choose: simple, ll, segmented (host transports run simple only; "   \
     "devices take segmented only where named)")                                                    \

@@ -176,15 +176,17 @@ void runCollective(CollContext& ctx, const CollArgs& a) {
   if (a.count == 0 || agreementOnly) return;
   if (rootedOnTree(ctx, a, bytes)) return runTreeCollective(ctx, a, tag);
   if (a.coll == Collective::AllReduce) {
-    switch (ctx.allReduce[sizeClass(bytes)]) {
+    const HostAllReduceChoice choice = ctx.allReduce[sizeClass(bytes)];
+    switch (choice.algorithm) {
       case HostAllReduce::OneShot:
         if (bytes <= ctx.directMaxBytes) return runDirectAllReduce(ctx, a, tag);
         break;
-      case HostAllReduce::Doubling: return runDoublingAllReduce(ctx, a, tag);
-      case HostAllReduce::Halving: return runHalvingAllReduce(ctx, a, tag);
+      case HostAllReduce::Doubling: return runRecursiveAllReduce(ctx, a, tag, 0);
+      case HostAllReduce::Halving: return runRecursiveAllReduce(ctx, a, tag, choice.halvingLevels);
       case HostAllReduce::Tree: return runTreeCollective(ctx, a, tag);
-      case HostAllReduce::HierDoubling: return runHierarchicalAllReduce(ctx, a, tag, false);
-      case HostAllReduce::HierHalving: return runHierarchicalAllReduce(ctx, a, tag, true);
+      case HostAllReduce::HierDoubling: return runHierarchicalAllReduce(ctx, a, tag, 0);
+      case HostAllReduce::HierHalving:
+        return runHierarchicalAllReduce(ctx, a, tag, choice.halvingLevels);
       case HostAllReduce::Ring: break;
     }
   }

@@ -31,8 +31,14 @@ enum class HostAllReduce : uint8_t {
   HierDoubling,
   HierHalving
 };
+struct HostAllReduceChoice {
+  HostAllReduce algorithm = HostAllReduce::Ring;
+  // Halving, HierHalving: how many of the recursive exchanges halve, the rest doubling on the part
+  // held (coll/host_recursive.h).
+  uint8_t halvingLevels = 0;
+};
 // Entry k serves all-reduces of (2^(k-1), 2^k] bytes (entry 0: up to 1 byte).
-using HostAllReduceTable = std::array<HostAllReduce, 64>;
+using HostAllReduceTable = std::array<HostAllReduceChoice, 64>;
 // Per size class as above: whether broadcasts (reduces) of that size run on the double binary
 // trees rooted at their root (coll/host_tree.h) instead of the ring's chain.
 using HostOnTreeTable = std::array<bool, 64>;

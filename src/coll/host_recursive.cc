@@ -1,6 +1,7 @@
 #include "coll/host_recursive.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <span>
 #include <vector>
@@ -142,91 +143,121 @@ struct Blocks {
   int mid() const { return lo + (hi - lo) / 2; }
 };
 
-// The exchanges of recursive doubling among the team, this rank's values at `mine`: output = the
-// team's result.
-void doublingSteps(CollContext& ctx, const CallTag& tag, const Team& team, const Reduction& r,
-                   const uint8_t* mine) {
+// Where one call's recursive exchanges stand: the blocks this rank holds (complete, after the
+// doubling exchanges), and per halving exchange, what it held before it and the partner link's
+// slots posted once it had sent.
+struct Held {
+  Blocks blocks;
+  std::vector<Blocks> before;
+  std::vector<uint32_t> sentBy;
+};
+
+// The team's partition of the call's elements into blocks, one per participant.
+struct Partition {
+  size_t count, parts, elemBytes;
+  size_t offset(int block) const { return count * static_cast<size_t>(block) / parts * elemBytes; }
+  size_t length(Blocks b) const { return offset(b.hi) - offset(b.lo); }
+};
+
+// Recursive halving's reduce-scatter for the first `levels` partners: each exchange keeps half of
+// the blocks this rank holds, reducing the partner's values for them into the output, and sends
+// the partner the other half from where it lies (SendFrom::Place: a later exchange writes where
+// it lies only in the all-gather exchange with the same partner, which first waits until it has
+// gone). Returns where this rank's values now are.
+const uint8_t* halve(CollContext& ctx, const CallTag& tag, const Team& team, const Reduction& r,
+                     const Partition& p, const uint8_t* mine, int levels, Held& held) {
   const int index = team.index();
-  for (int mask = 1; mask < team.participants(); mask *= 2) {
+  for (int mask = 1; mask < (1 << levels); mask *= 2) {
+    const Blocks whole = held.blocks;
+    const bool lower = (index & mask) == 0;
+    const Blocks keep = lower ? Blocks{whole.lo, whole.mid()} : Blocks{whole.mid(), whole.hi};
+    const Blocks give = lower ? Blocks{whole.mid(), whole.hi} : Blocks{whole.lo, whole.mid()};
+    const bool last = mask * 2 == team.participants();
+    const int peer = team.rankOfIndex(index ^ mask);
+    exchange(
+        ctx, tag, peer, mine + p.offset(give.lo), p.length(give), p.length(keep), r.elemBytes,
+        [&](const uint8_t* slot, size_t at, size_t bytes) {
+          const size_t to = p.offset(keep.lo) + at;
+          r.combine(to, mine + to, slot, bytes, lower, last);
+        },
+        SendFrom::Place);
+    held.sentBy.push_back(ctx.sendTo[peer]->posted());
+    held.before.push_back(whole);
+    held.blocks = keep;
+    mine = r.output;
+  }
+  return mine;
+}
+
+// Recursive doubling on the blocks held, with the partners beyond the first `levels`: each
+// exchange sends them whole and reduces what comes back, so both partners end with the same bits.
+// The sends go through slots: the reduction overwrites where they came from.
+void doubleUp(CollContext& ctx, const CallTag& tag, const Team& team, const Reduction& r,
+              const Partition& p, const uint8_t* mine, int levels, const Held& held) {
+  const int index = team.index();
+  const size_t base = p.offset(held.blocks.lo);
+  for (int mask = 1 << levels; mask < team.participants(); mask *= 2) {
     const bool lower = (index & mask) == 0;
     const bool last = mask * 2 == team.participants();
-    exchange(ctx, tag, team.rankOfIndex(index ^ mask), mine, r.bytes(), r.bytes(), r.elemBytes,
-             [&](const uint8_t* slot, size_t at, size_t bytes) {
-               r.combine(at, mine + at, slot, bytes, lower, last);
+    exchange(ctx, tag, team.rankOfIndex(index ^ mask), mine + base, p.length(held.blocks),
+             p.length(held.blocks), r.elemBytes, [&](const uint8_t* slot, size_t at, size_t bytes) {
+               r.combine(base + at, mine + base + at, slot, bytes, lower, last);
              });
     mine = r.output;
   }
 }
 
-// Recursive halving then doubling among the team, as doublingSteps (which it runs where the
-// call has fewer elements than the team's participants).
-void halvingSteps(CollContext& ctx, const CallTag& tag, const Team& team, const Reduction& r,
-                  const uint8_t* mine) {
-  const size_t parts = static_cast<size_t>(team.participants());
-  if (r.args.count < parts) return doublingSteps(ctx, tag, team, r, mine);
+// Recursive doubling's all-gather back through the halving partners, last first: each exchange
+// sends what this rank holds complete and receives the other half of what it held before that
+// halving (where that halving's send lay). Then waits until every halving send has gone.
+void gatherBack(CollContext& ctx, const CallTag& tag, const Team& team, const Reduction& r,
+                const Partition& p, Held& held) {
   const int index = team.index();
-  auto offset = [&](int block) {
-    return r.args.count * static_cast<size_t>(block) / parts * r.elemBytes;
-  };
-  auto length = [&](Blocks b) { return offset(b.hi) - offset(b.lo); };
-
-  // Every send goes from where it lies (SendFrom::Place), so none costs a copy into a slot: each
-  // step's receives write where that step's sends do not lie, a reduce-scatter step's sent half is
-  // written again only by the all-gather step with the same partner (which first waits until it
-  // has gone), and the call waits for every send before it returns.
-  // Reduce-scatter: each step keeps half of the blocks this rank holds, reducing the partner's
-  // values for them into the output, and sends the partner the other half.
-  std::vector<Blocks> before;
-  std::vector<uint32_t> sentBy;  // per step, the partner link's slots posted once it sent
-  Blocks held{0, team.participants()};
-  for (int mask = 1; mask < team.participants(); mask *= 2) {
-    const bool lower = (index & mask) == 0;
-    const Blocks keep = lower ? Blocks{held.lo, held.mid()} : Blocks{held.mid(), held.hi};
-    const Blocks give = lower ? Blocks{held.mid(), held.hi} : Blocks{held.lo, held.mid()};
-    const bool last = mask * 2 == team.participants();
-    const int peer = team.rankOfIndex(index ^ mask);
-    exchange(
-        ctx, tag, peer, mine + offset(give.lo), length(give), length(keep), r.elemBytes,
-        [&](const uint8_t* slot, size_t at, size_t bytes) {
-          const size_t to = offset(keep.lo) + at;
-          r.combine(to, mine + to, slot, bytes, lower, last);
-        },
-        SendFrom::Place);
-    sentBy.push_back(ctx.sendTo[peer]->posted());
-    before.push_back(held);
-    held = keep;
-    mine = r.output;
-  }
-  // All-gather: the same partners in reverse order, each sending what this rank holds complete
-  // and receiving the other half of what it held before that step (where that step's send lay).
-  for (int step = static_cast<int>(before.size()) - 1; step >= 0; --step) {
-    const Blocks whole = before[step];
-    const bool lowerHalf = held.lo == whole.lo;
+  for (int step = static_cast<int>(held.before.size()) - 1; step >= 0; --step) {
+    const Blocks whole = held.before[step];
+    const bool lowerHalf = held.blocks.lo == whole.lo;
     const Blocks theirs = lowerHalf ? Blocks{whole.mid(), whole.hi} : Blocks{whole.lo, whole.mid()};
     const int peer = team.rankOfIndex(index ^ (1 << step));
     SendConnector& to = *ctx.sendTo[peer];
-    if (to.postsFromPlace()) to.awaitTaken(sentBy[step], *ctx.dog);
+    if (to.postsFromPlace()) to.awaitTaken(held.sentBy[step], *ctx.dog);
     exchange(
-        ctx, tag, peer, r.output + offset(held.lo), length(held), length(theirs), r.elemBytes,
+        ctx, tag, peer, r.output + p.offset(held.blocks.lo), p.length(held.blocks),
+        p.length(theirs), r.elemBytes,
         [&](const uint8_t* slot, size_t at, size_t bytes) {
-          std::memcpy(r.output + offset(theirs.lo) + at, slot, bytes);
+          std::memcpy(r.output + p.offset(theirs.lo) + at, slot, bytes);
         },
         SendFrom::Place);
-    held = whole;
+    held.blocks = whole;
   }
-  for (int step = 0; step < static_cast<int>(before.size()); ++step) {
+  for (int step = 0; step < static_cast<int>(held.before.size()); ++step) {
     SendConnector& to = *ctx.sendTo[team.rankOfIndex(index ^ (1 << step))];
     if (to.postsFromPlace()) to.awaitTaken(to.posted(), *ctx.dog);
   }
 }
 
-using Steps = void (*)(CollContext&, const CallTag&, const Team&, const Reduction&, const uint8_t*);
+// The exchanges among the team, this rank's values at `mine`: output = the team's result. The
+// first `halvingLevels` partners halve (and gather back at the end), the rest double on the part
+// held: 0 is recursive doubling, log2(participants) is Rabenseifner's halving. Each halving level
+// trades a handoff more for half the bytes of the doubling exchanges after it; a call with fewer
+// elements than participants doubles throughout.
+void recursiveSteps(CollContext& ctx, const CallTag& tag, const Team& team, const Reduction& r,
+                    const uint8_t* mine, int halvingLevels) {
+  const size_t parts = static_cast<size_t>(team.participants());
+  const int levels = r.args.count < parts
+                         ? 0
+                         : std::min(halvingLevels, static_cast<int>(std::bit_width(parts)) - 1);
+  const Partition p{r.args.count, parts, r.elemBytes};
+  Held held{{0, team.participants()}, {}, {}};
+  mine = halve(ctx, tag, team, r, p, mine, levels, held);
+  doubleUp(ctx, tag, team, r, p, mine, levels, held);
+  gatherBack(ctx, tag, team, r, p, held);
+}
 
 // The team's all-reduce: the surplus ranks folded in, the steps, the result handed back.
 void runTeam(CollContext& ctx, const CallTag& tag, const Team& team, const Reduction& r,
-             Steps steps) {
+             int halvingLevels) {
   if (runFolded(ctx, tag, team, r)) return;
-  steps(ctx, tag, team, r, foldIn(ctx, tag, team, r));
+  recursiveSteps(ctx, tag, team, r, foldIn(ctx, tag, team, r), halvingLevels);
   handBackFolded(ctx, tag, team, r);
 }
 
@@ -247,16 +278,13 @@ void gatherHost(CollContext& ctx, const CallTag& tag, const Reduction& r) {
 
 }  // namespace
 
-void runDoublingAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag) {
-  runTeam(ctx, tag, everyRank(ctx), Reduction(a, ctx.nranks), doublingSteps);
-}
-
-void runHalvingAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag) {
-  runTeam(ctx, tag, everyRank(ctx), Reduction(a, ctx.nranks), halvingSteps);
+void runRecursiveAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag,
+                           int halvingLevels) {
+  runTeam(ctx, tag, everyRank(ctx), Reduction(a, ctx.nranks), halvingLevels);
 }
 
 void runHierarchicalAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag,
-                              bool halving) {
+                              int halvingLevels) {
   const Reduction r(a, ctx.nranks);
   const int leader = ctx.hostRanks.front();
   if (ctx.rank != leader) return handOver(ctx, tag, leader, r);
@@ -264,8 +292,7 @@ void runHierarchicalAllReduce(CollContext& ctx, const CollArgs& a, const CallTag
   if (ctx.hostLeaders.size() > 1) {
     Reduction partial = r;  // the leader's values are its host's, in its output
     partial.input = r.output;
-    runTeam(ctx, tag, Team(ctx.hostLeaders, ctx.rank), partial,
-            halving ? halvingSteps : doublingSteps);
+    runTeam(ctx, tag, Team(ctx.hostLeaders, ctx.rank), partial, halvingLevels);
   }
   for (size_t i = 1; i < ctx.hostRanks.size(); ++i)
     exchange(ctx, tag, ctx.hostRanks[i], r.output, r.bytes(), 0, r.elemBytes, kTakeNothing);

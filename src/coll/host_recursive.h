@@ -5,6 +5,9 @@
 //    reduces what comes back; log2(n) steps, n-1 vectors' worth of work per rank.
 //  - Halving (Rabenseifner): recursive halving reduce-scatter, then recursive doubling
 //    all-gather; 2 log2(n) steps moving 2(n-1)/n of the vector, as much as a ring.
+//  - Between them: the first k partners halve, the rest double on the part held, and the halving
+//    partners gather back: log2(n) + k steps; each halving level costs a step and halves the
+//    bytes of the doubling after it. The model chooses k per size (plan::Model::halvingLevels).
 // Partners are chosen by ring position, nearest first (base/recursive_pairing.h): where a host's
 // ranks sit together in the ring (the planner's order) and number a power of two, the largest
 // exchanges stay inside a host and the network carries each host's share once. A rank count that is
@@ -18,14 +21,15 @@
 
 namespace braid {
 
-void runDoublingAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag);
-// Needs at least one element per participating rank: smaller calls run runDoublingAllReduce.
-void runHalvingAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag);
+// `halvingLevels` partners halve (0: recursive doubling; log2(n) or more: Rabenseifner's). A call
+// with fewer elements than participating ranks doubles throughout.
+void runRecursiveAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag,
+                           int halvingLevels);
 // Hierarchical: the ranks of each host hand their inputs to its leader (its first rank in ring
 // order) over the host's own transport and get the result back from it; only the leaders cross
-// the network, in recursive doubling or halving among themselves (the surplus folded as above).
-// Where cores are few, the host's other ranks sleep while the leaders exchange.
+// the network, in the recursive exchanges among themselves (`halvingLevels` as above, the surplus
+// folded as above). Where cores are few, the host's other ranks sleep while the leaders exchange.
 void runHierarchicalAllReduce(CollContext& ctx, const CollArgs& a, const CallTag& tag,
-                              bool halving);
+                              int halvingLevels);
 
 }  // namespace braid

@@ -116,9 +116,10 @@ braid::FifoGeometry fifoGeometry() {
 std::string choiceSettings(const CommOptions& options) {
   namespace param = braid::param;
   return fmt::format(
-      "algorithms '{}', protocols '{}', model {} {} {} {} {} {} {} {} {}, FIFO {} x {}",
-      options.algorithms.empty() ? param::Algo() : options.algorithms, param::Proto(),
-      param::ModelReduceGBs(), param::ModelCopyGBs(), param::ModelCachedSpeedup(),
+      "algorithms '{}', halving levels {}, protocols '{}', model {} {} {} {} {} {} {} {} {}, FIFO "
+      "{} x {}",
+      options.algorithms.empty() ? param::Algo() : options.algorithms, param::HalvingLevels(),
+      param::Proto(), param::ModelReduceGBs(), param::ModelCopyGBs(), param::ModelCachedSpeedup(),
       param::ModelSharedCoreCost(), param::ModelTcpGBs(), param::ModelCallUs(), param::ModelHopUs(),
       param::ModelNetHopUs(), param::ModelSwitchUs(), param::BuffSize(), param::FifoSlots());
 }

@@ -126,8 +126,11 @@ void Selection::chooseHostAlgorithms(size_t directLimit) {
   };
   for (size_t k = 0; k < allReduce_.size(); ++k) {
     const size_t bytes = size_t{1} << std::min<size_t>(k, 47);
-    allReduce_[k] = hostAllReduce(model_->best(plan::Operation::AllReduce, bytes).algorithm);
-    if (allReduce_[k] == HostAllReduce::OneShot && bytes <= directLimit) directMaxBytes_ = bytes;
+    const plan::Algorithm algorithm = model_->best(plan::Operation::AllReduce, bytes).algorithm;
+    allReduce_[k] = {hostAllReduce(algorithm),
+                     static_cast<uint8_t>(model_->halvingLevels(algorithm, bytes))};
+    if (allReduce_[k].algorithm == HostAllReduce::OneShot && bytes <= directLimit)
+      directMaxBytes_ = bytes;
     broadcastOnTree_[k] = onTree(plan::Operation::Broadcast, bytes);
     reduceOnTree_[k] = onTree(plan::Operation::Reduce, bytes);
   }

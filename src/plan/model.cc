@@ -175,6 +175,13 @@ ModelInput modelInputFromParams() {
                    .netHopUs = param::ModelNetHopUs(),
                    .switchUs = param::ModelSwitchUs()};
   allowAlgorithms(input, param::Algo(), "BRAID_ALGO");
+  const int64_t halvingLevels = param::HalvingLevels();
+  if (halvingLevels < 0 || halvingLevels > 63)
+    fail(braidInvalidArgument,
+         "BRAID_HALVING_LEVELS={}: expected 0 (the model picks) or how many of recursive halving's "
+         "exchanges halve, 1 to 63",
+         halvingLevels);
+  input.halvingLevels = static_cast<int>(halvingLevels);
   const std::string protocols = param::Proto();
   std::vector<const char*> names;
   for (Protocol protocol : kProtocols) names.push_back(protocolName(protocol));
@@ -386,7 +393,8 @@ double Model::recursiveTimeUs(Operation op, Protocol protocol, size_t bytes, boo
   if (!in_.hostRanks || op != Operation::AllReduce || protocol != Protocol::Simple || nranks_ < 3 ||
       everyRank_.crossesHosts.empty())
     return kInfinity;
-  return in_.latency.callUs + exchangesUs(everyRank_, bytes, halving);
+  return in_.latency.callUs +
+         exchangesUs(everyRank_, bytes, halving ? bestHalvingLevels(everyRank_, bytes) : 0);
 }
 
 // A handoff between two ranks: the network's where it crosses hosts, a core switch where busy
@@ -409,8 +417,10 @@ double Model::coreAndLinkUs(double coreUs, double linkUs) const {
 // team's members of one host share at once. The core rates are the ring's, whose steps do the
 // same memory traffic: a piece copied into a slot, the partner's reduced with this rank's values
 // (or copied out). Only the team's members are busy meanwhile (the other ranks of the
-// hierarchical form wait asleep for their leader), so the cores are that much less crowded.
-double Model::exchangesUs(const ExchangeTeam& team, size_t bytes, bool halving) const {
+// hierarchical form wait asleep for their leader), so the cores are that much less crowded. The
+// first `halvingLevels` exchanges halve the part held and gather it back at the end; the rest
+// double on it (coll/host_recursive.h).
+double Model::exchangesUs(const ExchangeTeam& team, size_t bytes, int halvingLevels) const {
   auto exchangeUs = [&](bool crosses, double stepBytes, bool reduces) {
     double coreUs = microseconds(stepBytes, reduces ? in_.core.reduceGBs : in_.core.copyGBs) *
                     crowding(team.busyShare) / cacheSpeedup(bytes);
@@ -424,17 +434,35 @@ double Model::exchangesUs(const ExchangeTeam& team, size_t bytes, bool halving) 
   if (team.folds)
     us += exchangeUs(team.foldCrossesHosts, whole, true) +
           exchangeUs(team.foldCrossesHosts, whole, false);
+  const size_t levels = team.crossesHosts.size();
+  const size_t halving = std::min(static_cast<size_t>(halvingLevels), levels);
   double piece = whole;
-  for (bool crosses : team.crossesHosts) {
-    if (halving) piece /= 2;
-    us += exchangeUs(crosses, piece, true);
+  for (size_t level = 0; level < levels; ++level) {
+    if (level < halving) piece /= 2;
+    us += exchangeUs(team.crossesHosts[level], piece, true);
   }
-  if (halving)
-    for (auto it = team.crossesHosts.rbegin(); it != team.crossesHosts.rend(); ++it) {
-      us += exchangeUs(*it, piece, false);
-      piece *= 2;
-    }
+  for (size_t level = halving; level-- > 0;) {
+    us += exchangeUs(team.crossesHosts[level], piece, false);
+    piece *= 2;
+  }
   return us;
+}
+
+// The halving levels (at least one) that make the team's exchanges fastest, the fewest of equals;
+// BRAID_HALVING_LEVELS's where it names them.
+int Model::bestHalvingLevels(const ExchangeTeam& team, size_t bytes) const {
+  const int levels = static_cast<int>(team.crossesHosts.size());
+  if (in_.halvingLevels > 0) return std::min(in_.halvingLevels, std::max(levels, 1));
+  int best = 1;
+  for (int halving = 2; halving <= levels; ++halving)
+    if (exchangesUs(team, bytes, halving) < exchangesUs(team, bytes, best)) best = halving;
+  return best;
+}
+
+int Model::halvingLevels(Algorithm algorithm, size_t bytes) const {
+  if (algorithm == Algorithm::Halving) return bestHalvingLevels(everyRank_, bytes);
+  if (algorithm == Algorithm::HierHalving) return bestHalvingLevels(leaders_, bytes);
+  return 0;
 }
 
 // The busiest host's leader takes each of its other ranks' inputs in turn (a handoff and a
@@ -456,7 +484,9 @@ double Model::hierarchicalTimeUs(Operation op, Protocol protocol, size_t bytes,
       followers * (handoffUs(false) + microseconds(whole, in_.core.reduceGBs) * scale + windowsUs);
   const double handBackUs =
       followers * (handoffUs(false) + microseconds(whole, in_.core.copyGBs) * scale + windowsUs);
-  return in_.latency.callUs + gatherUs + exchangesUs(leaders_, bytes, halving) + handBackUs;
+  return in_.latency.callUs + gatherUs +
+         exchangesUs(leaders_, bytes, halving ? bestHalvingLevels(leaders_, bytes) : 0) +
+         handBackUs;
 }
 
 double Model::stepLatencyUs(Protocol protocol) const {

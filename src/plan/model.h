@@ -86,6 +86,9 @@ struct ModelInput {
   // steps are NVLink's. Across hosts the default takes it where it wins: the alternative is a ring
   // of 2(n-1) network steps (NCCL's choice too).
   bool deviceTreeNamed = false;
+  // BRAID_HALVING_LEVELS: where positive, how many of recursive halving's exchanges halve at every
+  // size (at most log2 of its participants); 0: the model picks per size.
+  int halvingLevels = 0;
   // Device ranks: the data of one low-latency slot (core/cuda_comm.cc's kLlSlotBytes, half of it
   // data), a device tree's step in that protocol.
   size_t deviceLlSlotDataBytes = 8 << 10;
@@ -147,6 +150,9 @@ class Model {
   // time infinite where no other runs.
   Prediction runnerUp(Operation op, size_t bytes,
                       DeviceLaunch launch = DeviceLaunch::Together) const;
+  // Halving and HierHalving: how many of the recursive exchanges halve at this size (at least
+  // one; the rest double on the part held, coll/host_recursive.h), as priced; 0 for the others.
+  int halvingLevels(Algorithm algorithm, size_t bytes) const;
   // One line per term, for braid-topo --plan and docs.
   std::string describe() const;
 
@@ -167,7 +173,8 @@ class Model {
     double busyShare = 1;  // of the ranks, those busy during the exchanges (the members)
   };
   double recursiveTimeUs(Operation op, Protocol protocol, size_t bytes, bool halving) const;
-  double exchangesUs(const ExchangeTeam& team, size_t bytes, bool halving) const;
+  double exchangesUs(const ExchangeTeam& team, size_t bytes, int halvingLevels) const;
+  int bestHalvingLevels(const ExchangeTeam& team, size_t bytes) const;
   double handoffUs(bool crossesHosts, double busyShare = 1) const;
   double coreAndLinkUs(double coreUs, double linkUs) const;
   double hierarchicalTimeUs(Operation op, Protocol protocol, size_t bytes, bool halving) const;

@@ -87,6 +87,11 @@ endforeach()
 # Hierarchical with 3, 3 and 2 ranks per host: two followers per leader, 3 leaders.
 braid_multihost_test(multihost_grid_3hosts_8ranks_hier HOSTS 3
   COMMAND env BRAID_ALGO=hier ${grid} --gtest_filter=${case}8ranks_allreduce)
+# Halving with 3, 3 and 2 ranks per host whose first exchange alone halves: the two doubling
+# exchanges on the half held cross hosts, their sends through slots, the halving's from its place.
+braid_multihost_test(multihost_grid_3hosts_8ranks_halving_1level HOSTS 3
+  COMMAND env BRAID_ALGO=halving BRAID_HALVING_LEVELS=1 ${grid}
+  --gtest_filter=${case}8ranks_allreduce)
 # IPv6 only (no IPv4 address on the links); 2 and 1 ranks per host.
 braid_multihost_test(multihost_grid_ipv6 HOSTS 2 IPV6
   COMMAND ${grid} --gtest_filter=${case}3ranks_allreduce:${case}3ranks_sendrecv)

@@ -55,7 +55,8 @@ TEST(Selection, HostsStayContiguousAndEachLeadsWithItsFirstRank) {
 
 TEST(Selection, OnlyTheRingAllowedPutsEveryClassOnTheRing) {
   const Selection s(0, peersOn(1, 2), kGeometry, {}, allowing("ring"));
-  for (HostAllReduce a : s.allReduceTable()) EXPECT_EQ(a, HostAllReduce::Ring);
+  for (braid::HostAllReduceChoice c : s.allReduceTable())
+    EXPECT_EQ(c.algorithm, HostAllReduce::Ring);
   EXPECT_EQ(s.directMaxBytes(), 0u);
 }
 
@@ -66,14 +67,14 @@ TEST(Selection, OneShotClassesBoundTheScratch) {
   ASSERT_GT(s.directMaxBytes(), 0u);
   EXPECT_LE(s.directMaxBytes(), size_t{128} << 10);
   const braid::HostAllReduceTable& table = s.allReduceTable();
-  EXPECT_EQ(table[0], HostAllReduce::OneShot);
+  EXPECT_EQ(table[0].algorithm, HostAllReduce::OneShot);
   for (size_t k = 0; k < table.size(); ++k) {
     const size_t bytes = size_t{1} << std::min<size_t>(k, 47);
-    if (table[k] == HostAllReduce::OneShot) {
+    if (table[k].algorithm == HostAllReduce::OneShot) {
       EXPECT_LE(bytes, s.directMaxBytes()) << k;
     }
     if (bytes > (size_t{128} << 10)) {
-      EXPECT_EQ(table[k], HostAllReduce::Ring) << k;
+      EXPECT_EQ(table[k].algorithm, HostAllReduce::Ring) << k;
     }
   }
 }
