@@ -38,7 +38,7 @@
   X(FifoSlots, "BRAID_FIFO_SLOTS", int64_t, 8, "slots per connector FIFO (pipeline depth)")        \
   X(Algo, "BRAID_ALGO", std::string, "",                                                           \
     "algorithms the planner may choose: ring, direct, doubling, halving, tree, hier-doubling, "    \
-    "hier-halving, hier (both; comma-separated; empty: the model picks)")                          \
+    "hier-halving, hier (both), bruck (comma-separated; empty: the model picks)")                  \
   X(HalvingLevels, "BRAID_HALVING_LEVELS", int64_t, 0,                                             \
     "of recursive halving's exchanges, how many halve (the rest double on the part held); 0: the " \
     "model picks per size")                                                                        \

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# braid's broadcast or reduce as the model chooses it (the double binary trees for small calls,
-# coll/host_tree.h) against braid's ring chain (BRAID_ALGO=ring), interleaved, braid-perf under
-# mpirun on namespace hosts of this machine (tests/multihost/netns_hosts.sh), one rank per host or
+# A collective as braid's model chooses it (broadcast and reduce: the double binary trees for small
+# calls, coll/host_tree.h; all-gather and reduce-scatter: Bruck's log-step algorithm,
+# coll/host_bruck.h) against braid's ring (BRAID_ALGO=ring), interleaved, braid-perf under mpirun
+# on namespace hosts of this machine (tests/multihost/netns_hosts.sh), one rank per host or
 # several. Prints size, time (us, out of place), wrong elements and time in place per row.
-# Usage (root): bench/trees/rooted.sh BUILD_DIR HOSTS RANKS_PER_HOST broadcast|reduce [ROUNDS]
+# Usage (root): bench/trees/rooted.sh BUILD_DIR HOSTS RANKS_PER_HOST COLLECTIVE [ROUNDS]
+#   COLLECTIVE: broadcast, reduce, allgather or reducescatter (braid-perf's names).
+#   BRAID_AGAINST=ALGO sets BRAID_ALGO for the second column instead of leaving the model to choose;
+#   BRAID_PERF_MAX_BYTES (default 1M) is the largest size.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 
@@ -12,7 +16,7 @@ interleaved_rounds() {
   local build="$1" hosts="$2" per="$3" coll="$4" rounds="${5:-3}" list="" status
   for i in $(seq 1 "$hosts"); do list+="${list:+,}10.77.0.$i:$per"; done
   for round in $(seq 1 "$rounds"); do
-    for algo in ring ""; do
+    for algo in ring "${BRAID_AGAINST:-}"; do
       echo "## round $round, $hosts hosts x $per, $coll, BRAID_ALGO=${algo:-(unset: the model chooses)}"
       echo "#     size(B)  time(us)  wrong  in-place(us)"
       set +e
@@ -20,7 +24,7 @@ interleaved_rounds() {
         --mca plm_rsh_agent "$here/netns_rsh_named.sh" --mca plm_rsh_no_tree_spawn 1 \
         --mca routed direct --mca oob_tcp_if_include eth0 \
         -x BRAID_COMM_ID=10.77.0.1:29500 ${algo:+-x BRAID_ALGO=$algo} \
-        "$build/tools/braid-perf" "$coll" -b 8 -e 1M -f 8 -n 50 -w 5 -r 1 2>&1 |
+        "$build/tools/braid-perf" "$coll" -b 8 -e "${BRAID_PERF_MAX_BYTES:-1M}" -f 8 -n 50 -w 5 -r 1 2>&1 |
         awk '/^ +[0-9]/ {printf "%14s %9s %6s %13s\n", $1, $6, $9, $10}'
       status=("${PIPESTATUS[@]}")
       set -e
@@ -36,8 +40,9 @@ if [ "${1:-}" = --inside ]; then
   interleaved_rounds "$@"
   exit 0
 fi
-[ $# -ge 4 ] || { echo "usage: rooted.sh BUILD_DIR HOSTS RANKS_PER_HOST broadcast|reduce [ROUNDS]" >&2; exit 2; }
+[ $# -ge 4 ] || { echo "usage: rooted.sh BUILD_DIR HOSTS RANKS_PER_HOST COLLECTIVE [ROUNDS]" >&2; exit 2; }
 build="$(cd "$1" && pwd)"
 echo "# bench/trees/rooted.sh $*: braid $(git -C "$here" describe --always --dirty 2> /dev/null || echo '?')," \
-  "$(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+  "$(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg)," \
+  "against the ring: ${BRAID_AGAINST:-the model choosing}"
 exec "$here/../../tests/multihost/netns_hosts.sh" --hosts "$2" -- "$0" --inside "$build" "${@:2}"

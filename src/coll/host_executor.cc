@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "coll/call_tag.h"
+#include "coll/host_bruck.h"
 #include "coll/host_engine_policies.h"
 #include "coll/host_recursive.h"
 #include "coll/host_tree.h"
@@ -152,6 +153,14 @@ bool rootedOnTree(const CollContext& ctx, const CollArgs& a, size_t bytes) {
   return false;
 }
 
+// `bytes` is a rank's block; the tables count the gathered output (the scattered input).
+bool onBruck(const CollContext& ctx, const CollArgs& a, size_t bytes) {
+  const size_t all = bytes * static_cast<size_t>(ctx.nranks);
+  if (a.coll == Collective::AllGather) return ctx.allGatherBruck[sizeClass(all)];
+  if (a.coll == Collective::ReduceScatter) return ctx.reduceScatterBruck[sizeClass(all)];
+  return false;
+}
+
 }  // namespace
 
 void runCollective(CollContext& ctx, const CollArgs& a) {
@@ -175,6 +184,9 @@ void runCollective(CollContext& ctx, const CollArgs& a) {
   }
   if (a.count == 0 || agreementOnly) return;
   if (rootedOnTree(ctx, a, bytes)) return runTreeCollective(ctx, a, tag);
+  if (onBruck(ctx, a, bytes))
+    return a.coll == Collective::AllGather ? runBruckAllGather(ctx, a, tag)
+                                           : runBruckReduceScatter(ctx, a, tag);
   if (a.coll == Collective::AllReduce) {
     const HostAllReduceChoice choice = ctx.allReduce[sizeClass(bytes)];
     switch (choice.algorithm) {

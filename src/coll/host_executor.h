@@ -40,8 +40,10 @@ struct HostAllReduceChoice {
 // Entry k serves all-reduces of (2^(k-1), 2^k] bytes (entry 0: up to 1 byte).
 using HostAllReduceTable = std::array<HostAllReduceChoice, 64>;
 // Per size class as above: whether broadcasts (reduces) of that size run on the double binary
-// trees rooted at their root (coll/host_tree.h) instead of the ring's chain.
-using HostOnTreeTable = std::array<bool, 64>;
+// trees rooted at their root (coll/host_tree.h) instead of the ring's chain; whether all-gathers
+// (reduce-scatters) of that size, counted as nccl-tests does (the gathered output, the scattered
+// input), run Bruck's log-step algorithm (coll/host_bruck.h) instead of the ring.
+using HostSizeClassFlags = std::array<bool, 64>;
 size_t sizeClass(size_t bytes);
 
 // What the executor needs of a communicator.
@@ -57,9 +59,11 @@ struct CollContext {
   std::span<RecvConnector* const> recvFrom;  // indexed by peer rank
   Watchdog* dog = nullptr;
   HostAllReduceTable allReduce{};  // all Ring unless the communicator's model says otherwise
-  HostOnTreeTable broadcastOnTree{}, reduceOnTree{};  // all false (the chain) unless it says so
+  HostSizeClassFlags broadcastOnTree{}, reduceOnTree{};  // all false (the chain) unless it says so
+  HostSizeClassFlags allGatherBruck{}, reduceScatterBruck{};  // all false (the ring) likewise
   size_t directMaxBytes = 0;  // the one-shot exchange takes at most this much (at most a FIFO)
-  void* scratch = nullptr;    // at least directMaxBytes
+  // At least directMaxBytes, and the input of the largest reduce-scatter Bruck's algorithm runs.
+  void* scratch = nullptr;
   size_t streamingMinBytes = SIZE_MAX;     // outputs this large bypass the cache
   SlotStoreChooser* slotStores = nullptr;  // how ring calls write FIFO slots; null: cached
   uint64_t sequence = 0;  // this collective's number on the communicator (coll/call_tag.h)

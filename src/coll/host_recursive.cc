@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/recursive_pairing.h"
+#include "coll/host_exchange.h"
 #include "kernels/host_reduce.h"
 
 namespace braid {
@@ -36,47 +37,6 @@ struct Team {
 Team everyRank(const CollContext& ctx) {
   return Team(ctx.ringOrder, ctx.rank);
 }
-
-// Where a send's pieces go from: copied into the FIFO's slots, or, where the link's reader takes a
-// payload where it lies (a network proxy: SendConnector::postFrom), from the buffer itself, which
-// must then stay unchanged until the link has taken it (awaitTaken).
-enum class SendFrom { Slot, Place };
-
-// Sends `sendBytes` from `send` to `peer` while receiving `recvBytes` from it, a FIFO slot at a
-// time, handing each received piece to take(slot, offset, bytes) before freeing its slot. Both
-// partners post piece k before they wait for the other's piece k, so messages larger than a FIFO
-// never stall. From a slot, a piece is copied in before `take` may overwrite where it came from;
-// from its place, `take` must not write where the send lies.
-template <class Take>
-void exchange(CollContext& ctx, const CallTag& tag, int peer, const uint8_t* send, size_t sendBytes,
-              size_t recvBytes, size_t elemBytes, Take&& take, SendFrom from = SendFrom::Slot) {
-  SendConnector& to = *ctx.sendTo[peer];
-  RecvConnector& source = *ctx.recvFrom[peer];
-  const bool inPlace = from == SendFrom::Place && to.postsFromPlace();
-  const size_t sendPiece = to.slotBytes() / elemBytes * elemBytes;
-  const size_t recvPiece = source.slotBytes() / elemBytes * elemBytes;
-  for (size_t sent = 0, got = 0; sent < sendBytes || got < recvBytes;) {
-    if (sent < sendBytes) {
-      const size_t piece = std::min(sendPiece, sendBytes - sent);
-      if (inPlace) {
-        to.postFrom(send + sent, piece, tag, *ctx.dog);
-      } else {
-        std::memcpy(to.acquire(*ctx.dog), send + sent, piece);
-        to.post(piece, tag);
-      }
-      sent += piece;
-    }
-    if (got < recvBytes) {
-      const size_t piece = std::min(recvPiece, recvBytes - got);
-      take(static_cast<const uint8_t*>(receive(source, tag, piece, *ctx.dog)), got, piece);
-      source.release();
-      got += piece;
-    }
-  }
-}
-
-// For sends alone.
-constexpr auto kTakeNothing = [](const uint8_t*, size_t, size_t) {};
 
 // One call's buffers and reduction, for the steps below.
 struct Reduction {

@@ -193,7 +193,7 @@ void braidComm::initialize(const braid::BootstrapId& id, const braidComm* shareF
     search.maxChannels = options_.maxChannels;
     selection_ = std::make_unique<braid::Selection>(rank_, links_.peers(), geometry, search,
                                                     modelInputFor(options_));
-    host_.setDirectMaxBytes(selection_->directMaxBytes());
+    host_.setLimits(selection_->directMaxBytes(), selection_->scratchBytes());
     if (options_.cuda) device_ = braid::DeviceSide::connect(deviceSetup(id), deadline);
     // Chooses the host kernels now, so a bad BRAID_SIMD fails init rather than a collective.
     const char* isa = braid::kernels::isaName();
@@ -397,6 +397,8 @@ braid::CollContext braidComm::context() {
   ctx.allReduce = selection_->allReduceTable();
   ctx.broadcastOnTree = selection_->broadcastOnTree();
   ctx.reduceOnTree = selection_->reduceOnTree();
+  ctx.allGatherBruck = selection_->allGatherBruck();
+  ctx.reduceScatterBruck = selection_->reduceScatterBruck();
   ctx.streamingMinBytes =
       static_cast<size_t>(std::max<int64_t>(0, braid::param::StreamingMinBytes()));
   return ctx;

@@ -1,10 +1,12 @@
 #include "core/host_workspace.h"
 
+#include <algorithm>
+
 namespace braid {
 
-void HostWorkspace::setDirectMaxBytes(size_t bytes) {
-  directMaxBytes_ = bytes;
-  scratch_.resize(bytes);
+void HostWorkspace::setLimits(size_t directMaxBytes, size_t scratchBytes) {
+  directMaxBytes_ = directMaxBytes;
+  scratch_.resize(std::max(directMaxBytes, scratchBytes));
 }
 
 void HostWorkspace::lendTo(CollContext& ctx, bool collective) {

@@ -19,8 +19,9 @@ class HostWorkspace {
   // stores: BRAID_SLOT_STORES's text (SlotStoreChooser).
   explicit HostWorkspace(const std::string& stores) : slotStores_(stores) {}
 
-  // At init: the largest all-reduce the one-shot exchange takes (Selection::directMaxBytes).
-  void setDirectMaxBytes(size_t bytes);
+  // At init: the largest all-reduce the one-shot exchange takes (Selection::directMaxBytes) and
+  // the scratch every call is lent, at least that large (Selection::scratchBytes).
+  void setLimits(size_t directMaxBytes, size_t scratchBytes);
   // A call's share of the workspace: the scratch and the slot stores' chooser, and for a
   // collective (not send/recv) its number, one more than the last one's.
   void lendTo(CollContext& ctx, bool collective);
@@ -31,6 +32,7 @@ class HostWorkspace {
   // Once a PreMulSum's call is done: an input larger than the one-shot exchange takes is not kept.
   void releaseLargeInput();
   size_t scaledInputCapacity() const { return preMulSumInput_.capacity(); }
+  size_t scratchBytes() const { return scratch_.size(); }
 
   uint64_t collectives() const { return collectives_; }
 

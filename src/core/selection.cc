@@ -30,6 +30,7 @@ HostAllReduce hostAllReduce(plan::Algorithm algorithm) {
     case plan::Algorithm::Tree: return HostAllReduce::Tree;
     case plan::Algorithm::HierDoubling: return HostAllReduce::HierDoubling;
     case plan::Algorithm::HierHalving: return HostAllReduce::HierHalving;
+    case plan::Algorithm::Bruck: break;  // all-gather and reduce-scatter only
   }
   return HostAllReduce::Ring;
 }
@@ -118,11 +119,12 @@ void Selection::completeHostInput(const std::vector<PeerInfo>& peers, const Fifo
 }
 
 // Each size class of all-reduce gets the algorithm the model gives its largest size; the one-shot
-// exchange's scratch holds the largest it takes.
+// exchange's scratch holds the largest it takes, and the largest reduce-scatter on Bruck's
+// algorithm.
 void Selection::chooseHostAlgorithms(size_t directLimit) {
-  directMaxBytes_ = 0;
-  auto onTree = [&](plan::Operation op, size_t bytes) {
-    return model_->best(op, bytes).algorithm == plan::Algorithm::Tree;
+  directMaxBytes_ = scratchBytes_ = 0;
+  auto runs = [&](plan::Operation op, size_t bytes, plan::Algorithm algorithm) {
+    return model_->best(op, bytes).algorithm == algorithm;
   };
   for (size_t k = 0; k < allReduce_.size(); ++k) {
     const size_t bytes = size_t{1} << std::min<size_t>(k, 47);
@@ -131,8 +133,11 @@ void Selection::chooseHostAlgorithms(size_t directLimit) {
                      static_cast<uint8_t>(model_->halvingLevels(algorithm, bytes))};
     if (allReduce_[k].algorithm == HostAllReduce::OneShot && bytes <= directLimit)
       directMaxBytes_ = bytes;
-    broadcastOnTree_[k] = onTree(plan::Operation::Broadcast, bytes);
-    reduceOnTree_[k] = onTree(plan::Operation::Reduce, bytes);
+    broadcastOnTree_[k] = runs(plan::Operation::Broadcast, bytes, plan::Algorithm::Tree);
+    reduceOnTree_[k] = runs(plan::Operation::Reduce, bytes, plan::Algorithm::Tree);
+    allGatherBruck_[k] = runs(plan::Operation::AllGather, bytes, plan::Algorithm::Bruck);
+    reduceScatterBruck_[k] = runs(plan::Operation::ReduceScatter, bytes, plan::Algorithm::Bruck);
+    if (reduceScatterBruck_[k]) scratchBytes_ = bytes;
   }
 }
 

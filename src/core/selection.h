@@ -48,11 +48,17 @@ class Selection {
   const std::vector<int>& hostLeaders() const { return hostLeaders_; }
   const std::vector<int>& hostRanks() const { return hostRanks_; }
   const HostAllReduceTable& allReduceTable() const { return allReduce_; }
-  // Per size class, whether broadcasts (reduces) run on the trees.
-  const HostOnTreeTable& broadcastOnTree() const { return broadcastOnTree_; }
-  const HostOnTreeTable& reduceOnTree() const { return reduceOnTree_; }
-  // The largest all-reduce the one-shot exchange takes (its scratch's size); 0 where none.
+  // Per size class, whether broadcasts (reduces) run on the trees, and whether all-gathers
+  // (reduce-scatters) run Bruck's algorithm.
+  const HostSizeClassFlags& broadcastOnTree() const { return broadcastOnTree_; }
+  const HostSizeClassFlags& reduceOnTree() const { return reduceOnTree_; }
+  const HostSizeClassFlags& allGatherBruck() const { return allGatherBruck_; }
+  const HostSizeClassFlags& reduceScatterBruck() const { return reduceScatterBruck_; }
+  // The largest all-reduce the one-shot exchange takes; 0 where none.
   size_t directMaxBytes() const { return directMaxBytes_; }
+  // The scratch a call may need: the one-shot exchange's, and the partial sums of the largest
+  // reduce-scatter on Bruck's algorithm (its input's size bounds them).
+  size_t scratchBytes() const { return scratchBytes_; }
 
   plan::Prediction best(plan::Operation op, size_t bytes, plan::DeviceLaunch launch) const {
     return model_->best(op, bytes, launch);
@@ -71,8 +77,8 @@ class Selection {
   std::string text_;
   std::vector<int> ringOrder_, hostLeaders_, hostRanks_;
   HostAllReduceTable allReduce_{};
-  HostOnTreeTable broadcastOnTree_{}, reduceOnTree_{};
-  size_t directMaxBytes_ = 0;
+  HostSizeClassFlags broadcastOnTree_{}, reduceOnTree_{}, allGatherBruck_{}, reduceScatterBruck_{};
+  size_t directMaxBytes_ = 0, scratchBytes_ = 0;
 };
 
 }  // namespace braid

@@ -111,6 +111,7 @@ const char* algorithmName(Algorithm algorithm) {
     case Algorithm::Tree: return "tree";
     case Algorithm::HierDoubling: return "hier-doubling";
     case Algorithm::HierHalving: return "hier-halving";
+    case Algorithm::Bruck: return "bruck";
   }
   return "?";
 }
@@ -162,6 +163,7 @@ void allowAlgorithms(ModelInput& input, const std::string& list, const char* sou
   input.allowedAlgorithms = allowedAlgorithms(list, source);
   input.deviceTreeNamed =
       !list.empty() && input.allowedAlgorithms[static_cast<int>(Algorithm::Tree)];
+  input.bruckNamed = !list.empty() && input.allowedAlgorithms[static_cast<int>(Algorithm::Bruck)];
 }
 
 ModelInput modelInputFromParams() {
@@ -221,6 +223,12 @@ Model::Model(const LinkGraph& graph, const Plan& plan, ModelInput input)
         exchangeTeam(graph, hostLeaders(order, [&](int rank) { return graph.hostOfRank(rank); }));
     leaders_.busyShare = static_cast<double>(hosts_) / nranks_;
     findTreeCrossings(graph, order);
+    for (int d = 1; d < nranks_; d *= 2) {
+      bool crosses = false;
+      for (int p = 0; p < nranks_; ++p)
+        crosses |= graph.hostOfRank(order[p]) != graph.hostOfRank(order[(p + d) % nranks_]);
+      bruckCrossesHosts_.push_back(crosses);
+    }
   }
   if (!in_.hostRanks && in_.ranksShareDevice) {
     // Ranks on one GPU share its memory: n ranks move their bytes at once. Each reads its input
@@ -420,14 +428,19 @@ double Model::coreAndLinkUs(double coreUs, double linkUs) const {
 // hierarchical form wait asleep for their leader), so the cores are that much less crowded. The
 // first `halvingLevels` exchanges halve the part held and gather it back at the end; the rest
 // double on it (coll/host_recursive.h).
+double Model::exchangeUs(const ExchangeTeam& team, bool crosses, double stepBytes, bool reduces,
+                         size_t callBytes) const {
+  double coreUs = microseconds(stepBytes, reduces ? in_.core.reduceGBs : in_.core.copyGBs) *
+                  crowding(team.busyShare) / cacheSpeedup(callBytes);
+  if (oversubscription(team.busyShare) > 1)
+    coreUs += stepBytes / static_cast<double>(in_.fifoBytes) * in_.latency.switchUs;
+  const double linkUs = crosses ? microseconds(stepBytes * team.nicSharers, ringGBs_) : 0;
+  return handoffUs(crosses, team.busyShare) + coreAndLinkUs(coreUs, linkUs);
+}
+
 double Model::exchangesUs(const ExchangeTeam& team, size_t bytes, int halvingLevels) const {
   auto exchangeUs = [&](bool crosses, double stepBytes, bool reduces) {
-    double coreUs = microseconds(stepBytes, reduces ? in_.core.reduceGBs : in_.core.copyGBs) *
-                    crowding(team.busyShare) / cacheSpeedup(bytes);
-    if (oversubscription(team.busyShare) > 1)
-      coreUs += stepBytes / static_cast<double>(in_.fifoBytes) * in_.latency.switchUs;
-    const double linkUs = crosses ? microseconds(stepBytes * team.nicSharers, ringGBs_) : 0;
-    return handoffUs(crosses, team.busyShare) + coreAndLinkUs(coreUs, linkUs);
+    return this->exchangeUs(team, crosses, stepBytes, reduces, bytes);
   };
   const double whole = static_cast<double>(bytes);
   double us = 0;
@@ -444,6 +457,29 @@ double Model::exchangesUs(const ExchangeTeam& team, size_t bytes, int halvingLev
   for (size_t level = halving; level-- > 0;) {
     us += exchangeUs(team.crossesHosts[level], piece, false);
     piece *= 2;
+  }
+  return us;
+}
+
+// Bruck's steps: at distance d = 2^k, min(d, n - d) of the n blocks each way (a reduce-scatter's
+// reduced, an all-gather's copied), every rank at once, as the recursive exchanges are priced; a
+// step crosses hosts where some rank's partner at that distance is on another host. On one host
+// only where named: there (8 processes here, braid-perf --np 8) its reduce-scatter measured
+// 1.2-1.8x the ring's time at 64 KiB - 4 MiB, and its all-gather 1.2-2.3x from 4 MiB, where this
+// pricing has it faster; across 8 namespace hosts it took 0.4-0.8 of the ring's time at 512 B -
+// 4 MiB.
+double Model::bruckTimeUs(Operation op, Protocol protocol, size_t bytes) const {
+  if (!in_.hostRanks || protocol != Protocol::Simple || bruckCrossesHosts_.empty() ||
+      (hosts_ < 2 && !in_.bruckNamed) ||
+      (op != Operation::AllGather && op != Operation::ReduceScatter) ||
+      (op == Operation::ReduceScatter && bytes > kBruckReduceScatterMaxBytes))
+    return kInfinity;
+  const double block = static_cast<double>(bytes) / nranks_;
+  double us = in_.latency.callUs;
+  for (size_t k = 0; k < bruckCrossesHosts_.size(); ++k) {
+    const int d = 1 << k;
+    us += exchangeUs(everyRank_, bruckCrossesHosts_[k], std::min(d, nranks_ - d) * block,
+                     op == Operation::ReduceScatter, bytes);
   }
   return us;
 }
@@ -598,6 +634,7 @@ double Model::timeUs(Operation op, Algorithm algorithm, Protocol protocol, size_
     case Algorithm::Tree: return treeTimeUs(op, protocol, bytes);
     case Algorithm::HierDoubling: return hierarchicalTimeUs(op, protocol, bytes, false);
     case Algorithm::HierHalving: return hierarchicalTimeUs(op, protocol, bytes, true);
+    case Algorithm::Bruck: return bruckTimeUs(op, protocol, bytes);
   }
   return kInfinity;
 }

@@ -21,11 +21,24 @@ enum class Operation : uint8_t { AllReduce, ReduceScatter, AllGather, Broadcast,
 // recursive doubling, and recursive halving then doubling (Rabenseifner). Tree: host ranks'
 // all-reduce on the double binary tree (coll/host_tree.h). HierDoubling, HierHalving: host ranks'
 // hierarchical all-reduce, each host's ranks handing their inputs to its leader and only the
-// leaders exchanging across hosts, by recursive doubling or halving.
-enum class Algorithm : uint8_t { Ring, Direct, Doubling, Halving, Tree, HierDoubling, HierHalving };
+// leaders exchanging across hosts, by recursive doubling or halving. Bruck: host ranks' all-gather
+// and reduce-scatter in ceil(log2 n) steps (coll/host_bruck.h).
+enum class Algorithm : uint8_t {
+  Ring,
+  Direct,
+  Doubling,
+  Halving,
+  Tree,
+  HierDoubling,
+  HierHalving,
+  Bruck
+};
+// Bruck's reduce-scatter keeps partial sums of other ranks' blocks in scratch, up to its input's
+// size: it takes inputs this large at most (larger ones run the ring).
+inline constexpr size_t kBruckReduceScatterMaxBytes = size_t{4} << 20;
 inline constexpr Algorithm kAlgorithms[] = {
-    Algorithm::Ring, Algorithm::Direct,       Algorithm::Doubling,   Algorithm::Halving,
-    Algorithm::Tree, Algorithm::HierDoubling, Algorithm::HierHalving};
+    Algorithm::Ring, Algorithm::Direct,       Algorithm::Doubling,    Algorithm::Halving,
+    Algorithm::Tree, Algorithm::HierDoubling, Algorithm::HierHalving, Algorithm::Bruck};
 // Device protocols (coll/ring_engine.h): Simple (slots published by tail), LL (flagged 8-byte
 // lines, half of them data), Segmented (warp segments, each published by its own flag: the mid
 // sizes). Host ranks run Simple only.
@@ -86,6 +99,9 @@ struct ModelInput {
   // steps are NVLink's. Across hosts the default takes it where it wins: the alternative is a ring
   // of 2(n-1) network steps (NCCL's choice too).
   bool deviceTreeNamed = false;
+  // Host ranks on one host run Bruck's all-gather and reduce-scatter only where the algorithms name
+  // it: there the ring measured faster at mid and large sizes than the model prices it.
+  bool bruckNamed = false;
   // BRAID_HALVING_LEVELS: where positive, how many of recursive halving's exchanges halve at every
   // size (at most log2 of its participants); 0: the model picks per size.
   int halvingLevels = 0;
@@ -173,7 +189,12 @@ class Model {
     double busyShare = 1;  // of the ranks, those busy during the exchanges (the members)
   };
   double recursiveTimeUs(Operation op, Protocol protocol, size_t bytes, bool halving) const;
+  // One exchange of `stepBytes` each way by every member of `team` at once, in a call of
+  // `callBytes`.
+  double exchangeUs(const ExchangeTeam& team, bool crosses, double stepBytes, bool reduces,
+                    size_t callBytes) const;
   double exchangesUs(const ExchangeTeam& team, size_t bytes, int halvingLevels) const;
+  double bruckTimeUs(Operation op, Protocol protocol, size_t bytes) const;
   int bestHalvingLevels(const ExchangeTeam& team, size_t bytes) const;
   double handoffUs(bool crossesHosts, double busyShare = 1) const;
   double coreAndLinkUs(double coreUs, double linkUs) const;
@@ -207,6 +228,9 @@ class Model {
   // Host ranks, recursive exchanges: of every rank in ring order, and of the hosts' leaders (the
   // first rank of each in ring order).
   ExchangeTeam everyRank_, leaders_;
+  // Host ranks, Bruck's steps (distance 2^k in ring order): whether some rank's partner at that
+  // distance is on another host.
+  std::vector<bool> bruckCrossesHosts_;
   // Trees (base/binary_trees.h over the ring order): their depth, and whether an edge of either
   // crosses hosts.
   int treeDepth_ = 0;
@@ -217,9 +241,9 @@ class Model {
 
 // The host figures and latencies of BRAID_MODEL_*, and the algorithms and protocols BRAID_ALGO and
 // BRAID_PROTO allow ("ring", "direct", "doubling", "halving", "tree", "hier-doubling",
-// "hier-halving", "hier" for both, "ring,direct"; "simple", "ll", "segmented"; empty = all). Fails
-// naming the variable and the accepted values. The caller fills in the machine: cores, threads,
-// FIFOs.
+// "hier-halving", "hier" for both, "bruck", "ring,direct"; "simple", "ll", "segmented"; empty =
+// all). Fails naming the variable and the accepted values. The caller fills in the machine: cores,
+// threads, FIFOs.
 ModelInput modelInputFromParams();
 // The algorithms a list names ("ring,doubling"; empty: all), indexed by Algorithm; fails naming
 // `source` and the accepted names.

@@ -75,11 +75,14 @@ braid_multihost_test(multihost_grid_3hosts_direct HOSTS 3
 # Recursive doubling and halving, the double binary tree, and the hierarchical forms across hosts,
 # forced: partners (tree neighbours) on one host and on others; hierarchical, host 0's second
 # rank hands over to its leader, and the 3 leaders fold one in (ring 0 3 1 2: leaders 0, 1, 2).
-# The trees also run the broadcasts and reduces, rooted at each root the grid names.
-foreach(algo doubling halving tree hier-doubling hier-halving)
+# The trees also run the broadcasts and reduces, rooted at each root the grid names; Bruck's
+# algorithm the all-gathers and reduce-scatters, its steps crossing hosts at every distance.
+foreach(algo doubling halving tree hier-doubling hier-halving bruck)
   set(filter ${case}4ranks_allreduce)
   if(algo STREQUAL tree)
     set(filter ${filter}:${case}4ranks_broadcast:${case}4ranks_reduce)
+  elseif(algo STREQUAL bruck)
+    set(filter ${case}4ranks_allgather:${case}4ranks_reducescatter)
   endif()
   braid_multihost_test(multihost_grid_3hosts_${algo} HOSTS 3
     COMMAND env BRAID_ALGO=${algo} ${grid} --gtest_filter=${filter})
@@ -87,6 +90,11 @@ endforeach()
 # Hierarchical with 3, 3 and 2 ranks per host: two followers per leader, 3 leaders.
 braid_multihost_test(multihost_grid_3hosts_8ranks_hier HOSTS 3
   COMMAND env BRAID_ALGO=hier ${grid} --gtest_filter=${case}8ranks_allreduce)
+# Bruck's all-gather and reduce-scatter with 3, 3 and 2 ranks per host: steps at distance 1 inside
+# a host and across, at 2 and 4 across.
+braid_multihost_test(multihost_grid_3hosts_8ranks_bruck HOSTS 3
+  COMMAND env BRAID_ALGO=bruck ${grid}
+  --gtest_filter=${case}8ranks_allgather:${case}8ranks_reducescatter)
 # Halving with 3, 3 and 2 ranks per host whose first exchange alone halves: the two doubling
 # exchanges on the half held cross hosts, their sends through slots, the halving's from its place.
 braid_multihost_test(multihost_grid_3hosts_8ranks_halving_1level HOSTS 3

@@ -95,15 +95,15 @@ TEST(Config, BadBoundsAndUnknownNetworksAreRefusedByName) {
   braidConfig_t ib = BRAID_CONFIG_INITIALIZER;
   ib.netName = "IB";
   braidConfig_t tree = BRAID_CONFIG_INITIALIZER;
-  tree.algorithms = "ring,bruck";
+  tree.algorithms = "ring,pat";
   std::vector<Bad> cases = {
       {channels(3, 2), "config minChannels and maxChannels are 3 and 2: expected 1 <= min <= max"},
       {channels(0, BRAID_CONFIG_UNDEF_INT), "config minChannels and maxChannels are 0 and"},
       {ib, "config netName 'IB' is not a network braid has"},
       {tree,
-       "rank 0: config algorithms=ring,bruck: unknown value 'bruck' (expected a comma-separated "
+       "rank 0: config algorithms=ring,pat: unknown value 'pat' (expected a comma-separated "
        "list of ring, direct, doubling, halving, tree, hier-doubling, "
-       "hier-halving, hier)"},
+       "hier-halving, bruck, hier)"},
   };
   braidUniqueId id;
   ASSERT_EQ(braidGetUniqueId(&id), braidSuccess);

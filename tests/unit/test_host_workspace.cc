@@ -15,7 +15,8 @@ using braid::HostWorkspace;
 
 TEST(HostWorkspace, CollectivesAreNumberedAndSendRecvIsNot) {
   HostWorkspace workspace("auto");
-  workspace.setDirectMaxBytes(4096);
+  workspace.setLimits(4096, 0);
+  EXPECT_EQ(workspace.scratchBytes(), 4096u);
   CollContext first, sendRecv, second;
   workspace.lendTo(first, true);
   workspace.lendTo(sendRecv, false);
@@ -38,7 +39,8 @@ TEST(HostWorkspace, ABadSlotStoresPolicyIsRefused) {
 
 TEST(HostWorkspace, AScaledInputIsKeptWhileSmallAndReleasedOnceLarge) {
   HostWorkspace workspace("cached");
-  workspace.setDirectMaxBytes(64);
+  workspace.setLimits(64, 256);
+  EXPECT_EQ(workspace.scratchBytes(), 256u);  // a Bruck reduce-scatter's, larger
   braid::ReductionOps ops(0);
   const float scalar = -2;
   const braidRedOp_t op = ops.create(&scalar, braidFloat32, true);

@@ -264,6 +264,46 @@ TEST(PlanModel, LogStepsAcrossHostsPayNetworkHopsOnlyWhereTheyCross) {
       std::isinf(model.timeUs(Operation::AllGather, Algorithm::Doubling, Protocol::Simple, 8)));
 }
 
+// Bruck's all-gather and reduce-scatter (coll/host_bruck.h): steps at distance 1, 2, 4 moving 1, 2
+// and 4 of the 8 blocks, each step a network hop here (ranks 1 and 2 are on different hosts), the
+// link carrying the step's bytes of both ranks of a host. Across hosts only, and a reduce-scatter
+// whose partial sums would outgrow the scratch runs the ring.
+TEST(PlanModel, BruckMovesTheRingsBytesInLogStepsAcrossHosts) {
+  const ManyHosts m(4, 2, 16);
+  const Model model(m.graph, m.plan, m.in);
+  auto bruckUs = [](double bytes, double gbs) {
+    double us = 0.5;
+    for (int blocks : {1, 2, 4})
+      us += 20.0 + std::max(blocks * bytes / 8 / gbs / 1e3, 2 * blocks * bytes / 8 / 1e3);
+    return us;
+  };
+  EXPECT_NEAR(model.timeUs(Operation::AllGather, Algorithm::Bruck, Protocol::Simple, 8 << 20),
+              bruckUs(8 << 20, kCopy), 1e-6);
+  EXPECT_NEAR(model.timeUs(Operation::ReduceScatter, Algorithm::Bruck, Protocol::Simple, 4 << 20),
+              bruckUs(4 << 20, kReduce), 1e-6);
+  EXPECT_TRUE(std::isinf(model.timeUs(Operation::ReduceScatter, Algorithm::Bruck, Protocol::Simple,
+                                      kBruckReduceScatterMaxBytes + 1)));
+  EXPECT_TRUE(
+      std::isinf(model.timeUs(Operation::AllReduce, Algorithm::Bruck, Protocol::Simple, 64)));
+  const ManyHosts oneHost(1, 8, 16);
+  const Model local(oneHost.graph, oneHost.plan, oneHost.in);
+  EXPECT_TRUE(
+      std::isinf(local.timeUs(Operation::AllGather, Algorithm::Bruck, Protocol::Simple, 64)));
+  EXPECT_EQ(local.best(Operation::AllGather, 64).algorithm, Algorithm::Ring);
+  ModelInput named = oneHost.in;
+  allowAlgorithms(named, "ring,bruck", "BRAID_ALGO");
+  const Model localNamed(oneHost.graph, oneHost.plan, named);
+  EXPECT_EQ(localNamed.best(Operation::AllGather, 64).algorithm, Algorithm::Bruck);
+  // 8 namespace hosts of one 2-core machine: 3 steps beat the ring's 7 (measured at 0.4-0.5 of
+  // its time at 512 B - 32 KiB).
+  const ManyHosts crowded(8, 1, 2);
+  ModelInput in = crowded.in;
+  in.ranksPerHost.assign(8, 8);
+  const Model model8(crowded.graph, crowded.plan, in);
+  for (Operation op : {Operation::AllGather, Operation::ReduceScatter})
+    EXPECT_EQ(model8.best(op, 4 << 10).algorithm, Algorithm::Bruck) << operationName(op);
+}
+
 TEST(PlanModel, ManyOversubscribedHostsChooseLogStepsOverRingAndOneShot) {
   // 8 namespace hosts of one 2-core machine (bench/results/trees_vs_ring_vs_mpi.txt): every
   // handoff waits for a core, so 3 exchanges beat the ring's 14 steps and the one-shot

@@ -1,6 +1,7 @@
 // What a communicator runs each call with (core/selection.h), from ranks' facts as the rendezvous
 // gathers them: the plan's ring order, the hosts' leaders, the all-reduce size classes and the
-// one-shot exchange's bound, and the device model replacing the host's.
+// one-shot exchange's bound, Bruck's classes and the scratch, and the device model replacing the
+// host's.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -77,6 +78,22 @@ TEST(Selection, OneShotClassesBoundTheScratch) {
       EXPECT_EQ(table[k].algorithm, HostAllReduce::Ring) << k;
     }
   }
+}
+
+// Bruck's algorithm named: every all-gather class runs it, and every reduce-scatter class whose
+// partial sums the scratch can hold (larger ones the ring), which sizes the scratch.
+TEST(Selection, BruckReduceScattersSizeTheScratch) {
+  plan::ModelInput bruck = allowing("bruck");
+  bruck.bruckNamed = true;
+  const Selection s(0, peersOn(3, 1), kGeometry, {}, bruck);
+  for (size_t k = 0; k < s.allGatherBruck().size(); ++k) {
+    const size_t bytes = size_t{1} << std::min<size_t>(k, 47);
+    EXPECT_TRUE(s.allGatherBruck()[k]) << k;
+    EXPECT_EQ(s.reduceScatterBruck()[k], bytes <= plan::kBruckReduceScatterMaxBytes) << k;
+  }
+  EXPECT_EQ(s.scratchBytes(), plan::kBruckReduceScatterMaxBytes);
+  const Selection ring(0, peersOn(3, 1), kGeometry, {}, allowing("ring"));
+  EXPECT_EQ(ring.scratchBytes(), 0u);
 }
 
 TEST(Selection, TheDeviceModelReplacesTheHostOne) {
