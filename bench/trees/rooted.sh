@@ -7,7 +7,8 @@
 # Usage (root): bench/trees/rooted.sh BUILD_DIR HOSTS RANKS_PER_HOST COLLECTIVE [ROUNDS]
 #   COLLECTIVE: broadcast, reduce, allgather or reducescatter (braid-perf's names).
 #   BRAID_AGAINST=ALGO sets BRAID_ALGO for the second column instead of leaving the model to choose;
-#   BRAID_PERF_MAX_BYTES (default 1M) is the largest size.
+#   BRAID_PERF_MAX_BYTES (default 1M) is the largest size; BRAID_PERF_ITERS and BRAID_PERF_WARMUP
+#   (default 50 and 5) braid-perf's timed and warm-up iterations per size.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 
@@ -24,13 +25,17 @@ interleaved_rounds() {
         --mca plm_rsh_agent "$here/netns_rsh_named.sh" --mca plm_rsh_no_tree_spawn 1 \
         --mca routed direct --mca oob_tcp_if_include eth0 \
         -x BRAID_COMM_ID=10.77.0.1:29500 ${algo:+-x BRAID_ALGO=$algo} \
-        "$build/tools/braid-perf" "$coll" -b 8 -e "${BRAID_PERF_MAX_BYTES:-1M}" -f 8 -n 50 -w 5 -r 1 2>&1 |
+        "$build/tools/braid-perf" "$coll" -b 8 -e "${BRAID_PERF_MAX_BYTES:-1M}" -f 8 \
+        -n "${BRAID_PERF_ITERS:-50}" -w "${BRAID_PERF_WARMUP:-5}" -r 1 2>&1 |
         awk '/^ +[0-9]/ {printf "%14s %9s %6s %13s\n", $1, $6, $9, $10}'
       status=("${PIPESTATUS[@]}")
       set -e
       # A run that fails or is stopped (mpirun's launch on namespace hosts has hung now and then
       # before any rank started) is said, and the rounds go on.
       [ "${status[0]}" = 0 ] || echo "# this run ended with status ${status[0]} (124: stopped after 300 s)"
+      # The next run starts once this one's ranks are gone (up to 10 s): ranks of a stopped launch
+      # left spinning would take the cores from it.
+      for _ in $(seq 1 100); do pgrep -f "$build/tools/braid-perf" > /dev/null || break; sleep 0.1; done
     done
   done
 }
