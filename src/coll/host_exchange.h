@@ -54,7 +54,8 @@ void exchangePieces(CollContext& ctx, const CallTag& tag, int to, int from, size
 }
 
 // Sends `sendBytes` from `send` to `peer` while receiving `recvBytes` from it. From a slot, a piece
-// is copied in before `take` may overwrite where it came from; from its place, `take` must not
+// is copied in before `take` may overwrite where it came from (the pieces of both directions are
+// alike: every link of a communicator has one FIFO geometry); from its place, `take` must not
 // write where the send lies.
 template <class Take>
 void exchange(CollContext& ctx, const CallTag& tag, int peer, const uint8_t* send, size_t sendBytes,
