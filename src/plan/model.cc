@@ -161,9 +161,7 @@ std::vector<bool> allowedAlgorithms(const std::string& list, const char* source)
 
 void allowAlgorithms(ModelInput& input, const std::string& list, const char* source) {
   input.allowedAlgorithms = allowedAlgorithms(list, source);
-  input.deviceTreeNamed =
-      !list.empty() && input.allowedAlgorithms[static_cast<int>(Algorithm::Tree)];
-  input.bruckNamed = !list.empty() && input.allowedAlgorithms[static_cast<int>(Algorithm::Bruck)];
+  input.algorithmsNamed = !list.empty();
 }
 
 ModelInput modelInputFromParams() {
@@ -466,11 +464,11 @@ double Model::exchangesUs(const ExchangeTeam& team, size_t bytes, int halvingLev
 // step crosses hosts where some rank's partner at that distance is on another host. On one host
 // only where named: there (8 processes here, braid-perf --np 8) its reduce-scatter measured
 // 1.2-1.8x the ring's time at 64 KiB - 4 MiB, and its all-gather 1.2-2.3x from 4 MiB, where this
-// pricing has it faster; across 8 namespace hosts it took 0.4-0.8 of the ring's time at 512 B -
-// 4 MiB.
+// pricing has it faster; across 8 namespace hosts it took 0.41-0.50 of the ring's time at 64 B -
+// 32 KiB, 0.94-1.20 at 256 KiB, 0.63-0.70 at 2 MiB (bench/results/trees_bruck_vs_ring.txt).
 double Model::bruckTimeUs(Operation op, Protocol protocol, size_t bytes) const {
   if (!in_.hostRanks || protocol != Protocol::Simple || bruckCrossesHosts_.empty() ||
-      (hosts_ < 2 && !in_.bruckNamed) ||
+      (hosts_ < 2 && !in_.named(Algorithm::Bruck)) ||
       (op != Operation::AllGather && op != Operation::ReduceScatter) ||
       (op == Operation::ReduceScatter && bytes > kBruckReduceScatterMaxBytes))
     return kInfinity;
@@ -490,8 +488,14 @@ int Model::bestHalvingLevels(const ExchangeTeam& team, size_t bytes) const {
   const int levels = static_cast<int>(team.crossesHosts.size());
   if (in_.halvingLevels > 0) return std::min(in_.halvingLevels, std::max(levels, 1));
   int best = 1;
-  for (int halving = 2; halving <= levels; ++halving)
-    if (exchangesUs(team, bytes, halving) < exchangesUs(team, bytes, best)) best = halving;
+  double bestUs = exchangesUs(team, bytes, best);
+  for (int halving = 2; halving <= levels; ++halving) {
+    const double us = exchangesUs(team, bytes, halving);
+    if (us < bestUs) {
+      best = halving;
+      bestUs = us;
+    }
+  }
   return best;
 }
 
@@ -648,7 +652,7 @@ Prediction Model::fastest(Operation op, size_t bytes, DeviceLaunch launch,
   for (Algorithm algorithm : kAlgorithms) {
     if (!in_.allowedAlgorithms[static_cast<int>(algorithm)] || algorithm == skip) continue;
     if (algorithm == Algorithm::Direct && !directPossible) continue;
-    if (algorithm == Algorithm::Tree && !in_.hostRanks && !in_.deviceTreeNamed &&
+    if (algorithm == Algorithm::Tree && !in_.hostRanks && !in_.named(Algorithm::Tree) &&
         !treeCrossesHosts_)
       continue;
     for (Protocol protocol : kProtocols) {

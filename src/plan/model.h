@@ -94,14 +94,17 @@ struct ModelInput {
   int deviceChannels = 0;
   // Indexed by Algorithm (BRAID_ALGO).
   std::vector<bool> allowedAlgorithms = std::vector<bool>(std::size(kAlgorithms), true);
-  // Device ranks on one host choose the tree only where the algorithms are named and name it
-  // (BRAID_ALGO or a config's): it has not run on a GPU yet (docs/engine.md), and there the ring's
-  // steps are NVLink's. Across hosts the default takes it where it wins: the alternative is a ring
-  // of 2(n-1) network steps (NCCL's choice too).
-  bool deviceTreeNamed = false;
-  // Host ranks on one host run Bruck's all-gather and reduce-scatter only where the algorithms name
-  // it: there the ring measured faster at mid and large sizes than the model prices it.
-  bool bruckNamed = false;
+  // Whether the algorithms were named (BRAID_ALGO or a config's: a non-empty list). Some run only
+  // where named (`named`):
+  //  - device ranks on one host, the tree: it has not run on a GPU yet (docs/engine.md), and there
+  //    the ring's steps are NVLink's. Across hosts the default takes it where it wins: the
+  //    alternative is a ring of 2(n-1) network steps (NCCL's choice too);
+  //  - host ranks on one host, Bruck's all-gather and reduce-scatter: there the ring measured
+  //    faster at mid and large sizes than the model prices it.
+  bool algorithmsNamed = false;
+  bool named(Algorithm algorithm) const {
+    return algorithmsNamed && allowedAlgorithms[static_cast<int>(algorithm)];
+  }
   // BRAID_HALVING_LEVELS: where positive, how many of recursive halving's exchanges halve at every
   // size (at most log2 of its participants); 0: the model picks per size.
   int halvingLevels = 0;
@@ -248,8 +251,8 @@ ModelInput modelInputFromParams();
 // The algorithms a list names ("ring,doubling"; empty: all), indexed by Algorithm; fails naming
 // `source` and the accepted names.
 std::vector<bool> allowedAlgorithms(const std::string& list, const char* source);
-// The algorithms `list` names, into `input`: allowedAlgorithms, and deviceTreeNamed where a
-// non-empty list names the tree.
+// The algorithms `list` names, into `input`: allowedAlgorithms, and algorithmsNamed where the list
+// is not empty.
 void allowAlgorithms(ModelInput& input, const std::string& list, const char* source);
 
 // The channels a CUDA communicator's rank runs, a thread block each (core/device_side.cc): a

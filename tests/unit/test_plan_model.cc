@@ -243,7 +243,6 @@ TEST(PlanModel, LogStepsAcrossHostsPayNetworkHopsOnlyWhereTheyCross) {
       us += exchange(level > 0, bytes / (1 << (level + 1)), kCopy);
     return us;
   };
-  EXPECT_NEAR(halvingUs(3) - halvingUs(2), 20.0, 1e-6);
   EXPECT_EQ(model.halvingLevels(Algorithm::Halving, 8 << 20), 2);
   EXPECT_NEAR(model.timeUs(Operation::AllReduce, Algorithm::Halving, Protocol::Simple, 8 << 20),
               halvingUs(2), 1e-6);
@@ -258,6 +257,11 @@ TEST(PlanModel, LogStepsAcrossHostsPayNetworkHopsOnlyWhereTheyCross) {
       EXPECT_EQ(forced.halvingLevels(Algorithm::Halving, size), std::min(named, 3)) << size;
     EXPECT_NEAR(forced.timeUs(Operation::AllReduce, Algorithm::Halving, Protocol::Simple, 8 << 20),
                 halvingUs(std::min(named, 3)), 1e-6);
+    if (named == 3)  // the hop the model's choice saves
+      EXPECT_NEAR(
+          forced.timeUs(Operation::AllReduce, Algorithm::Halving, Protocol::Simple, 8 << 20) -
+              model.timeUs(Operation::AllReduce, Algorithm::Halving, Protocol::Simple, 8 << 20),
+          20.0, 1e-6);
   }
   // Only all-reduce has them.
   EXPECT_TRUE(
@@ -403,7 +407,7 @@ TEST(PlanModel, DeviceTreesPayTheirSlowestPathPerSlot) {
   oneHost.in.hostRanks = false;
   const Model unnamed(oneHost.graph, oneHost.plan, oneHost.in);
   EXPECT_NE(unnamed.best(Operation::AllReduce, 8, DeviceLaunch::Apart).algorithm, Algorithm::Tree);
-  oneHost.in.deviceTreeNamed = true;
+  oneHost.in.algorithmsNamed = true;
   oneHost.in.allowedAlgorithms.assign(oneHost.in.allowedAlgorithms.size(), false);
   oneHost.in.allowedAlgorithms[static_cast<int>(Algorithm::Tree)] = true;
   const Model named(oneHost.graph, oneHost.plan, oneHost.in);

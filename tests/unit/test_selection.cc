@@ -84,7 +84,7 @@ TEST(Selection, OneShotClassesBoundTheScratch) {
 // partial sums the scratch can hold (larger ones the ring), which sizes the scratch.
 TEST(Selection, BruckReduceScattersSizeTheScratch) {
   plan::ModelInput bruck = allowing("bruck");
-  bruck.bruckNamed = true;
+  bruck.algorithmsNamed = true;
   const Selection s(0, peersOn(3, 1), kGeometry, {}, bruck);
   for (size_t k = 0; k < s.allGatherBruck().size(); ++k) {
     const size_t bytes = size_t{1} << std::min<size_t>(k, 47);
