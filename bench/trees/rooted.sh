@@ -14,25 +14,20 @@ here="$(cd "$(dirname "$0")" && pwd)"
 
 # One braid-perf run per BRAID_ALGO per round; inside netns_hosts.sh (BRAID_TEST_NETNS set).
 interleaved_rounds() {
-  local build="$1" hosts="$2" per="$3" coll="$4" rounds="${5:-3}" list="" status
-  for i in $(seq 1 "$hosts"); do list+="${list:+,}10.77.0.$i:$per"; done
+  local build="$1" hosts="$2" per="$3" coll="$4" rounds="${5:-3}" status
   for round in $(seq 1 "$rounds"); do
     for algo in ring "${BRAID_AGAINST:-}"; do
       echo "## round $round, $hosts hosts x $per, $coll, BRAID_ALGO=${algo:-(unset: the model chooses)}"
       echo "#     size(B)  time(us)  wrong  in-place(us)"
       set +e
-      timeout 300 mpirun --allow-run-as-root --bind-to none -np $((hosts * per)) --host "$list" \
-        --mca plm_rsh_agent "$here/netns_rsh_named.sh" --mca plm_rsh_no_tree_spawn 1 \
-        --mca routed direct --mca oob_tcp_if_include eth0 \
-        -x BRAID_COMM_ID=10.77.0.1:29500 ${algo:+-x BRAID_ALGO=$algo} \
+      "$here/mpirun_netns.sh" "$hosts" "$per" 300 ${algo:+-x BRAID_ALGO=$algo} \
         "$build/tools/braid-perf" "$coll" -b 8 -e "${BRAID_PERF_MAX_BYTES:-1M}" -f 8 \
         -n "${BRAID_PERF_ITERS:-50}" -w "${BRAID_PERF_WARMUP:-5}" -r 1 2>&1 |
         awk '/^ +[0-9]/ {printf "%14s %9s %6s %13s\n", $1, $6, $9, $10}'
       status=("${PIPESTATUS[@]}")
       set -e
-      # A run that fails or is stopped (mpirun's launch on namespace hosts has hung now and then
-      # before any rank started) is said, and the rounds go on.
-      [ "${status[0]}" = 0 ] || echo "# this run ended with status ${status[0]} (124: stopped after 300 s)"
+      # A run that fails or is stopped is said, and the rounds go on.
+      [ "${status[0]}" = 0 ] || echo "# this run ended with status ${status[0]} (124: stopped)"
       # The next run starts once this one's ranks are gone (up to 10 s): ranks of a stopped launch
       # left spinning would take the cores from it.
       for _ in $(seq 1 100); do pgrep -f "$build/tools/braid-perf" > /dev/null || break; sleep 0.1; done

@@ -8,7 +8,8 @@
 # both libraries measured 15-60 ms per call).
 # Usage (root): bench/trees/run.sh BUILD_DIR [OUTPUT] [benchmark options, default -b 8 -e 4M -f 4 -r 3 -n 0.1]
 #   OUTPUT defaults to bench/results/trees_vs_ring_vs_mpi.txt.
-#   BRAID_ALGO, when set, forces braid's first column (e.g. halving) as it would any program;
+#   BRAID_ALGO, when set, forces braid's first column (e.g. halving) as it would any program, and
+#   BRAID_HALVING_LEVELS with it how many of halving's exchanges halve;
 #   BRAID_TREES_SHAPES picks the shapes ("hosts ranks_per_host" pairs, ';' between them).
 set -euo pipefail
 
@@ -39,15 +40,13 @@ output="$2"
 shift 2
 read -r hosts per_host <<< "$BRAID_TREES_SHAPE"
 [ $# -gt 0 ] || set -- -b 8 -e 4M -f 4 -r 3 -n 0.1
-list=""
-for i in $(seq 1 "$hosts"); do list+="${list:+,}10.77.0.$i:$per_host"; done
 {
   echo
   echo "## $hosts hosts x $per_host ranks (network namespaces; ranks of a host share memory)"
-  mpirun --allow-run-as-root --bind-to none -np $((hosts * per_host)) --host "$list" \
-    --mca plm_rsh_agent "$here/netns_rsh_named.sh" --mca plm_rsh_no_tree_spawn 1 \
-    --mca routed direct --mca mpi_yield_when_idle 1 --mca pml ob1 --mca btl self,vader,tcp \
-    --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
-    -x BRAID_COMM_ID=10.77.0.1:29500 ${BRAID_ALGO:+-x BRAID_ALGO="$BRAID_ALGO"} "$build/bench/allreduce_vs_mpi" --ring "$@" 2>&1 |
-    grep -vE "^vm:|^\[" 
+  "$here/mpirun_netns.sh" "$hosts" "$per_host" 600 \
+    --mca mpi_yield_when_idle 1 --mca pml ob1 --mca btl self,vader,tcp --mca btl_tcp_if_include eth0 \
+    ${BRAID_ALGO:+-x BRAID_ALGO="$BRAID_ALGO"} \
+    ${BRAID_HALVING_LEVELS:+-x BRAID_HALVING_LEVELS="$BRAID_HALVING_LEVELS"} \
+    "$build/bench/allreduce_vs_mpi" --ring "$@" ||
+    echo "# this run ended with status $? (124: stopped)"
 } | tee -a "$output"
