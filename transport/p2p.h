@@ -100,8 +100,8 @@ class P2pLinks {
   // channel c runs tree c % 2 of base/binary_trees.h over channel c's ring order (so the trees
   // leave a host through the NICs the rings do).
   int treeChannels() const { return treeChannelsOf(geometry_.channels); }
-  // Slots of a tree FIFO on this host: a tree's FIFO holds at most one slot of a call at a time
-  // (coll/tree_engine.h), the second lets the next call's first slot in early.
+  // Slots of a tree FIFO on this host: two, so that a pass of the tree (coll/tree_engine.h: every
+  // slot up, then every result down) fills one while its neighbour reads the other.
   static constexpr uint32_t kTreeSlots = 2;
   // The protocols of a tree and of a hop to another host: Simple 0, low-latency 1; the index
   // fails for the segmented protocol, which neither runs.

@@ -2,8 +2,8 @@
 // (coll/tree_engine.h) over the connectors, each tree (base/binary_trees.h, laid over the ring
 // order; a broadcast's or reduce's root at the top of both) taking half the elements, one after
 // the other. Its steps grow with log2 of the ranks, as recursive doubling's
-// (coll/host_recursive.h): an all-reduce's slot goes up and comes back down before the next goes
-// up; a broadcast's or reduce's slots follow each other down or up the levels. The model
+// (coll/host_recursive.h): an all-reduce's slots follow each other up the levels, then its
+// results down; a broadcast's or reduce's slots follow each other down or up. The model
 // (plan/model.cc) prices it, and BRAID_ALGO=tree forces it. See docs/engine.md.
 #pragma once
 

@@ -6,11 +6,11 @@
 // on ports P per neighbour, each with the FIFO from that neighbour and the FIFO to it: the ring
 // engine's Simple ports (slots published by tail) or its low-latency ports (LlPorts: every 8-byte
 // line carries its flag, so a small call's hop costs no fence and no tail round trip). An
-// all-reduce's slot goes up and its result comes down before the next slot goes up, so each FIFO
-// holds at most one of its slots: no wait can close a cycle, whatever the FIFOs' depth (a
-// broadcast or reduce moves one way only). That costs a round trip of the tree per slot: the
-// tree serves small and mid-size calls, where its depth (log2 of the ranks) beats the ring's
-// steps, and leaves the bandwidth of large ones to the ring.
+// all-reduce sends every slot up, then every result down, each pass pipelined (NCCL's tree runs
+// so too): a rank waits up the tree only on its children's slots and its parent's credits, which
+// its parent frees while still going up, and it turns down only once its children's slots are
+// all taken, so no wait can close a cycle, whatever the FIFOs' depth. A call then costs the
+// tree's depth twice plus a slot's move per slot at each pass.
 #pragma once
 
 #include <cstddef>
@@ -220,13 +220,15 @@ BRAID_HD bool runTree(G& group, const M& move, const TreeCall<typename M::Storag
   const size_t chunk =
       alone ? call.count : slotBytes / sizeof(Pack16) * (sizeof(Pack16) / sizeof(T));
   if (chunk == 0 && call.count > 0) return false;  // a slot smaller than a pack: nothing fits
-  for (size_t at = 0; at < call.count; at += chunk) {
-    const size_t n = call.count - at < chunk ? call.count - at : chunk;
-    if (call.collective != Collective::Broadcast && !upOneSlot(group, move, call, ports, at, n))
-      return false;
-    if (call.collective != Collective::Reduce && !downOneSlot(group, move, call, ports, at, n))
-      return false;
-  }
+  // Every slot up, then every slot down: each pass is a pipeline, the slots following each other
+  // through the levels.
+  auto slotAt = [&](size_t at) { return call.count - at < chunk ? call.count - at : chunk; };
+  if (call.collective != Collective::Broadcast)
+    for (size_t at = 0; at < call.count; at += chunk)
+      if (!upOneSlot(group, move, call, ports, at, slotAt(at))) return false;
+  if (call.collective != Collective::Reduce)
+    for (size_t at = 0; at < call.count; at += chunk)
+      if (!downOneSlot(group, move, call, ports, at, slotAt(at))) return false;
   group.sync();
   return true;
 }

@@ -328,10 +328,10 @@ void Model::findDeviceTreePaths(const LinkGraph& graph, const Channel& channel) 
 }
 
 // The device tree all-reduce (coll/tree_engine.h in treeKernel), Simple or low-latency: each tree
-// channel's block takes its share a slot at a time, and a slot goes up the tree and its result
-// down before the next goes up: per slot, the slowest path up and down in the protocol's hop
-// latencies, and at every level a block's move of the slot (at its own rate and its share of the
-// links' together, as the protocol uses them).
+// channel's block takes its share a slot at a time, every slot up and then every result down, each
+// pass a pipeline: the slowest path in the protocol's hop latencies, and a block's move of a slot
+// (at its own rate and its share of the links' together, as the protocol uses them) at every level
+// and for every further slot.
 double Model::deviceTreeTimeUs(Operation op, Protocol protocol, size_t bytes) const {
   const bool runs = protocol == Protocol::Simple || protocol == Protocol::LL;
   if (op != Operation::AllReduce || !runs || nranks_ < 2 || treeDepth_ == 0) return kInfinity;
@@ -345,12 +345,12 @@ double Model::deviceTreeTimeUs(Operation op, Protocol protocol, size_t bytes) co
   const int p = static_cast<int>(protocol);
   const double moveUs = microseconds(
       slot, combinedGBs(kDeviceChannelGBs[p], ringGBs_ * kProtocolEfficiency[p] / channels));
-  return kDeviceKernelUs + slots * 2 * (treePath_.of(protocol) + treeDepth_ * moveUs);
+  return kDeviceKernelUs + 2 * (treePath_.of(protocol) + (treeDepth_ + slots - 1) * moveUs);
 }
 
 // The host's trees run one after the other, each on half the bytes, a FIFO slot at a time. An
-// all-reduce's slot goes up and its result down before the next goes up: per slot, 2 x depth
-// handoffs (a network one where the trees cross hosts) and the core's work on it at every level.
+// all-reduce sends every slot up, then every result down, each pass a pipeline: depth + slots - 1
+// handoffs (network ones where the trees cross hosts), each with a level's core work on a slot.
 double Model::treeTimeUs(Operation op, Protocol protocol, size_t bytes) const {
   if (!in_.hostRanks) return deviceTreeTimeUs(op, protocol, bytes);
   const bool rooted = op == Operation::Broadcast || op == Operation::Reduce;
@@ -360,17 +360,19 @@ double Model::treeTimeUs(Operation op, Protocol protocol, size_t bytes) const {
   if (rooted) return rootedTreeTimeUs(op, bytes);
   const double slotBytes = static_cast<double>(in_.slotBytes);
   const double half = static_cast<double>(bytes) / 2;  // each tree's share, its slots rounded up
-  const double slots = 2 * std::max(1.0, std::ceil(half / slotBytes));
+  const double slots = std::max(1.0, std::ceil(half / slotBytes));
   const double slot = std::min(slotBytes, half);
   const double latency = handoffUs(treeCrossesHosts_);
   // Up: two children's slots reduced; down: the result copied out and to two children.
-  const double coreUs =
-      (microseconds(2 * slot, in_.core.reduceGBs) + microseconds(3 * slot, in_.core.copyGBs)) *
-      crowding() / cacheSpeedup(bytes);
+  const double scale = crowding() / cacheSpeedup(bytes);
+  const double upUs = microseconds(2 * slot, in_.core.reduceGBs) * scale;
+  const double downUs = microseconds(3 * slot, in_.core.copyGBs) * scale;
   // A NIC carries its host's ranks' slots at once, as in the recursive exchanges.
   const double linkUs =
       treeCrossesHosts_ ? microseconds(2 * slot * busiestHostRanks_, ringGBs_) : 0;
-  return in_.latency.callUs + slots * 2 * treeDepth_ * (latency + coreAndLinkUs(coreUs, linkUs));
+  const double levels = treeDepth_ + slots - 1;
+  return in_.latency.callUs +
+         2 * levels * (2 * latency + coreAndLinkUs(upUs, linkUs) + coreAndLinkUs(downUs, linkUs));
 }
 
 // A broadcast's or reduce's slots follow each other down (up) the levels of each tree in turn:

@@ -323,16 +323,23 @@ TEST(PlanModel, ManyOversubscribedHostsChooseLogStepsOverRingAndOneShot) {
             model.timeUs(Operation::AllReduce, Algorithm::Ring, Protocol::Simple, 8));
 }
 
-// The tree (host ranks' all-reduce, coll/host_tree.h): 2 x depth handoffs per slot, each tree's
-// share its own slots; never chosen over recursive doubling where both run.
-TEST(PlanModel, TreesPayTwoHandoffsPerLevelPerSlot) {
+// The tree (host ranks' all-reduce, coll/host_tree.h): each tree's share goes up and comes down
+// in two pipelined passes of depth + slots - 1 handoffs, a level's work on a slot each; never
+// chosen over recursive doubling where both run.
+TEST(PlanModel, TreesPipelineTheirSlotsUpAndThenDown) {
   const ManyHosts m(4, 2, 16);  // trees of 8 over the ring order: depth 3, crossing hosts
   const Model model(m.graph, m.plan, m.in);
-  const double slot = 4;  // 8 bytes: 4 per tree, one slot each
-  const double coreUs = 2 * slot / kReduce / 1e3 + 3 * slot / kCopy / 1e3;
-  const double linkUs = 2 * slot * 2 / 1.0 / 1e3;  // 2 ranks share a NIC of 1 GB/s
+  auto expected = [](double slot, double levels) {
+    const double upUs = 2 * slot / kReduce / 1e3, downUs = 3 * slot / kCopy / 1e3;
+    const double linkUs = 2 * slot * 2 / 1.0 / 1e3;  // 2 ranks share a NIC of 1 GB/s
+    return 0.5 + 2 * levels * (2 * 20.0 + std::max(upUs, linkUs) + std::max(downUs, linkUs));
+  };
+  // 8 bytes: 4 per tree, one slot each, through 3 levels.
   EXPECT_NEAR(model.timeUs(Operation::AllReduce, Algorithm::Tree, Protocol::Simple, 8),
-              0.5 + 2 * 2 * 3 * (20.0 + std::max(coreUs, linkUs)), 1e-6);
+              expected(4, 3), 1e-6);
+  // 4 MiB: 2 MiB per tree, 16 slots of 128 KiB following each other through the 3 levels.
+  EXPECT_NEAR(model.timeUs(Operation::AllReduce, Algorithm::Tree, Protocol::Simple, 4 << 20),
+              expected(128 << 10, 3 + 16 - 1), 1e-6);
   for (size_t bytes = 8; bytes <= (size_t{1} << 26); bytes *= 4)
     EXPECT_NE(model.best(Operation::AllReduce, bytes).algorithm, Algorithm::Tree) << bytes;
 }
@@ -360,12 +367,12 @@ TEST(PlanModel, RootedTreesPipelineTheirSlotsDownTheLevels) {
             std::numeric_limits<double>::infinity());
 }
 
-// Device ranks' tree (treeKernel): per slot the trees' slowest path up and down plus a block's move
-// of the slot at every level. 2 hosts x 4 ranks in the ring order 0..7 (positions 0-3 on host 0):
-// tree 1 has its top at position 1, and position 4 (host 1) climbs through 3 (host 0) and 5
-// (host 1) to it, crossing hosts at every level: three network hops of 14 us (tree 0's worst
-// path crosses twice).
-TEST(PlanModel, DeviceTreesPayTheirSlowestPathPerSlot) {
+// Device ranks' tree (treeKernel): every slot up, then every result down, each pass the trees'
+// slowest path plus a block's move of a slot at every level and for every further slot. 2 hosts x 4
+// ranks in the ring order 0..7 (positions 0-3 on host 0): tree 1 has its top at position 1, and
+// position 4 (host 1) climbs through 3 (host 0) and 5 (host 1) to it, crossing hosts at every
+// level: three network hops of 14 us (tree 0's worst path crosses twice).
+TEST(PlanModel, DeviceTreesPayTheirSlowestPathOncePerPass) {
   ManyHosts devices(2, 4, 16);
   devices.in.hostRanks = false;
   devices.plan.channels.front().order = {0, 1, 2, 3, 4, 5, 6, 7};
@@ -380,12 +387,12 @@ TEST(PlanModel, DeviceTreesPayTheirSlowestPathPerSlot) {
   const double move = moveUs(4, 2);
   EXPECT_NEAR(model.timeUs(Operation::AllReduce, Algorithm::Tree, Protocol::Simple, 8),
               2.0 + 2 * (42.0 + 3 * move), 1e-6);
-  // 4 MiB on 8 tree channels of 128 KiB slots: 4 slots each.
+  // 4 MiB on 8 tree channels of 128 KiB slots: 4 slots each, following each other.
   devices.in.deviceChannels = 8;
   const Model eight(devices.graph, devices.plan, devices.in);
   const double slotMove = moveUs(128 << 10, 8);
   EXPECT_NEAR(eight.timeUs(Operation::AllReduce, Algorithm::Tree, Protocol::Simple, 4 << 20),
-              2.0 + 4 * 2 * (42.0 + 3 * slotMove), 1e-6);
+              2.0 + 2 * (42.0 + (3 + 4 - 1) * slotMove), 1e-6);
   // The low-latency lines: three network hops of 2.7 us, 8 KiB slots of data, the block's 1.7 GB/s
   // and half the links (4 bytes of data in every 8).
   const double lineMove = 4 / 1.7 / 1e3 + 4 / (0.5 / 2) / 1e3;
