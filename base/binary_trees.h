@@ -13,6 +13,10 @@
 // (plan/) prices them: one rule for both, here, since neither layer may include the other.
 #pragma once
 
+#include <cstdint>
+#include <span>
+#include <vector>
+
 namespace braid {
 
 // One position's neighbours in a tree, as positions (-1: none). Children in ascending label order.
@@ -108,6 +112,82 @@ class BinaryTrees {
   int n_;
   int top_ = 1;             // the top label
   int offset_[2] = {0, 0};  // per tree: the position labelled as offset 0
+};
+
+// NCCL's shape across hosts: the double binary trees (BinaryTrees) over the hosts, a chain through
+// the ranks inside each. Positions (the ring order) are grouped by `hostOf` into runs of one host
+// (the planner lays a host's ranks together; a host met in two runs makes two groups). A group's
+// first position, its head, meets the parent group (at the position that parent lends it) and
+// the first child group; the second position meets the second child group; the chain runs through
+// the rest, head first. So no rank has more than two children, a host's NIC carries at most three
+// edges of each tree, and a path from the top crosses hosts once per level of the hosts' tree; the
+// ranks of a chain are interior in both trees, as NCCL's are. With one group the ranks of the host
+// take BinaryTrees themselves (a chain of n ranks would be n - 1 deep), and a group of one rank is
+// BinaryTrees' node of its host, so one rank per host is BinaryTrees over the ranks. A named root
+// is the top of both trees: its group at the top of the hosts' trees, its chain starting at it.
+class TreesOfHosts {
+ public:
+  explicit TreesOfHosts(std::span<const uint64_t> hostOf, int root = -1) {
+    const int n = static_cast<int>(hostOf.size());
+    std::vector<std::vector<int>> groups;
+    std::vector<int> groupOf(hostOf.size());
+    for (int p = 0; p < n; ++p) {
+      if (p == 0 || hostOf[p] != hostOf[p - 1]) groups.emplace_back();
+      groups.back().push_back(p);
+      groupOf[p] = static_cast<int>(groups.size()) - 1;
+    }
+    const int nGroups = static_cast<int>(groups.size());
+    if (root >= 0) {  // the root's chain starts at it (its order otherwise kept, round the group)
+      std::vector<int>& chain = groups[groupOf[root]];
+      while (chain.front() != root) {
+        chain.push_back(chain.front());
+        chain.erase(chain.begin());
+      }
+    }
+    for (int t = 0; t < 2; ++t) nodes_[t].assign(hostOf.size(), TreeNode{});
+    if (nGroups == 1) {
+      const BinaryTrees trees = root >= 0 ? BinaryTrees(n, root) : BinaryTrees(n);
+      for (int t = 0; t < 2; ++t)
+        for (int p = 0; p < n; ++p) nodes_[t][p] = trees.node(t, p);
+    } else {
+      const BinaryTrees hosts =
+          root >= 0 ? BinaryTrees(nGroups, groupOf[root]) : BinaryTrees(nGroups);
+      for (int t = 0; t < 2; ++t)
+        for (int g = 0; g < nGroups; ++g) joinGroup(t, groups, g, hosts.node(t, g));
+    }
+    for (int t = 0; t < 2; ++t)
+      for (int p = 0; p < n; ++p) {
+        int d = 0;
+        for (int q = p; nodes_[t][q].parent >= 0; q = nodes_[t][q].parent) ++d;
+        if (d > depth_) depth_ = d;
+      }
+  }
+  int positions() const { return static_cast<int>(nodes_[0].size()); }
+  // Edges from the top to the deepest leaf, of the deeper tree.
+  int depth() const { return depth_; }
+  TreeNode node(int tree, int position) const { return nodes_[tree][position]; }
+  // Which of `position`'s neighbours on `tree` `neighbour` is (TreeNode::endOf).
+  int neighbourEnd(int tree, int position, int neighbour) const {
+    return node(tree, position).endOf(neighbour);
+  }
+
+ private:
+  // Group g's chain on tree t, and its links to the child groups of `host` (its hosts' tree node).
+  void joinGroup(int t, const std::vector<std::vector<int>>& groups, int g, const TreeNode& host) {
+    const std::vector<int>& chain = groups[g];
+    const int k = static_cast<int>(chain.size());
+    auto link = [&](int parent, int child) {
+      TreeNode& up = nodes_[t][parent];
+      up.children[up.nChildren++] = child;
+      nodes_[t][child].parent = parent;
+    };
+    for (int c = 0; c < host.nChildren; ++c)  // the second child group meets the second rank
+      link(chain[c == 1 && k > 1 ? 1 : 0], groups[host.children[c]].front());
+    for (int i = 1; i < k; ++i) link(chain[i - 1], chain[i]);
+  }
+
+  std::vector<TreeNode> nodes_[2];
+  int depth_ = 0;
 };
 
 }  // namespace braid

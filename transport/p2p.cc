@@ -116,7 +116,7 @@ int P2pLinks::ringPosition(int channel, int rank) const {
 }
 
 TreeNode P2pLinks::treeNodeOf(int channel, int rank) const {
-  TreeNode node = BinaryTrees(nranks_).node(channel % 2, ringPosition(channel, rank));
+  TreeNode node = treeShapes_[channel].node(channel % 2, ringPosition(channel, rank));
   const std::vector<int>& order = hostRingOrders_[channel];
   if (node.parent >= 0) node.parent = order[node.parent];
   for (int c = 0; c < node.nChildren; ++c) node.children[c] = order[node.children[c]];
@@ -385,6 +385,11 @@ std::unique_ptr<P2pLinks> P2pLinks::connect(int rank, int nranks, const DeviceRa
   }
   links->netPairSend_.assign(nranks, {});
   links->netPairRecv_.assign(nranks, {});
+  for (int t = 0; t < links->treeChannels(); ++t) {  // of the ranks' hosts, over t's ring order
+    std::vector<uint64_t> hosts;
+    for (int peer : ringOrders[t]) hosts.push_back(cards[peer].place.hostHash);
+    links->treeShapes_.emplace_back(hosts);
+  }
   links->layOutTrees(remote);
   if (std::find(remote.begin(), remote.end(), true) != remote.end())
     links->connectNetwork(remote, allGather, deadline);

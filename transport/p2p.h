@@ -97,8 +97,8 @@ class P2pLinks {
   DeviceFifo pairRecv(int sender) const;
   DeviceFifo pairSend(int receiver) const;
   // Tree channels, for the all-reduce on the double binary tree (treeChannelsOf the channels):
-  // channel c runs tree c % 2 of base/binary_trees.h over channel c's ring order (so the trees
-  // leave a host through the NICs the rings do).
+  // channel c runs tree c % 2 of base/binary_trees.h's TreesOfHosts over channel c's ring order
+  // (so the trees leave a host through the NICs the rings do).
   int treeChannels() const { return treeChannelsOf(geometry_.channels); }
   // Slots of a tree FIFO on this host: two, so that a pass of the tree (coll/tree_engine.h: every
   // slot up, then every result down) fills one while its neighbour reads the other.
@@ -193,6 +193,7 @@ class P2pLinks {
   std::shared_ptr<net::Proxy> proxy_;
   std::vector<DeviceFifo> netRingSend_[kHopProtocols], netRingRecv_[kHopProtocols];
   std::vector<DeviceFifo> netPairSend_, netPairRecv_;
+  std::vector<TreesOfHosts> treeShapes_;  // by tree channel: its tree is tree c % 2 of them
   std::vector<TreeChannel> trees_;        // by tree channel
   std::vector<FifoWords*> netHostWords_;  // their words as the host reaches them (abort)
 };

@@ -50,7 +50,8 @@ size_t sizeClass(size_t bytes);
 struct CollContext {
   int rank = 0;
   int nranks = 1;
-  std::span<const int> ringOrder;  // ranks in ring order
+  std::span<const int> ringOrder;       // ranks in ring order
+  std::span<const uint64_t> ringHosts;  // the host of each ring position (the trees' groups)
   // The hierarchical all-reduce's: every host's leader (its first rank in ring order), and this
   // rank's host's ranks, both in ring order (base/recursive_pairing.h's hostLeaders).
   std::span<const int> hostLeaders;

@@ -19,8 +19,8 @@ void runTreeAs(CollContext& ctx, const CollArgs& a, const CallTag& tag) {
   const int n = ctx.nranks;
   const int me = ringPosition(ctx.ringOrder.data(), n, ctx.rank);
   const bool rooted = a.coll != Collective::AllReduce;
-  const BinaryTrees trees =
-      rooted ? BinaryTrees(n, ringPosition(ctx.ringOrder.data(), n, a.root)) : BinaryTrees(n);
+  const TreesOfHosts trees(ctx.ringHosts,
+                           rooted ? ringPosition(ctx.ringOrder.data(), n, a.root) : -1);
   const kernels::ReduceFn reduce = kernels::reduceFn(a.type, a.op, false);
   const SimdMover<T> move{reduce, reduce, false, false};
   auto portsTo = [&](int position) {

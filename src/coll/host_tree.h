@@ -1,6 +1,7 @@
 // All-reduce, broadcast and reduce on the double binary trees for host ranks: the tree engine
-// (coll/tree_engine.h) over the connectors, each tree (base/binary_trees.h, laid over the ring
-// order; a broadcast's or reduce's root at the top of both) taking half the elements, one after
+// (coll/tree_engine.h) over the connectors, each tree (base/binary_trees.h: trees of the hosts, a
+// chain inside each, laid over the ring order; a broadcast's or reduce's root at the top of both)
+// taking half the elements, one after
 // the other. Its steps grow with log2 of the ranks, as recursive doubling's
 // (coll/host_recursive.h): an all-reduce's slots follow each other up the levels, then its
 // results down; a broadcast's or reduce's slots follow each other down or up. The model

@@ -389,6 +389,7 @@ braid::CollContext braidComm::context() {
   ctx.rank = rank_;
   ctx.nranks = nranks_;
   ctx.ringOrder = selection_->ringOrder();
+  ctx.ringHosts = selection_->ringHosts();
   ctx.hostLeaders = selection_->hostLeaders();
   ctx.hostRanks = selection_->hostRanks();
   ctx.sendTo = links_.sendTo();

@@ -76,8 +76,10 @@ Selection::Selection(int rank, const std::vector<PeerInfo>& peers, const FifoGeo
   ringOrder_ = plan_.channels.front().order;
   auto hostOf = [&](int r) { return graph_.hostOfRank(r); };
   hostLeaders_ = braid::hostLeaders(ringOrder_, hostOf);
-  for (int r : ringOrder_)
+  for (int r : ringOrder_) {
     if (hostOf(r) == hostOf(rank)) hostRanks_.push_back(r);
+    ringHosts_.push_back(static_cast<uint64_t>(hostOf(r)));
+  }
   if (plan_.channels.size() > 1)
     BRAID_INFO(log::kInit, "rank {}: {} channels planned; the host executor runs one, channel 0",
                rank, plan_.channels.size());

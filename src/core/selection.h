@@ -45,6 +45,8 @@ class Selection {
 
   const plan::Plan& plan() const { return plan_; }
   const std::vector<int>& ringOrder() const { return ringOrder_; }
+  // The host of each ring position, as the graph numbers hosts.
+  const std::vector<uint64_t>& ringHosts() const { return ringHosts_; }
   const std::vector<int>& hostLeaders() const { return hostLeaders_; }
   const std::vector<int>& hostRanks() const { return hostRanks_; }
   const HostAllReduceTable& allReduceTable() const { return allReduce_; }
@@ -76,6 +78,7 @@ class Selection {
   std::unique_ptr<plan::Model> model_;
   std::string text_;
   std::vector<int> ringOrder_, hostLeaders_, hostRanks_;
+  std::vector<uint64_t> ringHosts_;
   HostAllReduceTable allReduce_{};
   HostSizeClassFlags broadcastOnTree_{}, reduceOnTree_{}, allGatherBruck_{}, reduceScatterBruck_{};
   size_t directMaxBytes_ = 0, scratchBytes_ = 0;

@@ -288,9 +288,20 @@ Model::ExchangeTeam Model::exchangeTeam(const LinkGraph& graph,
   return team;
 }
 
+namespace {
+
+// The trees over `order` as the executors lay them: of its hosts, a chain inside each.
+TreesOfHosts treesOver(const LinkGraph& graph, const std::vector<int>& order) {
+  std::vector<uint64_t> hosts;
+  for (int rank : order) hosts.push_back(static_cast<uint64_t>(graph.hostOfRank(rank)));
+  return TreesOfHosts(hosts);
+}
+
+}  // namespace
+
 // As coll/host_tree.cc lays the trees: over the ring order, rootless.
 void Model::findTreeCrossings(const LinkGraph& graph, const std::vector<int>& order) {
-  const BinaryTrees trees(static_cast<int>(order.size()));
+  const TreesOfHosts trees = treesOver(graph, order);
   treeDepth_ = trees.depth();
   for (int tree = 0; tree < 2; ++tree)
     for (int position = 0; position < trees.positions(); ++position) {
@@ -305,7 +316,7 @@ void Model::findTreeCrossings(const LinkGraph& graph, const std::vector<int>& or
 // network hop where it crosses hosts, else the slowest of the ring's hops on a host).
 void Model::findDeviceTreePaths(const LinkGraph& graph, const Channel& channel) {
   const std::vector<int>& order = channel.order;
-  const BinaryTrees trees(static_cast<int>(order.size()));
+  const TreesOfHosts trees = treesOver(graph, order);
   treeDepth_ = trees.depth();
   DeviceLatency onHost = deviceHopLatency(HopKind::NvLink);
   if (!in_.ranksShareDevice)

@@ -1,11 +1,12 @@
 // The tree engine's device form (coll/tree_engine.h) on CPU threads standing in for thread blocks:
 // all-reduce, broadcast and reduce on a double binary tree (base/binary_trees.h; one channel per
 // tree, each a share of the elements), every dtype x op x count, in place and not, roots first and
-// last, 1-16 ranks (every tree shape those sizes make), in the Simple protocol and the low-latency
-// one (LlPorts: flagged lines), ranks placed on the trees through a ring
-// order that is not the identity; every element against the multirank grid's independent
-// reference (device_cases.h), the outputs poisoned first. FIFOs carry the cases one after another,
-// as a communicator's do. Built with ThreadSanitizer too (label tsan). The device variant
+// last, 1-16 ranks (every tree shape those sizes make; and as trees of hosts with a chain inside
+// each, TreesOfHosts: 1-8 ranks per host, the last host short), in the Simple protocol and the
+// low-latency one (LlPorts: flagged lines), ranks placed on the trees through a ring order that is
+// not the identity; every element against the multirank grid's independent reference
+// (device_cases.h), the outputs poisoned first. FIFOs carry the cases one after another, as a
+// communicator's do. Built with ThreadSanitizer too (label tsan). The device variant
 // (BRAID_DEVICE_FORM_NET) also runs every tree edge through the network proxy over loopback TCP, as
 // a CUDA communicator's tree neighbours on other hosts are reached (device/net_hops.h).
 #include <gtest/gtest.h>
@@ -43,11 +44,13 @@ struct TreeShape {
   bool backToBack = false;
   bool lowLatency = false;
   bool network = false;  // every edge through the network proxy
+  int ranksPerHost = 0;  // ring positions per host, in order (TreesOfHosts); 0: one host
 };
 
 std::string treeShapeName(const TreeShape& s) {
   return std::string(s.network ? "net_" : "") + (s.lowLatency ? "ll_" : "") +
          (s.backToBack ? "backtoback_" : "") + std::to_string(s.ranks) + "ranks_" +
+         (s.ranksPerHost > 0 ? std::to_string(s.ranksPerHost) + "perhost_" : "") +
          std::to_string(s.threads) + "threads_" + std::to_string(s.slots) + "slots";
 }
 
@@ -98,6 +101,8 @@ class TreeGrid {
       for (int p = 0; p < s.ranks; ++p) ringOrder_[p] = (3 * p + 1) % s.ranks;
     positionOf_.resize(s.ranks);
     for (int p = 0; p < s.ranks; ++p) positionOf_[ringOrder_[p]] = p;
+    for (int p = 0; p < s.ranks; ++p)
+      hostOfPosition_.push_back(s.ranksPerHost > 0 ? static_cast<uint64_t>(p / s.ranksPerHost) : 0);
 #if BRAID_DEVICE_FORM_NET
     if (s.network) connectNetwork();
 #endif
@@ -216,8 +221,7 @@ class TreeGrid {
   bool runBlock(const Case& c, const RankBuffers& b, int rank, int tree, int t) {
     const int n = shape_.ranks;
     const bool rooted = c.collective != Collective::AllReduce;
-    const braid::BinaryTrees trees =
-        rooted ? braid::BinaryTrees(n, positionOf_[c.root]) : braid::BinaryTrees(n);
+    const braid::TreesOfHosts trees(hostOfPosition_, rooted ? positionOf_[c.root] : -1);
     const braid::TreeNode node = trees.node(tree, positionOf_[rank]);
     const int block = rank * blocksPerRank() + (shape_.backToBack ? 0 : tree);
     CpuGroup group = blocks_.group(block, t, Clock::now() + kDeadline);
@@ -256,6 +260,7 @@ class TreeGrid {
   std::vector<std::vector<uint8_t>> slots_;
   std::vector<std::vector<RankBuffers>> buffers_;  // per case back to back, else one, by rank
   std::vector<int> ringOrder_, positionOf_;
+  std::vector<uint64_t> hostOfPosition_;
   std::barrier<> gridBarrier_;
   CpuBlocks blocks_;  // a block per (rank, tree), or per rank back to back
   std::mutex failuresMutex_;
@@ -278,6 +283,7 @@ std::vector<TreeShape> treeShapes() {
   shapes.push_back({5, 2, 1, true});
   for (int ranks : {2, 3, 6}) shapes.push_back({ranks, 4, 2, false, true});
   shapes.push_back({5, 2, 1, true, true});
+  for (bool lowLatency : {false, true}) shapes.push_back({7, 2, 2, false, lowLatency, false, 3});
 #else
   for (int ranks : {2, 3, 5, 8}) shapes.push_back({ranks, 2, 1, true});
   shapes.push_back({6, 4, 2, true});
@@ -291,12 +297,19 @@ std::vector<TreeShape> treeShapes() {
     shapes.push_back({ranks, ranks <= 8 ? 4 : 2, 2, false, true});
   shapes.push_back({5, 1, 1, false, true});
   shapes.push_back({7, 32, 4, false, true});
+  // Trees of hosts with a chain inside each: even hosts, a short last one, a rank per host.
+  for (bool lowLatency : {false, true}) {
+    for (auto [ranks, perHost] : {std::pair{8, 2}, {12, 4}, {7, 3}, {16, 8}, {6, 1}})
+      shapes.push_back({ranks, 2, 2, false, lowLatency, false, perHost});
+    shapes.push_back({8, 2, 1, true, lowLatency, false, 3});
+  }
 #endif
 #if BRAID_DEVICE_FORM_NET
   // Every edge through the network, in both protocols, as trees of hosts run.
   for (bool lowLatency : {false, true}) {
     for (int ranks : {2, 3, 5}) shapes.push_back({ranks, 2, 2, false, lowLatency, true});
     shapes.push_back({4, 2, 2, true, lowLatency, true});
+    shapes.push_back({6, 2, 2, false, lowLatency, true, 2});
   }
 #endif
   return shapes;

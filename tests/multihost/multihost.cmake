@@ -95,6 +95,12 @@ braid_multihost_test(multihost_grid_3hosts_8ranks_hier HOSTS 3
 braid_multihost_test(multihost_grid_3hosts_8ranks_bruck HOSTS 3
   COMMAND env BRAID_ALGO=bruck ${grid}
   --gtest_filter=${case}8ranks_allgather:${case}8ranks_reducescatter)
+# The trees of hosts with 3, 3 and 2 ranks per host (base/binary_trees.h, TreesOfHosts): chains of
+# three and two, a host's second rank meeting its second child host; broadcasts and reduces with
+# the root's chain starting at the root.
+braid_multihost_test(multihost_grid_3hosts_8ranks_tree HOSTS 3
+  COMMAND env BRAID_ALGO=tree ${grid}
+  --gtest_filter=${case}8ranks_allreduce:${case}8ranks_broadcast:${case}8ranks_reduce)
 # Halving with 3, 3 and 2 ranks per host whose first exchange alone halves: the two doubling
 # exchanges on the half held cross hosts, their sends through slots, the halving's from its place.
 braid_multihost_test(multihost_grid_3hosts_8ranks_halving_1level HOSTS 3

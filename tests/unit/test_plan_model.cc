@@ -327,19 +327,21 @@ TEST(PlanModel, ManyOversubscribedHostsChooseLogStepsOverRingAndOneShot) {
 // in two pipelined passes of depth + slots - 1 handoffs, a level's work on a slot each; never
 // chosen over recursive doubling where both run.
 TEST(PlanModel, TreesPipelineTheirSlotsUpAndThenDown) {
-  const ManyHosts m(4, 2, 16);  // trees of 8 over the ring order: depth 3, crossing hosts
+  // The trees of 4 hosts (2 deep), a chain of 2 in each: depth 4, a second rank's path climbing
+  // to its head, crossing to the head of its parent host, and so twice; crossing hosts.
+  const ManyHosts m(4, 2, 16);
   const Model model(m.graph, m.plan, m.in);
   auto expected = [](double slot, double levels) {
     const double upUs = 2 * slot / kReduce / 1e3, downUs = 3 * slot / kCopy / 1e3;
     const double linkUs = 2 * slot * 2 / 1.0 / 1e3;  // 2 ranks share a NIC of 1 GB/s
     return 0.5 + 2 * levels * (2 * 20.0 + std::max(upUs, linkUs) + std::max(downUs, linkUs));
   };
-  // 8 bytes: 4 per tree, one slot each, through 3 levels.
+  // 8 bytes: 4 per tree, one slot each, through 4 levels.
   EXPECT_NEAR(model.timeUs(Operation::AllReduce, Algorithm::Tree, Protocol::Simple, 8),
-              expected(4, 3), 1e-6);
-  // 4 MiB: 2 MiB per tree, 16 slots of 128 KiB following each other through the 3 levels.
+              expected(4, 4), 1e-6);
+  // 4 MiB: 2 MiB per tree, 16 slots of 128 KiB following each other through the 4 levels.
   EXPECT_NEAR(model.timeUs(Operation::AllReduce, Algorithm::Tree, Protocol::Simple, 4 << 20),
-              expected(128 << 10, 3 + 16 - 1), 1e-6);
+              expected(128 << 10, 4 + 16 - 1), 1e-6);
   for (size_t bytes = 8; bytes <= (size_t{1} << 26); bytes *= 4)
     EXPECT_NE(model.best(Operation::AllReduce, bytes).algorithm, Algorithm::Tree) << bytes;
 }
@@ -369,15 +371,17 @@ TEST(PlanModel, RootedTreesPipelineTheirSlotsDownTheLevels) {
 
 // Device ranks' tree (treeKernel): every slot up, then every result down, each pass the trees'
 // slowest path plus a block's move of a slot at every level and for every further slot. 2 hosts x 4
-// ranks in the ring order 0..7 (positions 0-3 on host 0): tree 1 has its top at position 1, and
-// position 4 (host 1) climbs through 3 (host 0) and 5 (host 1) to it, crossing hosts at every
-// level: three network hops of 14 us (tree 0's worst path crosses twice).
+// ranks in the ring order 0..7 (positions 0-3 on host 0): each tree is the trees' of two hosts, a
+// chain of four in each; tree 0's top is host 1's head (position 4), its first child host 0's head
+// (position 0), so position 3 climbs its chain and crosses once: one network hop of 14 us and three
+// of the ring's slowest on a host (PCIe, 5.7 us). Over all the ranks the binary trees crossed hosts
+// three times on that path (42.0 us).
 TEST(PlanModel, DeviceTreesPayTheirSlowestPathOncePerPass) {
   ManyHosts devices(2, 4, 16);
   devices.in.hostRanks = false;
   devices.plan.channels.front().order = {0, 1, 2, 3, 4, 5, 6, 7};
   const Model model(devices.graph, devices.plan, devices.in);
-  EXPECT_NE(model.describe().find("trees of depth 3, slowest path 42.0/8.1 us"), std::string::npos)
+  EXPECT_NE(model.describe().find("trees of depth 4, slowest path 31.1/5.7 us"), std::string::npos)
       << model.describe();
   // 8 bytes on 2 tree channels (the channel count unknown): 4 bytes each, one slot, moved at the
   // block's 12.3 GB/s and the channel's half of the 1 GB/s links together.
@@ -386,18 +390,18 @@ TEST(PlanModel, DeviceTreesPayTheirSlowestPathOncePerPass) {
   };
   const double move = moveUs(4, 2);
   EXPECT_NEAR(model.timeUs(Operation::AllReduce, Algorithm::Tree, Protocol::Simple, 8),
-              2.0 + 2 * (42.0 + 3 * move), 1e-6);
+              2.0 + 2 * (31.1 + 4 * move), 1e-6);
   // 4 MiB on 8 tree channels of 128 KiB slots: 4 slots each, following each other.
   devices.in.deviceChannels = 8;
   const Model eight(devices.graph, devices.plan, devices.in);
   const double slotMove = moveUs(128 << 10, 8);
   EXPECT_NEAR(eight.timeUs(Operation::AllReduce, Algorithm::Tree, Protocol::Simple, 4 << 20),
-              2.0 + 2 * (42.0 + (3 + 4 - 1) * slotMove), 1e-6);
-  // The low-latency lines: three network hops of 2.7 us, 8 KiB slots of data, the block's 1.7 GB/s
-  // and half the links (4 bytes of data in every 8).
+              2.0 + 2 * (31.1 + (4 + 4 - 1) * slotMove), 1e-6);
+  // The low-latency lines: a network hop of 2.7 us and three of 1.0, 8 KiB slots of data, the
+  // block's 1.7 GB/s and half the links (4 bytes of data in every 8).
   const double lineMove = 4 / 1.7 / 1e3 + 4 / (0.5 / 2) / 1e3;
   EXPECT_NEAR(model.timeUs(Operation::AllReduce, Algorithm::Tree, Protocol::LL, 8),
-              2.0 + 2 * (8.1 + 3 * lineMove), 1e-6);
+              2.0 + 2 * (5.7 + 4 * lineMove), 1e-6);
   // Across hosts the default takes the tree where it wins: small all-reduces on its lines (the
   // ring pays 14 network-bound steps), large ones on the ring; only all-reduces run on it, and
   // never in segments.
