@@ -120,11 +120,12 @@ class BinaryTrees {
 // first position, its head, meets the parent group (at the position that parent lends it) and
 // the first child group; the second position meets the second child group; the chain runs through
 // the rest, head first. So no rank has more than two children, a host's NIC carries at most three
-// edges of each tree, and a path from the top crosses hosts once per level of the hosts' tree; the
-// ranks of a chain are interior in both trees, as NCCL's are. With one group the ranks of the host
-// take BinaryTrees themselves (a chain of n ranks would be n - 1 deep), and a group of one rank is
-// BinaryTrees' node of its host, so one rank per host is BinaryTrees over the ranks. A named root
-// is the top of both trees: its group at the top of the hosts' trees, its chain starting at it.
+// edges of each tree (per group: a host met twice meets up to six), and a path from the top crosses
+// hosts once per level of the hosts' tree; the ranks of a chain are interior in both trees, as
+// NCCL's are. With one group the ranks of the host take BinaryTrees themselves (a chain of n ranks
+// would be n - 1 deep), and a group of one rank is BinaryTrees' node of its host, so one rank per
+// host is BinaryTrees over the ranks. A named root is the top of both trees: its group at the top
+// of the hosts' trees, its chain starting at it.
 class TreesOfHosts {
  public:
   explicit TreesOfHosts(std::span<const uint64_t> hostOf, int root = -1) {

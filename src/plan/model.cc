@@ -305,10 +305,23 @@ void Model::findTreeCrossings(const LinkGraph& graph, const std::vector<int>& or
   treeDepth_ = trees.depth();
   for (int tree = 0; tree < 2; ++tree)
     for (int position = 0; position < trees.positions(); ++position) {
-      const int parent = trees.node(tree, position).parent;
-      treeCrossesHosts_ |=
-          parent >= 0 && graph.hostOfRank(order[parent]) != graph.hostOfRank(order[position]);
+      int crossings = 0;
+      for (int p = position, parent = trees.node(tree, p).parent; parent >= 0;
+           p = parent, parent = trees.node(tree, p).parent)
+        crossings += graph.hostOfRank(order[p]) != graph.hostOfRank(order[parent]) ? 1 : 0;
+      treePathCrossings_ = std::max(treePathCrossings_, crossings);
     }
+  treeCrossesHosts_ = treePathCrossings_ > 0;
+}
+
+// One pass of a host tree (up or down) over `slots` slots: the deepest path's handoffs, network
+// ones as many as a path crosses hosts at most, a further handoff per further slot (the slowest
+// hop's), and a level's work on a slot at every level and for every further slot.
+double Model::treePassUs(double slots, double coreUs, double linkUs) const {
+  const double pathUs =
+      treePathCrossings_ * handoffUs(true) + (treeDepth_ - treePathCrossings_) * handoffUs(false);
+  return pathUs + (slots - 1) * handoffUs(treeCrossesHosts_) +
+         (treeDepth_ + slots - 1) * coreAndLinkUs(coreUs, linkUs);
 }
 
 // The device trees (transport/p2p.h: tree channel c on tree c % 2 over channel c's order; priced
@@ -360,8 +373,7 @@ double Model::deviceTreeTimeUs(Operation op, Protocol protocol, size_t bytes) co
 }
 
 // The host's trees run one after the other, each on half the bytes, a FIFO slot at a time. An
-// all-reduce sends every slot up, then every result down, each pass a pipeline: depth + slots - 1
-// handoffs (network ones where the trees cross hosts), each with a level's core work on a slot.
+// all-reduce sends every slot up, then every result down, each pass a pipeline (treePassUs).
 double Model::treeTimeUs(Operation op, Protocol protocol, size_t bytes) const {
   if (!in_.hostRanks) return deviceTreeTimeUs(op, protocol, bytes);
   const bool rooted = op == Operation::Broadcast || op == Operation::Reduce;
@@ -373,22 +385,24 @@ double Model::treeTimeUs(Operation op, Protocol protocol, size_t bytes) const {
   const double half = static_cast<double>(bytes) / 2;  // each tree's share, its slots rounded up
   const double slots = std::max(1.0, std::ceil(half / slotBytes));
   const double slot = std::min(slotBytes, half);
-  const double latency = handoffUs(treeCrossesHosts_);
   // Up: two children's slots reduced; down: the result copied out and to two children.
   const double scale = crowding() / cacheSpeedup(bytes);
   const double upUs = microseconds(2 * slot, in_.core.reduceGBs) * scale;
   const double downUs = microseconds(3 * slot, in_.core.copyGBs) * scale;
-  // A NIC carries its host's ranks' slots at once, as in the recursive exchanges.
-  const double linkUs =
-      treeCrossesHosts_ ? microseconds(2 * slot * busiestHostRanks_, ringGBs_) : 0;
-  const double levels = treeDepth_ + slots - 1;
+  const double linkUs = treeLinkUs(slot);
   return in_.latency.callUs +
-         2 * levels * (2 * latency + coreAndLinkUs(upUs, linkUs) + coreAndLinkUs(downUs, linkUs));
+         2 * (treePassUs(slots, upUs, linkUs) + treePassUs(slots, downUs, linkUs));
+}
+
+// A host's NIC meets at most three edges of a tree of hosts (base/binary_trees.h): two slots each
+// way at a level (two children's up, or two children's down).
+double Model::treeLinkUs(double slot) const {
+  return treeCrossesHosts_ ? microseconds(2 * slot, ringGBs_) : 0;
 }
 
 // A broadcast's or reduce's slots follow each other down (up) the levels of each tree in turn:
-// depth + slots - 1 handoffs per tree, each with a level's work on a slot (a broadcast copies it
-// to the output and two children, a reduce sums two children's into it), after the ranks agree
+// a pass per tree (treePassUs), each level's work on a slot (a broadcast copies it to the output
+// and two children, a reduce sums two children's into it), after the ranks agree
 // on the root (a pass of tags round the ring: one handoff, every rank sending before it waits).
 // A call that fits in a slot runs on one tree.
 double Model::rootedTreeTimeUs(Operation op, size_t bytes) const {
@@ -397,14 +411,11 @@ double Model::rootedTreeTimeUs(Operation op, size_t bytes) const {
   const double share = static_cast<double>(bytes) / trees;
   const double slots = std::max(1.0, std::ceil(share / slotBytes));
   const double slot = std::min(slotBytes, share);
-  const double latency = handoffUs(treeCrossesHosts_);
   const double coreUs = (op == Operation::Broadcast ? microseconds(3 * slot, in_.core.copyGBs)
                                                     : microseconds(2 * slot, in_.core.reduceGBs)) *
                         crowding() / cacheSpeedup(bytes);
-  const double linkUs =
-      treeCrossesHosts_ ? microseconds(2 * slot * busiestHostRanks_, ringGBs_) : 0;
-  return in_.latency.callUs + latency +
-         trees * (treeDepth_ + slots - 1) * (latency + coreAndLinkUs(coreUs, linkUs));
+  return in_.latency.callUs + handoffUs(treeCrossesHosts_) +
+         trees * treePassUs(slots, coreUs, treeLinkUs(slot));
 }
 
 double Model::recursiveTimeUs(Operation op, Protocol protocol, size_t bytes, bool halving) const {

@@ -204,6 +204,8 @@ class Model {
   double hierarchicalTimeUs(Operation op, Protocol protocol, size_t bytes, bool halving) const;
   double treeTimeUs(Operation op, Protocol protocol, size_t bytes) const;
   double rootedTreeTimeUs(Operation op, size_t bytes) const;
+  double treePassUs(double slots, double coreUs, double linkUs) const;
+  double treeLinkUs(double slot) const;
   double deviceTreeTimeUs(Operation op, Protocol protocol, size_t bytes) const;
   double stepLatencyUs(Protocol protocol) const;
   // Busy threads per core on the most loaded machine, >= 1, where `busyShare` of the ranks work.
@@ -234,9 +236,10 @@ class Model {
   // Host ranks, Bruck's steps (distance 2^k in ring order): whether some rank's partner at that
   // distance is on another host.
   std::vector<bool> bruckCrossesHosts_;
-  // Trees (base/binary_trees.h over the ring order): their depth, and whether an edge of either
-  // crosses hosts.
+  // Trees (base/binary_trees.h over the ring order): their depth, the most hosts a path from the
+  // top crosses, and whether an edge of either crosses hosts.
   int treeDepth_ = 0;
+  int treePathCrossings_ = 0;
   bool treeCrossesHosts_ = false;
   DeviceLatency treePath_;  // device ranks: the trees' slowest path from the top to a leaf
   ModelInput in_;

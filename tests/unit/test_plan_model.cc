@@ -324,24 +324,29 @@ TEST(PlanModel, ManyOversubscribedHostsChooseLogStepsOverRingAndOneShot) {
 }
 
 // The tree (host ranks' all-reduce, coll/host_tree.h): each tree's share goes up and comes down
-// in two pipelined passes of depth + slots - 1 handoffs, a level's work on a slot each; never
-// chosen over recursive doubling where both run.
+// in two pipelined passes: the deepest path's handoffs, a further one per further slot, and a
+// level's work on a slot at every level and for every further slot; never chosen over recursive
+// doubling where both run.
 TEST(PlanModel, TreesPipelineTheirSlotsUpAndThenDown) {
   // The trees of 4 hosts (2 deep), a chain of 2 in each: depth 4, a second rank's path climbing
-  // to its head, crossing to the head of its parent host, and so twice; crossing hosts.
+  // to its head and crossing to its parent host, twice: 2 network handoffs (20 us) and 2 on a
+  // host (1 us).
   const ManyHosts m(4, 2, 16);
   const Model model(m.graph, m.plan, m.in);
-  auto expected = [](double slot, double levels) {
+  auto expected = [](double slot, double slots) {
     const double upUs = 2 * slot / kReduce / 1e3, downUs = 3 * slot / kCopy / 1e3;
-    const double linkUs = 2 * slot * 2 / 1.0 / 1e3;  // 2 ranks share a NIC of 1 GB/s
-    return 0.5 + 2 * levels * (2 * 20.0 + std::max(upUs, linkUs) + std::max(downUs, linkUs));
+    const double linkUs = 2 * slot / 1.0 / 1e3;  // two slots each way through a NIC of 1 GB/s
+    auto pass = [&](double workUs) {
+      return 2 * 20.0 + 2 * 1.0 + (slots - 1) * 20.0 + (4 + slots - 1) * std::max(workUs, linkUs);
+    };
+    return 0.5 + 2 * (pass(upUs) + pass(downUs));
   };
-  // 8 bytes: 4 per tree, one slot each, through 4 levels.
+  // 8 bytes: 4 per tree, one slot each.
   EXPECT_NEAR(model.timeUs(Operation::AllReduce, Algorithm::Tree, Protocol::Simple, 8),
-              expected(4, 4), 1e-6);
+              expected(4, 1), 1e-6);
   // 4 MiB: 2 MiB per tree, 16 slots of 128 KiB following each other through the 4 levels.
   EXPECT_NEAR(model.timeUs(Operation::AllReduce, Algorithm::Tree, Protocol::Simple, 4 << 20),
-              expected(128 << 10, 4 + 16 - 1), 1e-6);
+              expected(128 << 10, 16), 1e-6);
   for (size_t bytes = 8; bytes <= (size_t{1} << 26); bytes *= 4)
     EXPECT_NE(model.best(Operation::AllReduce, bytes).algorithm, Algorithm::Tree) << bytes;
 }
