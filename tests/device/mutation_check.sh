@@ -13,18 +13,24 @@
 #   no-warp-barrier: the segmented protocol's warp barrier before a segment's flag is dropped
 #                 (coll/ring_engine.h), so the first lane publishes a segment while the warp's other
 #                 lanes may still write it.
+# And the tree engine's, on test_tree_form (6 ranks, 5 back to back, 7 as trees of hosts of 3):
+#   tree-no-barrier: the tree steps' votes before a post are dropped (coll/tree_engine.h);
+#   tree-no-resume:  a rank's port to its parent no longer takes up the FIFO's counters;
+#   tree-root-chain: a rooted tree's root no longer starts its host's chain (base/binary_trees.h,
+#                 TreesOfHosts), so the root is not the top of its trees.
 # Usage: [MUTANTS="no-barrier ..."] mutation_check.sh [gtest filter] (default: every mutant, on
-# one 4-rank, 4-thread shape of every algorithm)
+# one 4-rank, 4-thread shape of every algorithm; the filter is the ring's)
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 filter="${1:-*4ranks_1ch_4threads_2slots*}"
+tree_filter='*/6ranks_4threads_2slots:*/backtoback_5ranks_2threads_1slots:*/7ranks_3perhost_2threads_2slots'
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 cccl=/usr/local/cuda/include/cccl
 [[ -d "$cccl" ]] && cccl_flag=(-isystem "$cccl") || cccl_flag=()
 
-build_and_run() {  # name, then sed expressions applied to file
-  local name="$1" file="$2" expr="$3" dir="$scratch/$1"
+build_and_run() {  # name, file, sed expressions applied to it, test source, gtest filter
+  local name="$1" file="$2" expr="$3" test="$4" filter="$5" dir="$scratch/$1"
   mkdir -p "$dir"
   cp -r "$repo/src" "$repo/base" "$repo/include" "$repo/transport" "$repo/tests" "$dir/"
   if [[ -n "$file" ]]; then
@@ -33,21 +39,33 @@ build_and_run() {  # name, then sed expressions applied to file
     if cmp -s "$dir/$file" "$dir/$file.orig"; then echo "$name: the mutation did not apply"; exit 2; fi
   fi
   g++ -std=c++20 -O2 -g -fsanitize=thread "${cccl_flag[@]}" -I"$dir/include" -I"$dir/src" -I"$dir" \
-    -I"$dir/tests" "$dir/tests/device/test_device_form.cc" -o "$dir/test" -lgtest -lgtest_main -pthread
+    -I"$dir/tests" "$dir/tests/device/$test" -o "$dir/test" -lgtest -lgtest_main -pthread
   TSAN_OPTIONS="halt_on_error=1" timeout 900 "$dir/test" --gtest_filter="$filter" >"$dir/log" 2>&1
 }
 
 status=0
-if build_and_run original "" ""; then echo "original: passes"; else
-  echo "original: FAILS (see below)"; tail -20 "$scratch/original/log"; exit 1; fi
-for mutant in ${MUTANTS:-no-barrier relaxed-post no-resume no-warp-barrier}; do
+for original in test_device_form.cc test_tree_form.cc; do
+  [[ $original == test_tree_form.cc ]] && of="$tree_filter" || of="$filter"
+  if build_and_run "original-${original%.cc}" "" "" "$original" "$of"; then
+    echo "original $original: passes"
+  else
+    echo "original $original: FAILS (see below)"; tail -20 "$scratch/original-${original%.cc}/log"; exit 1
+  fi
+done
+for mutant in ${MUTANTS:-no-barrier relaxed-post no-resume no-warp-barrier tree-no-barrier \
+  tree-no-resume tree-root-chain}; do
+  test=test_device_form.cc mf="$filter"
   case "$mutant" in
     no-barrier) file=src/coll/ring_engine.h expr='s/if (group.any(!ready)) return false;/if (!ready) return false;/' ;;
     relaxed-post) file=transport/fifo_view.h expr='/storeRelease/,/^}/s/memory_order_release/memory_order_relaxed/' ;;
     no-resume) file=src/coll/ring_engine.h expr='s/^  ports.resume(group);$//' ;;
     no-warp-barrier) file=src/coll/ring_engine.h expr='s/^        group.syncWarp();  .*$//' ;;
+    tree-no-barrier) file=src/coll/tree_engine.h expr='s/if (group.any(!ready)) return false;/if (!ready) return false;/' ;;
+    tree-no-resume) file=src/coll/tree_engine.h expr='s/^  if (call.hasParent) ports.parent.resume(group);$//' ;;
+    tree-root-chain) file=base/binary_trees.h expr='s/^      while (chain.front() != root) {$/      while (false) {/' ;;
   esac
-  if build_and_run "$mutant" "$file" "$expr"; then
+  [[ $mutant == tree-* ]] && test=test_tree_form.cc mf="$tree_filter"
+  if build_and_run "$mutant" "$file" "$expr" "$test" "$mf"; then
     echo "$mutant: NOT caught (the tests passed)"; status=1
   else
     echo "$mutant: caught: $(grep -m1 -E 'WARNING: ThreadSanitizer|Failure|wrong' "$scratch/$mutant/log" || tail -1 "$scratch/$mutant/log")"
