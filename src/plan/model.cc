@@ -297,20 +297,31 @@ TreesOfHosts treesOver(const LinkGraph& graph, const std::vector<int>& order) {
   return TreesOfHosts(hosts);
 }
 
+// Calls path(edges) for every path from a position up to the top of either tree; edges(edge) then
+// calls edge(crosses) for each of the path's edges, crosses saying whether it joins two hosts.
+template <class Path>
+void forEachPathUp(const TreesOfHosts& trees, const LinkGraph& graph, const std::vector<int>& order,
+                   Path&& path) {
+  for (int tree = 0; tree < 2; ++tree)
+    for (int position = 0; position < trees.positions(); ++position)
+      path([&](auto&& edge) {
+        for (int p = position, parent = trees.node(tree, p).parent; parent >= 0;
+             p = parent, parent = trees.node(tree, p).parent)
+          edge(graph.hostOfRank(order[p]) != graph.hostOfRank(order[parent]));
+      });
+}
+
 }  // namespace
 
 // As coll/host_tree.cc lays the trees: over the ring order, rootless.
 void Model::findTreeCrossings(const LinkGraph& graph, const std::vector<int>& order) {
   const TreesOfHosts trees = treesOver(graph, order);
   treeDepth_ = trees.depth();
-  for (int tree = 0; tree < 2; ++tree)
-    for (int position = 0; position < trees.positions(); ++position) {
-      int crossings = 0;
-      for (int p = position, parent = trees.node(tree, p).parent; parent >= 0;
-           p = parent, parent = trees.node(tree, p).parent)
-        crossings += graph.hostOfRank(order[p]) != graph.hostOfRank(order[parent]) ? 1 : 0;
-      treePathCrossings_ = std::max(treePathCrossings_, crossings);
-    }
+  forEachPathUp(trees, graph, order, [&](auto&& edges) {
+    int crossings = 0;
+    edges([&](bool crosses) { crossings += crosses ? 1 : 0; });
+    treePathCrossings_ = std::max(treePathCrossings_, crossings);
+  });
   treeCrossesHosts_ = treePathCrossings_ > 0;
 }
 
@@ -337,18 +348,14 @@ void Model::findDeviceTreePaths(const LinkGraph& graph, const Channel& channel) 
       if (hop.kind != HopKind::Network && deviceHopLatency(hop.kind).simpleUs > onHost.simpleUs)
         onHost = deviceHopLatency(hop.kind);
   const DeviceLatency network = deviceHopLatency(HopKind::Network);
-  for (int tree = 0; tree < 2; ++tree)
-    for (int position = 0; position < trees.positions(); ++position) {
-      DeviceLatency path;
-      for (int p = position, parent = trees.node(tree, p).parent; parent >= 0;
-           p = parent, parent = trees.node(tree, p).parent) {
-        const bool crosses = graph.hostOfRank(order[p]) != graph.hostOfRank(order[parent]);
-        const DeviceLatency& hop = crosses ? network : onHost;
-        path += hop;
-        treeCrossesHosts_ |= crosses;
-      }
-      treePath_.takeSlower(path);
-    }
+  forEachPathUp(trees, graph, order, [&](auto&& edges) {
+    DeviceLatency path;
+    edges([&](bool crosses) {
+      path += crosses ? network : onHost;
+      treeCrossesHosts_ |= crosses;
+    });
+    treePath_.takeSlower(path);
+  });
 }
 
 // The device tree all-reduce (coll/tree_engine.h in treeKernel), Simple or low-latency: each tree
