@@ -67,14 +67,13 @@ std::optional<braidConfig_t> copyOfConfig(const braidConfig_t* config) {
   return copy;
 }
 
-CommOptions optionsFrom(const braidConfig_t* config, int rank, bool* blocking) {
+CommOptions optionsFrom(const braidConfig_t* config, int rank) {
   CommOptions options;
   options.timeoutMs = static_cast<int>(braid::param::TimeoutMs());
   options.minChannels = static_cast<int>(braid::param::MinNChannels());
   options.maxChannels = static_cast<int>(braid::param::MaxNChannels());
   std::string device = braid::param::Device();
   std::string channelsFrom = "BRAID_MIN_NCHANNELS and BRAID_MAX_NCHANNELS";
-  *blocking = true;
   if (config != nullptr) {
     // Configs made before `algorithms` existed end before it.
     if (config->magic != BRAID_CONFIG_MAGIC || config->size < offsetof(braidConfig_t, algorithms))
@@ -82,7 +81,7 @@ CommOptions optionsFrom(const braidConfig_t* config, int rank, bool* blocking) {
            "braidCommInitRankConfig on rank {}: config was not initialized with "
            "BRAID_CONFIG_INITIALIZER",
            rank);
-    if (config->blocking != BRAID_CONFIG_UNDEF_INT) *blocking = config->blocking != 0;
+    if (config->blocking != BRAID_CONFIG_UNDEF_INT) options.blocking = config->blocking != 0;
     if (config->commName != nullptr) options.name = config->commName;
     if (config->timeoutMs != BRAID_CONFIG_UNDEF_INT) options.timeoutMs = config->timeoutMs;
     if (config->device != nullptr) device = config->device;
@@ -136,8 +135,8 @@ braidResult_t initRank(braidComm_t* out, int nranks, const braidUniqueId& commId
     if (rank < 0 || rank >= nranks)
       fail(braidInvalidArgument, "braidCommInitRank: rank {} is out of range (expected 0..{})",
            rank, nranks - 1);
-    bool blocking = true;
-    CommOptions options = optionsFrom(config, rank, &blocking);
+    CommOptions options = optionsFrom(config, rank);
+    const bool blocking = options.blocking;
     braid::BootstrapId id = braid::BootstrapId::decode(commId);
     auto comm = std::make_unique<braidComm>(rank, nranks, std::move(options));
     if (threadGroup().depth > 0) {
@@ -171,9 +170,8 @@ braidComm* initChild(const braidComm& parent, const std::vector<int>& members,
                      ChildOf how) {
   const int newRank =
       static_cast<int>(std::find(members.begin(), members.end(), parent.rank()) - members.begin());
-  bool blocking = true;
   CommOptions options = parent.options();
-  if (config) options = optionsFrom(&*config, newRank, &blocking);
+  if (config) options = optionsFrom(&*config, newRank);
   // Children are made on group workers: the parent's device, not the worker thread's.
   if (options.cuda) options.cudaDevice = parent.options().cudaDevice;
   // The split's config decides where it says; else the parent's.
@@ -358,11 +356,10 @@ braidResult_t braidCommInitAll(braidComm_t* comms, int ndev, const int* devlist)
     if (ndev < 1)
       fail(braidInvalidArgument, "braidCommInitAll: ndev {} (expected at least 1)", ndev);
     braid::BootstrapId id = braid::makeUniqueId();
-    bool blocking = true;
     std::vector<PendingInit> inits;
     std::vector<std::unique_ptr<braidComm>> owned;
     for (int r = 0; r < ndev; ++r) {
-      CommOptions options = optionsFrom(nullptr, r, &blocking);
+      CommOptions options = optionsFrom(nullptr, r);
       // As NCCL: rank r on CUDA device devlist[r], else device r.
       if (options.cuda) options.cudaDevice = devlist != nullptr ? devlist[r] : r;
       owned.push_back(std::make_unique<braidComm>(r, ndev, std::move(options)));
@@ -410,8 +407,7 @@ braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* 
            "braidCommSplit on rank {}: color {} is negative (expected >= 0, or "
            "BRAID_SPLIT_NOCOLOR)",
            comm->rank(), color);
-    bool blocking = true;
-    if (config != nullptr) optionsFrom(config, comm->rank(), &blocking);  // refuse a bad one now
+    if (config != nullptr) optionsFrom(config, comm->rank());  // refuse a bad one now
     PendingSplit split{comm, color, key, copyOfConfig(config)};
     addChild({comm, newcomm, [split] { return splitComm(split); }});
   });
@@ -435,8 +431,7 @@ braidResult_t braidCommShrink(braidComm_t comm, int* excludeRanksList, int exclu
            "braidCommShrink on rank {}: shrinkFlags {} (expected BRAID_SHRINK_DEFAULT or "
            "BRAID_SHRINK_ABORT)",
            rank, shrinkFlags);
-    bool blocking = true;
-    if (config != nullptr) optionsFrom(config, rank, &blocking);  // refuse a bad one before copying
+    if (config != nullptr) optionsFrom(config, rank);  // refuse a bad one before copying
     PendingShrink shrink{comm, {}, copyOfConfig(config), shrinkFlags};
     for (int i = 0; i < excludeRanksCount; ++i) {
       const int excluded = excludeRanksList[i];
@@ -565,10 +560,15 @@ braidResult_t braidWinGetUserPtr(braidComm_t comm, braidWindow_t win, void** out
 }
 
 braidResult_t braidCommFinalize(braidComm_t comm) {
-  return guarded(comm, [&] {
+  bool started = false;
+  const braidResult_t result = guarded(comm, [&] {
     checkComm(comm, "braidCommFinalize");
-    comm->finalize();
+    if (comm->options().blocking) return comm->finalize();
+    comm->finalizeInBackground();
+    started = true;
   });
+  // Non-blocking: braidCommGetAsyncError reports when it is done.
+  return result == braidSuccess && started ? braidInProgress : result;
 }
 
 braidResult_t braidCommDestroy(braidComm_t comm) {

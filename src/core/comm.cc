@@ -137,7 +137,9 @@ braid::plan::ModelInput modelInputFor(const CommOptions& options) {
 braidComm::braidComm(int rank, int nranks, CommOptions options)
     : rank_(rank), nranks_(nranks), options_(std::move(options)) {}
 
-braidComm::~braidComm() = default;
+braidComm::~braidComm() {
+  if (finalizing_.joinable()) finalizing_.join();
+}
 
 Clock::time_point braidComm::deadlineFromNow() const {
   return Clock::now() + std::chrono::milliseconds(options_.timeoutMs);
@@ -516,6 +518,22 @@ void braidComm::finalize() {
   waitReady();
   if (device_ != nullptr) device_->cuda().synchronize();
   links_.bootstrap().barrier(deadlineFromNow());
+}
+
+void braidComm::finalizeInBackground() {
+  if (finalizing_.joinable())
+    fail(braidInvalidUsage, "rank {}: braidCommFinalize called a second time", rank_);
+  status_.beginFinalize();
+  finalizing_ = std::thread([this] {
+    try {
+      finalize();
+      status_.endFinalize();
+    } catch (const Error& e) {
+      status_.record(e);
+      markFailed(e.what());
+      status_.fail(e.code());
+    }
+  });
 }
 
 void braidComm::abort(const char* call) {

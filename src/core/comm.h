@@ -5,6 +5,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/error.h"
@@ -34,6 +35,8 @@ struct CommOptions {
   std::string algorithms;    // the config's choice of algorithms (as BRAID_ALGO); empty: BRAID_ALGO
   bool cuda = false;         // a CUDA communicator, on cudaDevice
   int cudaDevice = -1;
+  bool blocking = true;  // init and finalize block; else they return braidInProgress and run on
+                         // (braidCommGetAsyncError says when they end)
 };
 
 struct braidComm : public braid::Watchdog {
@@ -100,6 +103,9 @@ struct braidComm : public braid::Watchdog {
   braid::PendingOperations& pending() { return pending_; }
 
   void finalize();
+  // finalize() on a thread of its own (a non-blocking communicator's): the status says
+  // braidInProgress until it has ended, then braidSuccess or its failure; destroy waits for it.
+  void finalizeInBackground();
   // Marks the communicator failed (its peers see why: `call` names braidCommAbort or
   // braidCommRevoke) and waits for its operation in flight to stop.
   void abort(const char* call);
@@ -168,4 +174,5 @@ struct braidComm : public braid::Watchdog {
   std::unique_ptr<braid::DeviceSide> device_;  // a CUDA communicator's, once ready
   braid::DeviceSideSetup deviceSetup(const braid::BootstrapId& id);
   void failIfDeviceFailed(const char* opName);
+  std::thread finalizing_;  // finalizeInBackground's, joined by the destructor
 };

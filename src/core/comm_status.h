@@ -27,6 +27,10 @@ class CommStatus {
   braidResult_t code() const { return code_.load(); }
   // The communicator failed with `code` (the first failure's sentence: record()).
   void fail(braidResult_t code) { code_ = code; }
+  // A non-blocking finalize runs: braidInProgress from braidSuccess until it ends (a failure
+  // meanwhile stays).
+  void beginFinalize() { exchange(braidSuccess, braidInProgress); }
+  void endFinalize() { exchange(braidInProgress, braidSuccess); }
   // The sentence braidGetLastError gives for this communicator.
   void record(const Error& e);
   std::string lastError() const;
@@ -38,6 +42,7 @@ class CommStatus {
   std::optional<Error> initError_;
   std::atomic<braidResult_t> code_{braidInProgress};
   std::string lastError_;
+  void exchange(braidResult_t from, braidResult_t to) { code_.compare_exchange_strong(from, to); }
 };
 
 // Operations queued on host streams but not finished, or being launched on a device.

@@ -393,6 +393,74 @@ TEST_F(Threads, NewerCallsAnswerOrRefuseInNcclsWords) {
 #endif
 }
 
+// What torch's ProcessGroupNCCL does with NCCL besides collectives, in its order: non-blocking
+// init (config.blocking = 0) polled through ncclCommGetAsyncError until it leaves ncclInProgress,
+// a non-blocking split in a group polled the same way, a buffer registered for the collectives,
+// the child finalized (polled) and destroyed, the parent aborted (its watchdog's way out). One
+// thread drives every rank, as non-blocking calls allow.
+ncclResult_t pollUntilReady(ncclComm_t comm) {
+  ncclResult_t state = ncclInProgress;
+  for (int polls = 0; state == ncclInProgress && polls < 600000; ++polls) {
+    if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) return ncclInternalError;
+    if (state == ncclInProgress) usleep(100);
+  }
+  return state;
+}
+
+void allReduceOnEveryRank(ncclComm_t* comms, int n) {
+  std::vector<std::vector<float>> data(n);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n; ++r) {
+    data[r].assign(kCount, static_cast<float>(r + 1));
+    ncclAllReduce(data[r].data(), data[r].data(), kCount, ncclFloat32, ncclSum, comms[r], nullptr);
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << lastError(nullptr);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(data[r], std::vector<float>(kCount, n * (n + 1) / 2.0f));
+}
+
+TEST(TorchsCalls, NonBlockingInitSplitRegisterFinalizeAndAbort) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t comms[kRanks] = {};
+  for (int r = 0; r < kRanks; ++r) {
+    const ncclResult_t started = ncclCommInitRankConfig(&comms[r], kRanks, id, r, &config);
+    ASSERT_TRUE(started == ncclInProgress || started == ncclSuccess) << lastError(nullptr);
+  }
+  for (ncclComm_t c : comms) ASSERT_EQ(pollUntilReady(c), ncclSuccess) << lastError(c);
+  allReduceOnEveryRank(comms, kRanks);
+
+  ncclComm_t children[kRanks] = {};
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < kRanks; ++r) {
+    const ncclResult_t started = ncclCommSplit(comms[r], 0, kRanks - 1 - r, &children[r], &config);
+    EXPECT_TRUE(started == ncclInProgress || started == ncclSuccess) << lastError(comms[r]);
+  }
+  const ncclResult_t grouped = ncclGroupEnd();
+  ASSERT_TRUE(grouped == ncclInProgress || grouped == ncclSuccess) << lastError(nullptr);
+  for (ncclComm_t c : children) ASSERT_EQ(pollUntilReady(c), ncclSuccess) << lastError(c);
+  int rank = -1;
+  ASSERT_EQ(ncclCommUserRank(children[0], &rank), ncclSuccess);
+  EXPECT_EQ(rank, kRanks - 1);  // ordered by key
+  std::vector<float> registered(kCount);
+  void* handle = nullptr;
+  ASSERT_EQ(ncclCommRegister(children[0], registered.data(), kCount * sizeof(float), &handle),
+            ncclSuccess);
+  allReduceOnEveryRank(children, kRanks);
+  EXPECT_EQ(ncclCommDeregister(children[0], handle), ncclSuccess);
+
+  for (ncclComm_t c : children) {
+    const ncclResult_t started = ncclCommFinalize(c);
+    EXPECT_TRUE(started == ncclInProgress || started == ncclSuccess) << lastError(c);
+  }
+  for (ncclComm_t c : children) {
+    EXPECT_EQ(pollUntilReady(c), ncclSuccess) << lastError(c);
+    EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+  }
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommAbort(c), ncclSuccess);
+}
+
 // Three processes forked after ncclGetUniqueId, as an MPI-free NCCL program would be launched.
 TEST(Processes, AllReduceAllGatherAndSplit) {
   constexpr int n = 3;
