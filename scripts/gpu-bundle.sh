@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds what scripts/gpu-check.sh runs (the GPU test programs and braid-perf, Release, sm_90 +
-# PTX) into build-gpu/, and gathers them into build-carry/ with the shared libraries they need from
+# Builds what scripts/gpu-check.sh runs (the GPU test programs, braid-perf and libnccl.so.2, Release,
+# sm_90 + PTX) into build-gpu/, and gathers them into build-carry/ with the shared libraries they need from
 # this machine (Debian's fmt, hwloc, UCX, pugixml, numa; about 25 MB), for a GPU machine that has
 # the CUDA driver but none of braid's packages and no network. There, from the repository root:
 #
@@ -12,9 +12,11 @@ cd "$(dirname "$0")/.."
 programs=(test_gpu_kernels test_gpu_comm test_gpu_ipc test_gpu_dp test_gpu_hosts)
 tools=(braid-perf braid-topo)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DBRAID_BUILD_BENCH=OFF > /dev/null
-cmake --build build-gpu -j"$(nproc)" --target "${programs[@]}" "${tools[@]}"
+cmake --build build-gpu -j"$(nproc)" --target "${programs[@]}" "${tools[@]}" nccl_shim
 rm -rf build-carry
-mkdir -p build-carry/tests build-carry/tools build-carry/lib
+mkdir -p build-carry/tests build-carry/tools build-carry/lib build-carry/shim
+# Apart from lib/ (on LD_LIBRARY_PATH there): torch preloads it for its nccl backend only.
+cp -P build-gpu/shim/libnccl.so* build-carry/shim/
 for program in "${programs[@]}"; do cp "build-gpu/tests/$program" build-carry/tests/; done
 for tool in "${tools[@]}"; do cp "build-gpu/tools/$tool" build-carry/tools/; done
 # Every library the programs load that is not the C/C++ runtime or the driver: braid's own and

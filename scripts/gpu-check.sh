@@ -19,6 +19,9 @@
 #      protocol) at once, as separate processes sharing the GPU (they assert values, not times);
 #      then two processes through IPC, DataParallel on device buffers, and ranks on two namespace
 #      hosts where `ip` exists;
+#      Beside them, PyTorch through braid both ways on this machine's torch (scripts/gpu-torch.sh:
+#      the braid backend's CUDA tensors and torch's nccl backend over braid's libnccl.so.2; DDP,
+#      FSDP2, every dtype; braid_torch built here while the rows above run), then its timing;
 #   5. the device form on CPU threads (ctest -L device) where the build tree has it.
 # docs/cuda.md says what is and is not covered.
 #
@@ -82,6 +85,10 @@ perf() {
   echo "--- NCCL of this machine's torch"
   timeout 60 python3 -c 'import torch; print("torch", torch.__version__, "NCCL", torch.cuda.nccl.version())' 2>&1 || true
 } > "$out/topo.txt"
+# braid_torch built against this machine's torch while the GPU runs the rows below (CPU only, at
+# the lowest priority); its checks run beside the test programs, which assert values, not times.
+nice -n 19 scripts/gpu-torch.sh build "$out" &
+torch_build=$!
 
 sweep_bytes=${GPU_CHECK_SWEEP_BYTES:-256M}
 if [[ $sweep_bytes != 0 ]]; then
@@ -151,6 +158,9 @@ BRAID_LAUNCH_ROUNDS=0 CUDA_DEVICE_MAX_CONNECTIONS=1 \
   --device cuda -t 8 -b 8 -e 64K -f 4 -T 15 \
   | tee -a "$out/perf.txt"
 
+wait "$torch_build"
+scripts/gpu-torch.sh checks "$out" &
+torch_checks=$!
 {
   gtest kernels test_gpu_kernels "$limit" &
   gtest comm-ranks test_gpu_comm "$limit" --gtest_filter='*CudaCommRanks*' &
@@ -179,6 +189,8 @@ BRAID_LAUNCH_ROUNDS=0 CUDA_DEVICE_MAX_CONNECTIONS=1 \
   wait
   run hosts "$limit" tests/multihost/netns_hosts.sh --hosts 2 -- "$PWD/$build/tests/test_gpu_hosts"
 } | tee "$out/tests.txt"
+wait "$torch_checks"
+scripts/gpu-torch.sh timing "$out"
 
 if [[ -x $build/tests/test_device_form ]]; then
   (cd "$build" && ctest -L device -j"$(nproc)" --timeout 900) 2>&1 | tail -5 \
@@ -193,6 +205,7 @@ fi
   cat "$out/gpu.csv"
   tail -1 "$out/topo.txt"
   cat "$out/tests.txt" "$out/ctest-device.txt"
+  cat "$out/torch.txt" 2> /dev/null || echo "torch: no result (torch-*.txt)"
   grep -H -E "Out of bounds|Avg bus bandwidth" "$out"/sweep-*.txt "$out"/perf-*.txt || true
 } > "$out/summary.txt"
 cat "$out/summary.txt"

@@ -1,6 +1,7 @@
 """braid as a torch.distributed backend.
 
-Importing this package registers the backend "braid" for CPU tensors:
+Importing this package registers the backend "braid" for CPU tensors, and for CUDA tensors where
+it was built with torch's CUDA (HAS_CUDA):
 
     import braid_torch  # noqa: F401
     torch.distributed.init_process_group("braid", ...)
@@ -11,9 +12,10 @@ import torch.distributed as dist
 
 from . import _C
 
-__all__ = ["BACKEND"]
+__all__ = ["BACKEND", "HAS_CUDA"]
 
 BACKEND = "braid"
+HAS_CUDA = _C.has_cuda
 
 
 def _create_backend(store, rank, size, timeout):
@@ -21,4 +23,6 @@ def _create_backend(store, rank, size, timeout):
 
 
 if BACKEND not in dist.Backend.backend_list:
-    dist.Backend.register_backend(BACKEND, _create_backend, devices=["cpu"])
+    dist.Backend.register_backend(
+        BACKEND, _create_backend, devices=["cpu", "cuda"] if HAS_CUDA else ["cpu"]
+    )

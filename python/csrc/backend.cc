@@ -1,8 +1,9 @@
 // braid as a torch.distributed backend: a c10d::Backend over one braid communicator of CPU
-// ranks. The communicator's unique id travels through the group's c10d store; every operation
-// is queued on the backend's thread, where it runs braid's blocking call, and returns a Work that
-// completes there (or holds braid's error, which wait() and its future raise with braid's
-// sentence).
+// ranks, and one of CUDA ranks for CUDA tensors. The communicators' unique ids travel through the
+// group's c10d store. An operation on CPU tensors is queued on the backend's thread, where it runs
+// braid's blocking call, and returns a Work that completes there (or holds braid's error, which
+// wait() and its future raise with braid's sentence); one on CUDA tensors is queued on the CUDA
+// communicator's stream (cuda_side.h).
 #include <pybind11/chrono.h>
 #include <torch/extension.h>
 
@@ -28,6 +29,9 @@
 #include "operation_queue.h"
 #include "peer_channels.h"
 #include "sparse.h"
+#ifdef BRAID_TORCH_CUDA
+#include "cuda_side.h"
+#endif
 
 namespace braid_torch {
 namespace {
@@ -62,9 +66,10 @@ void checkOneType(const std::vector<at::Tensor>& tensors, const at::Tensor& like
 }
 
 // Completes a Work when the last of n operations has ended, with the first error among them.
+template <typename WorkType>
 class CompletesAfter {
  public:
-  CompletesAfter(c10::intrusive_ptr<AsyncWork> work, size_t n) : work_(std::move(work)), left_(n) {}
+  CompletesAfter(c10::intrusive_ptr<WorkType> work, size_t n) : work_(std::move(work)), left_(n) {}
   void ended(std::exception_ptr error) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -75,7 +80,7 @@ class CompletesAfter {
   }
 
  private:
-  c10::intrusive_ptr<AsyncWork> work_;
+  c10::intrusive_ptr<WorkType> work_;
   std::mutex mutex_;
   size_t left_;               // under mutex_
   std::exception_ptr first_;  // under mutex_
@@ -85,33 +90,29 @@ class BraidBackend : public c10d::Backend {
  public:
   BraidBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                std::chrono::milliseconds timeout)
-      : c10d::Backend(rank, size), channels_(std::make_unique<PeerChannels>(store, rank, timeout)) {
-    braidUniqueId id;
-    const std::string key = "braid_torch/unique_id";
-    if (rank == 0) {
-      check(braidGetUniqueId(&id), "braidGetUniqueId");
-      store->set(key, std::vector<uint8_t>(id.internal, id.internal + sizeof id.internal));
-    } else {
-      const std::vector<uint8_t> bytes = store->get(key);
-      TORCH_CHECK(bytes.size() == sizeof id.internal, "braid backend: the store's unique id has ",
-                  bytes.size(), " bytes (expected ", sizeof id.internal, ")");
-      std::memcpy(id.internal, bytes.data(), bytes.size());
-    }
-    braidConfig_t config = BRAID_CONFIG_INITIALIZER;
-    config.device = "cpu";
-    config.commName = "torch";
-    if (timeout.count() > 0) config.timeoutMs = timeoutMs(timeout);
+      : c10d::Backend(rank, size),
+        store_(store),
+        timeout_(timeout),
+        channels_(std::make_unique<PeerChannels>(store, rank, timeout, "cpu")),
+        cudaChannels_(std::make_unique<PeerChannels>(store, rank, timeout, "cuda")) {
+    const braidUniqueId id = sharedUniqueId(*store, "braid_torch/unique_id", rank);
+    braidConfig_t config = commConfig("cpu", "torch", timeout);
     check(braidCommInitRankConfig(&comm_, size, id, rank, &config), "braidCommInitRankConfig");
   }
   ~BraidBackend() override {
-    stopQueue();
-    if (comm_ != nullptr) braidCommDestroy(comm_);
+    withoutGil([this] {
+      closeQueues();
+      releaseCuda();
+      if (comm_ != nullptr) braidCommDestroy(comm_);
+    });
   }
 
   // destroy_process_group: every queued operation runs, then the queues' threads end, while the
   // interpreter is whole (they take the GIL to release tensors Python also holds; at exit the
   // interpreter would end them there instead).
-  void shutdown() override { stopQueue(); }
+  void shutdown() override {
+    withoutGil([this] { closeQueues(); });
+  }
 
   const std::string getBackendName() const override { return "braid"; }
 
@@ -125,12 +126,16 @@ class BraidBackend : public c10d::Backend {
                 tensors.size(), ")");
     const at::Tensor t = tensors[0];
     if (t.is_sparse()) {  // as Gloo: the sum of every rank's entries (DDP's sparse gradients)
+      TORCH_CHECK(t.device().is_cpu(), "braid backend: all_reduce of a sparse tensor on ",
+                  t.device(), " (expected a CPU tensor: sparse CUDA tensors are not supported)");
       TORCH_CHECK(opts.reduceOp.op_ == c10d::ReduceOp::SUM,
                   "braid backend: all_reduce of a sparse tensor with reduce op ",
                   static_cast<int>(opts.reduceOp.op_), " (expected SUM)");
-      return run(tensors, opts.asyncOp, [=, this] { t.copy_(sparseSum(comm_, size_, t)); });
+      return run("all_reduce", tensors, {}, opts.asyncOp,
+                 [=, this](const Where&) { t.copy_(sparseSum(comm_, size_, t)); });
     }
-    return run(tensors, opts.asyncOp, [=, this] { reduceInPlace(t, opts.reduceOp); });
+    return run("all_reduce", tensors, {}, opts.asyncOp,
+               [=, this](const Where& on) { reduceInPlace(t, opts.reduceOp, on); });
   }
 
   // One all-reduce of the tensors flattened into one, as Gloo: a tensor listed twice is reduced
@@ -139,21 +144,22 @@ class BraidBackend : public c10d::Backend {
       std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override {
     TORCH_CHECK(!tensors.empty(), "braid backend: all_reduce_coalesced of no tensors");
     checkOneType(tensors, tensors[0], "all_reduce_coalesced");
-    return run(tensors, opts.asyncOp, [=, this] {
+    return run("all_reduce_coalesced", tensors, {}, opts.asyncOp, [=, this](const Where& on) {
       const at::Tensor flat = flattened(tensors);
-      reduceInPlace(flat, opts.reduceOp);
+      reduceInPlace(flat, opts.reduceOp, on);
       copyPieces(flat, tensors);
     });
   }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override {
-    return run(tensors, opts.asyncOp, [=, this]() mutable {
+    return run("broadcast", tensors, {}, opts.asyncOp, [=, this](const Where& on) mutable {
       for (const at::Tensor& t : tensors) {
         Flat f(t);
-        check(braidBroadcast(f.data(), f.data(), f.count(), braidType(t),
-                             static_cast<int>(opts.rootRank), comm_, nullptr),
-              "braidBroadcast");
+        checkOn(on,
+                braidBroadcast(f.data(), f.data(), f.count(), braidType(t),
+                               static_cast<int>(opts.rootRank), on.comm, on.stream),
+                "braidBroadcast");
         f.writeBack();
       }
     });
@@ -161,16 +167,16 @@ class BraidBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
                                         const c10d::ReduceOptions& opts) override {
-    return run(tensors, opts.asyncOp, [=, this]() mutable {
+    return run("reduce", tensors, {}, opts.asyncOp, [=, this](const Where& on) mutable {
       for (const at::Tensor& t : tensors) {
         Flat f(t);
         if (isBitwise(opts.reduceOp)) {
-          at::Tensor reduced = bitwiseOverRanks(f.flat, opts.reduceOp);
+          at::Tensor reduced = bitwiseOverRanks(f.flat, opts.reduceOp, on);
           if (rank_ == opts.rootRank) f.flat.copy_(reduced.view_as(f.flat));
         } else {
-          reduceCall(t, opts.reduceOp, [&](braidRedOp_t op) {
+          reduceCall(t, opts.reduceOp, on, [&](braidRedOp_t op) {
             return braidReduce(f.data(), f.data(), f.count(), braidType(t), op,
-                               static_cast<int>(opts.rootRank), comm_, nullptr);
+                               static_cast<int>(opts.rootRank), on.comm, on.stream);
           });
         }
         f.writeBack();
@@ -197,16 +203,18 @@ class BraidBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override {
-    std::vector<at::Tensor> results{output};
-    return run(results, opts.asyncOp, [=, this]() mutable { allGatherInto(output, input); });
+    return run("all_gather_into_tensor", {output}, {input}, opts.asyncOp,
+               [=, this](const Where& on) mutable { allGatherInto(output, input, on); });
   }
 
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts) override {
-    return run(outputs, opts.asyncOp, [=, this]() mutable {
-      for (size_t i = 0; i < outputs.size(); ++i) allGatherInto(outputs[i], inputs[i]);
-    });
+    return run("all_gather_into_tensor_coalesced", outputs, inputs, opts.asyncOp,
+               [=, this](const Where& on) mutable {
+                 for (size_t i = 0; i < outputs.size(); ++i)
+                   allGatherInto(outputs[i], inputs[i], on);
+               });
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
@@ -225,31 +233,33 @@ class BraidBackend : public c10d::Backend {
                 inputs[0][rank_].numel(), ", as its input for rank ", rank_, ")");
     const std::vector<at::Tensor> pieces = inputs[0];
     const at::Tensor output = outputs[0];
-    return run(outputs, opts.asyncOp, [=, this] {
+    return run("reduce_scatter", outputs, pieces, opts.asyncOp, [=, this](const Where& on) {
       const bool even = std::all_of(pieces.begin(), pieces.end(), [&](const at::Tensor& t) {
         return t.numel() == output.numel();
       });
       if (even)
-        reduceScatterInto(output, flattened(pieces), opts.reduceOp);
+        reduceScatterInto(output, flattened(pieces), opts.reduceOp, on);
       else
-        reduceScatterUneven(output, pieces, opts.reduceOp);
+        reduceScatterUneven(output, pieces, opts.reduceOp, on);
     });
   }
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
       at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override {
-    std::vector<at::Tensor> results{output};
-    return run(results, opts.asyncOp,
-               [=, this]() mutable { reduceScatterInto(output, input, opts.reduceOp); });
+    return run("reduce_scatter_tensor", {output}, {input}, opts.asyncOp,
+               [=, this](const Where& on) mutable {
+                 reduceScatterInto(output, input, opts.reduceOp, on);
+               });
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::ReduceScatterOptions& opts) override {
-    return run(outputs, opts.asyncOp, [=, this]() mutable {
-      for (size_t i = 0; i < outputs.size(); ++i)
-        reduceScatterInto(outputs[i], inputs[i], opts.reduceOp);
-    });
+    return run("reduce_scatter_tensor_coalesced", outputs, inputs, opts.asyncOp,
+               [=, this](const Where& on) mutable {
+                 for (size_t i = 0; i < outputs.size(); ++i)
+                   reduceScatterInto(outputs[i], inputs[i], opts.reduceOp, on);
+               });
   }
 
   // Even or uneven splits (in elements of the first dimension), as grouped sends and receives.
@@ -267,25 +277,25 @@ class BraidBackend : public c10d::Backend {
     };
     const std::vector<int64_t> inRows = rowsOf(inputSplits, input),
                                outRows = rowsOf(outputSplits, output);
-    std::vector<at::Tensor> results{output};
-    return run(results, opts.asyncOp, [=, this]() mutable {
-      Flat in(input), out(output);
-      const int64_t inRow = input.size(0) == 0 ? 0 : input.numel() / input.size(0);
-      const int64_t outRow = output.size(0) == 0 ? 0 : output.numel() / output.size(0);
-      const size_t elem = in.flat.element_size();
-      std::vector<Transfer> transfers;
-      int64_t inAt = 0, outAt = 0;
-      for (int p = 0; p < size_; ++p) {
-        transfers.push_back({true, static_cast<char*>(in.data()) + inAt * inRow * elem,
-                             static_cast<size_t>(inRows[p] * inRow), type, p});
-        transfers.push_back({false, static_cast<char*>(out.data()) + outAt * outRow * elem,
-                             static_cast<size_t>(outRows[p] * outRow), type, p});
-        inAt += inRows[p];
-        outAt += outRows[p];
-      }
-      exchange(transfers, "all_to_all");
-      out.writeBack();
-    });
+    return run(
+        "all_to_all_single", {output}, {input}, opts.asyncOp, [=, this](const Where& on) mutable {
+          Flat in(input), out(output);
+          const int64_t inRow = input.size(0) == 0 ? 0 : input.numel() / input.size(0);
+          const int64_t outRow = output.size(0) == 0 ? 0 : output.numel() / output.size(0);
+          const size_t elem = in.flat.element_size();
+          std::vector<Transfer> transfers;
+          int64_t inAt = 0, outAt = 0;
+          for (int p = 0; p < size_; ++p) {
+            transfers.push_back({true, static_cast<char*>(in.data()) + inAt * inRow * elem,
+                                 static_cast<size_t>(inRows[p] * inRow), type, p});
+            transfers.push_back({false, static_cast<char*>(out.data()) + outAt * outRow * elem,
+                                 static_cast<size_t>(outRows[p] * outRow), type, p});
+            inAt += inRows[p];
+            outAt += outRows[p];
+          }
+          exchange(transfers, "all_to_all", on);
+          out.writeBack();
+        });
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
@@ -298,7 +308,7 @@ class BraidBackend : public c10d::Backend {
       braidType(inputs[p]);
       braidType(outputs[p]);
     }
-    return run(outputs, opts.asyncOp, [=, this]() mutable {
+    return run("all_to_all", outputs, inputs, opts.asyncOp, [=, this](const Where& on) mutable {
       std::vector<Flat> in, out;
       for (const at::Tensor& t : inputs) in.emplace_back(t);
       for (const at::Tensor& t : outputs) out.emplace_back(t);
@@ -307,7 +317,7 @@ class BraidBackend : public c10d::Backend {
         transfers.push_back({true, in[p].data(), in[p].count(), braidType(inputs[p]), p});
         transfers.push_back({false, out[p].data(), out[p].count(), braidType(outputs[p]), p});
       }
-      exchange(transfers, "all_to_all");
+      exchange(transfers, "all_to_all", on);
       for (Flat& f : out) f.writeBack();
     });
   }
@@ -322,7 +332,7 @@ class BraidBackend : public c10d::Backend {
     const braidDataType_t type = braidType(inputs[0]);
     std::vector<at::Tensor> results;
     for (auto& list : outputs) results.insert(results.end(), list.begin(), list.end());
-    return run(results, opts.asyncOp, [=, this]() mutable {
+    return run("gather", results, inputs, opts.asyncOp, [=, this](const Where& on) mutable {
       Flat in(inputs[0]);
       std::vector<Flat> out;
       std::vector<Transfer> transfers;
@@ -332,7 +342,7 @@ class BraidBackend : public c10d::Backend {
           transfers.push_back({false, out[p].data(), out[p].count(), type, p});
       }
       transfers.push_back({true, in.data(), in.count(), type, root});
-      exchange(transfers, "gather");
+      exchange(transfers, "gather", on);
       for (Flat& f : out) f.writeBack();
     });
   }
@@ -345,7 +355,9 @@ class BraidBackend : public c10d::Backend {
     TORCH_CHECK(rank_ != root || (inputs.size() == 1 && inputs[0].size() == size_t(size_)),
                 "braid backend: scatter's root takes a list of ", size_, " inputs");
     const braidDataType_t type = braidType(outputs[0]);
-    return run(outputs, opts.asyncOp, [=, this]() mutable {
+    std::vector<at::Tensor> sources;
+    for (auto& list : inputs) sources.insert(sources.end(), list.begin(), list.end());
+    return run("scatter", outputs, sources, opts.asyncOp, [=, this](const Where& on) mutable {
       Flat out(outputs[0]);
       std::vector<Flat> in;
       std::vector<Transfer> transfers;
@@ -355,7 +367,7 @@ class BraidBackend : public c10d::Backend {
           transfers.push_back({true, in[p].data(), in[p].count(), type, p});
       }
       transfers.push_back({false, out.data(), out.count(), type, root});
-      exchange(transfers, "scatter");
+      exchange(transfers, "scatter", on);
       out.writeBack();
     });
   }
@@ -382,38 +394,20 @@ class BraidBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> endCoalescing() override {
-    std::vector<PointToPoint> ops;
+    Batch batch;
     {
       std::lock_guard<std::mutex> lock(coalescingMutex_);
       coalescing_ = false;
-      ops.swap(coalesced_);
+      std::swap(batch, batch_);
     }
-    std::vector<at::Tensor> tensors;
-    for (const PointToPoint& op : ops) tensors.push_back(op.tensor);
-    auto work = c10::make_intrusive<AsyncWork>(tensors);
-    if (ops.empty()) work->complete(nullptr);
-    auto group = std::make_shared<CompletesAfter>(work, ops.size());
-    for (const PointToPoint& op : ops) {
-      const bool posted = post(op, [=, this] {
-        try {
-          transfer(op);
-        } catch (...) {
-          group->ended(std::current_exception());
-          throw;
-        }
-        group->ended(nullptr);
-      });
-      if (!posted) group->ended(shutDown());
-    }
-    return work;
+    return postAll(batch);
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
-    std::vector<at::Tensor> none;
-    return run(none, opts.asyncOp, [=, this]() mutable {
+    return run("barrier", {}, {}, opts.asyncOp, [=, this](const Where& on) mutable {
       uint8_t byte = 0;
-      check(braidAllReduce(&byte, &byte, 1, braidUint8, braidSum, comm_, nullptr),
-            "barrier (braidAllReduce)");
+      checkOn(on, braidAllReduce(&byte, &byte, 1, braidUint8, braidSum, on.comm, on.stream),
+              "barrier (braidAllReduce)");
     });
   }
 
@@ -421,9 +415,8 @@ class BraidBackend : public c10d::Backend {
   void check(braidResult_t result, const char* what) const {
     braid_torch::check(comm_, result, what);
   }
-
-  static int timeoutMs(std::chrono::milliseconds timeout) {
-    return static_cast<int>(std::min<int64_t>(timeout.count(), INT_MAX));
+  static void checkOn(const Where& on, braidResult_t result, const char* what) {
+    braid_torch::check(on.comm, result, what);
   }
 
   static std::exception_ptr shutDown() {
@@ -432,29 +425,52 @@ class BraidBackend : public c10d::Backend {
   }
 
   // Drains and closes the operation queue and the point-to-point channels (operations issued
-  // after, a draining one's callbacks' included, fail as shut down); the GIL, if this thread holds
-  // it, is let go meanwhile.
-  void stopQueue() {
-    auto stop = [this] {
-      queue_->close();
-      channels_->close();
-    };
+  // after, a draining one's callbacks' included, fail as shut down).
+  void closeQueues() {
+    queue_->close();
+    channels_->close();
+    cudaChannels_->close();
+  }
+
+  // The channels' last operations end before their communicators go, then the collectives'.
+  void releaseCuda() {
+#ifdef BRAID_TORCH_CUDA
+    channelStreams_.synchronize();
+    cudaChannels_.reset();
+    cuda_.reset();
+#endif
+  }
+
+  // The GIL, if this thread holds it, let go while `body` waits (the queues' threads take it to
+  // release tensors Python also holds).
+  template <typename Body>
+  static void withoutGil(Body body) {
     if (PyGILState_Check()) {
       pybind11::gil_scoped_release released;
-      stop();
+      body();
     } else {
-      stop();
+      body();
     }
   }
 
-  // Runs the body (which holds copies of what it uses) on the operation queue, or here when the
-  // call is not asynchronous and nothing is queued; the Work completes with `outputs`, or with
-  // the error the body threw.
+  // Runs the body (which holds copies of what it uses) where the tensors are. CPU tensors: on the
+  // operation queue, or here when the call is not asynchronous and nothing is queued; the Work
+  // completes with `outputs`, or with the error the body threw. CUDA tensors: here, queued on the
+  // CUDA communicator's stream (cuda_side.h). `inputs`: tensors the call reads besides `outputs`.
   template <typename Body>
-  c10::intrusive_ptr<c10d::Work> run(std::vector<at::Tensor> outputs, bool asyncOp, Body body) {
+  c10::intrusive_ptr<c10d::Work> run(const char* what, std::vector<at::Tensor> outputs,
+                                     const std::vector<at::Tensor>& inputs, bool asyncOp,
+                                     Body body) {
+    std::vector<at::Tensor> used = outputs;
+    used.insert(used.end(), inputs.begin(), inputs.end());
+    const c10::Device device = used.empty() ? c10::Device(c10::kCPU) : deviceOf(used, what);
+    noteCoalescedCollective(device);
     ++collectivesIssued_;
+    if (device.is_cuda()) return runOnCuda(device, std::move(outputs), used, std::move(body));
     auto work = c10::make_intrusive<AsyncWork>(std::move(outputs));
-    std::function<void()> op = completing(work, std::move(body));
+    std::function<void()> op = completing(work, [this, body = std::move(body)]() mutable {
+      body(Where{comm_, nullptr});
+    });
     // An operation a completing one's callback issues (PowerSGD's hook) runs at once: queued
     // behind that callback, on the queue's only thread, it would wait for ever.
     if (queue_->onQueueThread())
@@ -464,48 +480,184 @@ class BraidBackend : public c10d::Backend {
     return work;
   }
 
+  template <typename Body>
+  c10::intrusive_ptr<c10d::Work> runOnCuda(c10::Device device, std::vector<at::Tensor> outputs,
+                                           const std::vector<at::Tensor>& used, Body body) {
+#ifdef BRAID_TORCH_CUDA
+    return cudaCollectives(device).run(std::move(outputs), used, std::move(body));
+#else
+    TORCH_CHECK(false, "braid backend: tensors on ", device,
+                " (this braid_torch was built without CUDA: torch had none where it was built)");
+#endif
+  }
+
   struct PointToPoint {
     bool send;
     at::Tensor tensor;
     int peer;
-    c10::intrusive_ptr<AsyncWork> work;  // the caller's
   };
 
   c10::intrusive_ptr<c10d::Work> pointToPoint(bool send, const at::Tensor& tensor, int peer) {
     TORCH_CHECK(peer >= 0 && peer < size_, "braid backend: ", send ? "send to" : "receive from",
                 " rank ", peer, " on rank ", rank_, " (expected a rank of 0 to ", size_ - 1, ")");
     braidType(tensor);  // an unsupported type refused here, not on the channel's thread
-    PointToPoint op{send, tensor, peer, c10::make_intrusive<AsyncWork>(std::vector{tensor})};
+    const PointToPoint op{send, tensor, peer};
     {
       std::lock_guard<std::mutex> lock(coalescingMutex_);
-      if (coalescing_) {
-        coalesced_.push_back(op);
-        return op.work;
+      if (coalescing_) {  // every operation of the batch returns the batch's Work
+        if (!batch_.ops.empty())
+          TORCH_CHECK(batch_.ops[0].tensor.device() == tensor.device(),
+                      "braid backend: a coalesced send or receive of a tensor on ", tensor.device(),
+                      " after one on ", batch_.ops[0].tensor.device(), " (expected one device)");
+        if (!batch_.work) batch_.work = newBatchWork(tensor.device());
+        batch_.ops.push_back(op);
+        return batch_.work;
       }
     }
-    post(op, [=, this] { transfer(op); });
-    return op.work;
+    Batch alone;
+    alone.ops.push_back(op);
+    return postAll(alone);
   }
 
-  // The body on op's channel, completing op's Work; false (the Work failed) once shut down.
-  template <typename Body>
-  bool post(const PointToPoint& op, Body body) {
-    if (channels_->post(op.peer, op.send, completing(op.work, std::move(body)))) return true;
-    op.work->complete(shutDown());
-    return false;
+  // Sends and receives issued between startCoalescing and endCoalescing, whether collectives were
+  // too (torch's _coalescing_manager waits for endCoalescing's Work alone), and the batch's Work,
+  // made by its first operation for its device.
+  struct Batch {
+    std::vector<PointToPoint> ops;
+    bool cpuCollectives = false;
+    bool cudaCollectives = false;
+    c10::intrusive_ptr<c10d::Work> work;
+  };
+
+  c10::intrusive_ptr<c10d::Work> newBatchWork(c10::Device device) {
+    if (!device.is_cuda()) return c10::make_intrusive<AsyncWork>(std::vector<at::Tensor>{});
+#ifdef BRAID_TORCH_CUDA
+    return c10::make_intrusive<CudaWork>(std::vector<at::Tensor>{}, device, timeout_);
+#else
+    return runOnCuda(device, {}, {}, [](const Where&) {});
+#endif
   }
+
+  void noteCoalescedCollective(c10::Device device) {
+    std::lock_guard<std::mutex> lock(coalescingMutex_);
+    if (!coalescing_) return;
+    (device.is_cuda() ? batch_.cudaCollectives : batch_.cpuCollectives) = true;
+  }
+
+  // Posts every operation to its channel; the batch's Work completes with the operations' tensors
+  // when all have ended, and after the collectives issued while coalescing, if any.
+  c10::intrusive_ptr<c10d::Work> postAll(const Batch& batch) {
+    const std::vector<PointToPoint>& ops = batch.ops;
+    std::vector<at::Tensor> tensors;
+    for (const PointToPoint& op : ops) tensors.push_back(op.tensor);
+    const bool cudaOps = !tensors.empty() && deviceOf(tensors, "batch_isend_irecv").is_cuda();
+    const bool cpuOps = !tensors.empty() && !cudaOps;
+    TORCH_CHECK(!((cpuOps || batch.cpuCollectives) && (cudaOps || batch.cudaCollectives)),
+                "braid backend: one coalesced group of operations on CPU and on CUDA tensors "
+                "(expected one device)");
+    if (cudaOps || batch.cudaCollectives) {
+#ifdef BRAID_TORCH_CUDA
+      return postAllOnCuda(batch, tensors);
+#else
+      return newBatchWork(c10::Device(c10::kCUDA));  // refused there
+#endif
+    }
+    auto work = batch.work ? c10::static_intrusive_pointer_cast<AsyncWork>(batch.work)
+                           : c10::make_intrusive<AsyncWork>(std::vector<at::Tensor>{});
+    work->setOutputs(tensors);
+    auto group = std::make_shared<CompletesAfter<AsyncWork>>(work, ops.size() + 1);
+    // After the collectives queued while coalescing: the queue runs in order.
+    std::function<void()> issued = [group] { group->ended(nullptr); };
+    if (!batch.cpuCollectives || queue_->onQueueThread() || !queue_->push(issued)) issued();
+    for (const PointToPoint& op : ops)
+      postOne(*channels_, op, group, [this](const PointToPoint& p) {
+        transfer(p, Where{channels_->comm(p.peer, p.send), nullptr});
+      });
+    return work;
+  }
+
+  // op's transfer on its channel's thread, then `group` told how it ended (also when the channel
+  // was shut down).
+  template <typename Group, typename Transfer>
+  void postOne(PeerChannels& channels, const PointToPoint& op, const std::shared_ptr<Group>& group,
+               Transfer transferOne) {
+    std::function<void()> body = withCallerState([=] {
+      try {
+        transferOne(op);
+      } catch (...) {
+        group->ended(std::current_exception());
+        return;
+      }
+      group->ended(nullptr);
+    });
+    if (!channels.post(op.peer, op.send, std::move(body))) group->ended(shutDown());
+  }
+
+#ifdef BRAID_TORCH_CUDA
+  // Each operation on its channel's stream after the caller's current stream, the channel's
+  // communicator made on its thread (made at the caller's, a lone send and receive between two
+  // ranks would wait for each other there).
+  c10::intrusive_ptr<c10d::Work> postAllOnCuda(const Batch& batch,
+                                               const std::vector<at::Tensor>& tensors) {
+    const std::vector<PointToPoint>& ops = batch.ops;
+    const c10::Device device = tensors.empty() ? cudaCollectivesDevice() : tensors[0].device();
+    bindCudaDevice(device);
+    c10::cuda::CUDAGuard onDevice(device);
+    auto work = batch.work
+                    ? c10::static_intrusive_pointer_cast<CudaWork>(batch.work)
+                    : c10::make_intrusive<CudaWork>(std::vector<at::Tensor>{}, device, timeout_);
+    work->setOutputs(tensors);
+    if (batch.cudaCollectives) cudaCollectives(device).recordEnd(*work);
+    auto callerQueued = std::make_shared<StreamEvent>();
+    callerQueued->record(c10::cuda::getCurrentCUDAStream(device.index()).stream());
+    auto group = std::make_shared<CompletesAfter<CudaWork>>(work, ops.size() + 1);
+    for (const PointToPoint& op : ops) {
+      const c10::cuda::CUDAStream stream = channelStreams_.of(op.peer, op.send);
+      op.tensor.record_stream(stream.unwrap());
+      postOne(*cudaChannels_, op, group, [=, this](const PointToPoint& p) {
+        c10::cuda::CUDAGuard onItsDevice(device);
+        c10::cuda::CUDAStreamGuard onStream(stream);
+        callerQueued->makeWait(stream.stream());
+        braidComm_t channel = cudaChannels_->comm(p.peer, p.send);
+        transfer(p, Where{channel, stream.stream()});
+        work->recordEnd(stream, channel);
+      });
+    }
+    group->ended(nullptr);
+    return work;
+  }
+
+  // The group's CUDA communicator, made by its first collective of CUDA tensors (on every rank).
+  CudaCollectives& cudaCollectives(c10::Device device) {
+    bindCudaDevice(device);
+    std::lock_guard<std::mutex> lock(cudaMutex_);
+    if (!cuda_) cuda_ = std::make_unique<CudaCollectives>(*store_, rank_, size_, timeout_, device);
+    return *cuda_;
+  }
+
+  c10::Device cudaCollectivesDevice() {
+    std::lock_guard<std::mutex> lock(cudaMutex_);
+    TORCH_CHECK(cudaDevice_.has_value(), "braid backend: no CUDA tensor on rank ", rank_);
+    return *cudaDevice_;
+  }
+
+  // A rank's CUDA tensors are on one device: its first CUDA tensor's.
+  void bindCudaDevice(c10::Device device) {
+    std::lock_guard<std::mutex> lock(cudaMutex_);
+    if (!cudaDevice_) cudaDevice_ = device;
+    TORCH_CHECK(*cudaDevice_ == device, "braid backend: a tensor on ", device, " on rank ", rank_,
+                " (expected ", *cudaDevice_, ", the device of this rank's first CUDA tensor)");
+  }
+#endif
 
   // On its channel's thread: in a channel, the sender is rank 0 and the receiver rank 1.
-  void transfer(const PointToPoint& op) {
-    braidComm_t channel = channels_->comm(op.peer, op.send);
+  void transfer(const PointToPoint& op, const Where& on) {
     Flat f(op.tensor);
     const braidDataType_t type = braidType(f.flat);
     if (op.send) {
-      braid_torch::check(channel, braidSend(f.data(), f.count(), type, 1, channel, nullptr),
-                         "braidSend");
+      checkOn(on, braidSend(f.data(), f.count(), type, 1, on.comm, on.stream), "braidSend");
     } else {
-      braid_torch::check(channel, braidRecv(f.data(), f.count(), type, 0, channel, nullptr),
-                         "braidRecv");
+      checkOn(on, braidRecv(f.data(), f.count(), type, 0, on.comm, on.stream), "braidRecv");
       f.writeBack();
     }
   }
@@ -519,23 +671,24 @@ class BraidBackend : public c10d::Backend {
     braidDataType_t type;
     int peer;
   };
-  void exchange(const std::vector<Transfer>& transfers, const char* what) {
-    check(braidGroupStart(), "braidGroupStart");
+  void exchange(const std::vector<Transfer>& transfers, const char* what, const Where& on) {
+    checkOn(on, braidGroupStart(), "braidGroupStart");
     braidResult_t first = braidSuccess;
     std::string firstError;
     for (const Transfer& t : transfers) {
-      const braidResult_t r = t.send ? braidSend(t.data, t.count, t.type, t.peer, comm_, nullptr)
-                                     : braidRecv(t.data, t.count, t.type, t.peer, comm_, nullptr);
+      const braidResult_t r = t.send
+                                  ? braidSend(t.data, t.count, t.type, t.peer, on.comm, on.stream)
+                                  : braidRecv(t.data, t.count, t.type, t.peer, on.comm, on.stream);
       if (r != braidSuccess && first == braidSuccess) {
         first = r;
-        firstError = braidGetLastError(comm_);
+        firstError = braidGetLastError(on.comm);
       }
     }
     const braidResult_t ended = braidGroupEnd();
     if (first != braidSuccess)
       throw std::runtime_error(std::string("braid backend: ") + what +
                                " failed: " + braidGetErrorString(first) + ": " + firstError);
-    check(ended, what);
+    checkOn(on, ended, what);
   }
 
   static bool isBitwise(const c10d::ReduceOp& op) {
@@ -545,13 +698,14 @@ class BraidBackend : public c10d::Backend {
 
   // BAND, BOR and BXOR, which braid has no operator for: every rank's input (contiguous)
   // gathered, then combined here in rank order, flat. Integer and bool tensors, as Gloo.
-  at::Tensor bitwiseOverRanks(const at::Tensor& input, const c10d::ReduceOp& op) {
+  at::Tensor bitwiseOverRanks(const at::Tensor& input, const c10d::ReduceOp& op, const Where& on) {
     TORCH_CHECK(!input.is_floating_point(), "braid backend: bitwise reduce op on a ",
                 input.scalar_type(), " tensor (expected an integer or bool tensor)");
     at::Tensor all = at::empty({static_cast<int64_t>(size_), input.numel()}, input.options());
-    check(braidAllGather(input.data_ptr(), all.data_ptr(), static_cast<size_t>(input.numel()),
-                         braidType(input), comm_, nullptr),
-          "braidAllGather (bitwise reduction)");
+    checkOn(on,
+            braidAllGather(input.data_ptr(), all.data_ptr(), static_cast<size_t>(input.numel()),
+                           braidType(input), on.comm, on.stream),
+            "braidAllGather (bitwise reduction)");
     at::Tensor reduced = all[0].clone();
     for (int r = 1; r < size_; ++r) {
       if (op.op_ == c10d::ReduceOp::BAND)
@@ -565,39 +719,41 @@ class BraidBackend : public c10d::Backend {
   }
 
   // A reducing call with torch's operator: PREMUL_SUM as braid's PreMulSum operator with the
-  // factor in the tensor's type.
+  // factor in the tensor's type, read on the host when the operator is made.
   template <typename Call>
-  void reduceCall(const at::Tensor& t, const c10d::ReduceOp& op, Call&& call) {
+  void reduceCall(const at::Tensor& t, const c10d::ReduceOp& op, const Where& on, Call&& call) {
     if (t.scalar_type() == at::kBool) {  // as bytes 0 and 1: sum is any (max), product all (min)
       switch (op.op_) {
         case c10d::ReduceOp::SUM:
-        case c10d::ReduceOp::MAX: return check(call(braidMax), "reduction");
+        case c10d::ReduceOp::MAX: return checkOn(on, call(braidMax), "reduction");
         case c10d::ReduceOp::PRODUCT:
-        case c10d::ReduceOp::MIN: return check(call(braidMin), "reduction");
+        case c10d::ReduceOp::MIN: return checkOn(on, call(braidMin), "reduction");
         default:
           TORCH_CHECK(false, "braid backend: reduce op ", static_cast<int>(op.op_),
                       " on a bool tensor (expected SUM, PRODUCT, MIN, MAX or a bitwise op)");
       }
     }
     switch (op.op_) {
-      case c10d::ReduceOp::SUM: return check(call(braidSum), "reduction");
-      case c10d::ReduceOp::AVG: return check(call(braidAvg), "reduction");
-      case c10d::ReduceOp::PRODUCT: return check(call(braidProd), "reduction");
-      case c10d::ReduceOp::MIN: return check(call(braidMin), "reduction");
-      case c10d::ReduceOp::MAX: return check(call(braidMax), "reduction");
+      case c10d::ReduceOp::SUM: return checkOn(on, call(braidSum), "reduction");
+      case c10d::ReduceOp::AVG: return checkOn(on, call(braidAvg), "reduction");
+      case c10d::ReduceOp::PRODUCT: return checkOn(on, call(braidProd), "reduction");
+      case c10d::ReduceOp::MIN: return checkOn(on, call(braidMin), "reduction");
+      case c10d::ReduceOp::MAX: return checkOn(on, call(braidMax), "reduction");
       case c10d::ReduceOp::PREMUL_SUM: {
         auto* supplement = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
         TORCH_CHECK(supplement != nullptr, "braid backend: PREMUL_SUM without its factor");
-        at::Tensor factor = supplement->tensor_factor.defined()
-                                ? supplement->tensor_factor.to(at::kCPU, t.scalar_type())
-                                : at::scalar_tensor(supplement->double_factor, t.options());
+        at::Tensor factor =
+            supplement->tensor_factor.defined()
+                ? supplement->tensor_factor.to(at::kCPU, t.scalar_type())
+                : at::scalar_tensor(supplement->double_factor, t.options().device(at::kCPU));
         braidRedOp_t premul;
-        check(braidRedOpCreatePreMulSum(&premul, factor.data_ptr(), braidType(t),
-                                        braidScalarHostImmediate, comm_),
-              "braidRedOpCreatePreMulSum");
+        checkOn(on,
+                braidRedOpCreatePreMulSum(&premul, factor.data_ptr(), braidType(t),
+                                          braidScalarHostImmediate, on.comm),
+                "braidRedOpCreatePreMulSum");
         const braidResult_t result = call(premul);
-        braidRedOpDestroy(premul, comm_);
-        return check(result, "reduction");
+        braidRedOpDestroy(premul, on.comm);
+        return checkOn(on, result, "reduction");
       }
       default:
         TORCH_CHECK(false, "braid backend: reduce op ", static_cast<int>(op.op_),
@@ -607,13 +763,13 @@ class BraidBackend : public c10d::Backend {
   }
 
   // A dense tensor all-reduced in place.
-  void reduceInPlace(const at::Tensor& t, const c10d::ReduceOp& op) {
+  void reduceInPlace(const at::Tensor& t, const c10d::ReduceOp& op, const Where& on) {
     Flat f(t);
     if (isBitwise(op))
-      f.flat.copy_(bitwiseOverRanks(f.flat, op).view_as(f.flat));
+      f.flat.copy_(bitwiseOverRanks(f.flat, op, on).view_as(f.flat));
     else
-      reduceCall(t, op, [&](braidRedOp_t o) {
-        return braidAllReduce(f.data(), f.data(), f.count(), braidType(t), o, comm_, nullptr);
+      reduceCall(t, op, on, [&](braidRedOp_t o) {
+        return braidAllReduce(f.data(), f.data(), f.count(), braidType(t), o, on.comm, on.stream);
       });
     f.writeBack();
   }
@@ -638,36 +794,37 @@ class BraidBackend : public c10d::Backend {
                     ")");
       results.insert(results.end(), list.begin(), list.end());
     }
-    return run(results, asyncOp, [=, this] {
+    return run("all_gather", results, inputs, asyncOp, [=, this](const Where& on) {
       const at::Tensor mine = flattened(inputs).contiguous();
       at::Tensor all = at::empty({size_, mine.numel()}, mine.options());
-      allGatherInto(all, mine);
+      allGatherInto(all, mine, on);
       for (int r = 0; r < size_; ++r) copyPieces(all[r], byRank[r]);
     });
   }
 
-  void allGatherInto(const at::Tensor& output, const at::Tensor& input) {
+  void allGatherInto(const at::Tensor& output, const at::Tensor& input, const Where& on) {
     Flat in(input), out(output);
     TORCH_CHECK(out.count() == in.count() * size_,
                 "braid backend: all_gather_into_tensor output has ", out.count(),
                 " elements (expected ", in.count() * size_, ")");
-    check(braidAllGather(in.data(), out.data(), in.count(), braidType(input), comm_, nullptr),
-          "braidAllGather");
+    checkOn(on,
+            braidAllGather(in.data(), out.data(), in.count(), braidType(input), on.comm, on.stream),
+            "braidAllGather");
     out.writeBack();
   }
 
   void reduceScatterInto(const at::Tensor& output, const at::Tensor& input,
-                         const c10d::ReduceOp& op) {
+                         const c10d::ReduceOp& op, const Where& on) {
     Flat in(input), out(output);
     TORCH_CHECK(in.count() == out.count() * size_, "braid backend: reduce_scatter input has ",
                 in.count(), " elements (expected ", out.count() * size_, ")");
     if (isBitwise(op)) {
       const int64_t n = out.flat.numel();
-      out.flat.copy_(bitwiseOverRanks(in.flat, op).narrow(0, rank_ * n, n).view_as(out.flat));
+      out.flat.copy_(bitwiseOverRanks(in.flat, op, on).narrow(0, rank_ * n, n).view_as(out.flat));
     } else {
-      reduceCall(output, op, [&](braidRedOp_t o) {
-        return braidReduceScatter(in.data(), out.data(), out.count(), braidType(output), o, comm_,
-                                  nullptr);
+      reduceCall(output, op, on, [&](braidRedOp_t o) {
+        return braidReduceScatter(in.data(), out.data(), out.count(), braidType(output), o, on.comm,
+                                  on.stream);
       });
     }
     out.writeBack();
@@ -677,7 +834,7 @@ class BraidBackend : public c10d::Backend {
   // more than an all-reduce of the pieces (2x their sum) would; then that all-reduce, of which
   // this rank keeps its piece.
   void reduceScatterUneven(const at::Tensor& output, const std::vector<at::Tensor>& pieces,
-                           const c10d::ReduceOp& op) {
+                           const c10d::ReduceOp& op, const Where& on) {
     int64_t most = 0, total = 0, mineAt = 0;
     for (int r = 0; r < size_; ++r) {
       most = std::max(most, pieces[r].numel());
@@ -690,22 +847,31 @@ class BraidBackend : public c10d::Backend {
       for (int r = 0; r < size_; ++r)
         padded[r].narrow(0, 0, pieces[r].numel()).copy_(pieces[r].reshape({-1}));
       at::Tensor block = at::empty({most}, output.options());
-      reduceScatterInto(block, padded, op);
+      reduceScatterInto(block, padded, op, on);
       mine = block.narrow(0, 0, output.numel());
     } else {
       const at::Tensor all = flattened(pieces);
-      reduceInPlace(all, op);
+      reduceInPlace(all, op, on);
       mine = all.narrow(0, mineAt, output.numel());
     }
     output.copy_(mine.view(output.sizes()));
   }
 
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::chrono::milliseconds timeout_;
   braidComm_t comm_ = nullptr;
   std::atomic<uint64_t> collectivesIssued_{0};
-  std::unique_ptr<PeerChannels> channels_;  // never null
+  std::unique_ptr<PeerChannels> channels_;      // never null
+  std::unique_ptr<PeerChannels> cudaChannels_;  // never null until destroyed
   std::mutex coalescingMutex_;
-  bool coalescing_ = false;              // under coalescingMutex_
-  std::vector<PointToPoint> coalesced_;  // under coalescingMutex_
+  bool coalescing_ = false;  // under coalescingMutex_
+  Batch batch_;              // under coalescingMutex_
+#ifdef BRAID_TORCH_CUDA
+  std::mutex cudaMutex_;
+  std::optional<c10::Device> cudaDevice_;  // under cudaMutex_
+  std::unique_ptr<CudaCollectives> cuda_;  // under cudaMutex_
+  ChannelStreams channelStreams_;
+#endif
   std::unique_ptr<OperationQueue> queue_ = std::make_unique<OperationQueue>();  // never null
 };
 
@@ -722,4 +888,9 @@ c10::intrusive_ptr<c10d::Backend> createBackend(const c10::intrusive_ptr<c10d::S
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("create_backend", &braid_torch::createBackend, py::call_guard<py::gil_scoped_release>(),
         "A braid communicator of this group's ranks as a c10d backend");
+#ifdef BRAID_TORCH_CUDA
+  m.attr("has_cuda") = true;
+#else
+  m.attr("has_cuda") = false;
+#endif
 }

@@ -4,8 +4,14 @@
 
 #include <torch/extension.h>
 
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstring>
 #include <stdexcept>
 #include <string>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <vector>
 
 #include "braid/braid.h"
 
@@ -38,14 +44,47 @@ inline void check(braidComm_t comm, braidResult_t result, const char* what) {
                              braidGetErrorString(result) + ": " + braidGetLastError(comm));
 }
 
-// A tensor as a braid call reads and writes it: itself when contiguous on the CPU, else a
-// contiguous copy whose contents are copied back where it is an output (as torch's own backends).
+// Where one of the backend's calls runs: the communicator and the stream its braid calls take
+// (none for a CPU communicator).
+struct Where {
+  braidComm_t comm;
+  braidStream_t stream;
+};
+
+// A communicator's settings: its device ("cpu", or "cuda": the current one), its name in braid's
+// logs, and the group's timeout (none: braid's default).
+inline braidConfig_t commConfig(const char* device, const char* name,
+                                std::chrono::milliseconds timeout) {
+  braidConfig_t config = BRAID_CONFIG_INITIALIZER;
+  config.device = device;
+  config.commName = name;
+  if (timeout.count() > 0)
+    config.timeoutMs = static_cast<int>(std::min<int64_t>(timeout.count(), INT_MAX));
+  return config;
+}
+
+// The unique id of a communicator of every rank of the group: rank 0 makes it and puts it in the
+// store under `key`, the others read it from there.
+inline braidUniqueId sharedUniqueId(c10d::Store& store, const std::string& key, int rank) {
+  braidUniqueId id;
+  if (rank == 0) {
+    check(nullptr, braidGetUniqueId(&id), "braidGetUniqueId");
+    store.set(key, std::vector<uint8_t>(id.internal, id.internal + sizeof id.internal));
+  } else {
+    const std::vector<uint8_t> bytes = store.get(key);
+    TORCH_CHECK(bytes.size() == sizeof id.internal, "braid backend: the store's ", key, " has ",
+                bytes.size(), " bytes (expected ", sizeof id.internal, ")");
+    std::memcpy(id.internal, bytes.data(), bytes.size());
+  }
+  return id;
+}
+
+// A tensor as a braid call reads and writes it: itself when contiguous, else a contiguous copy
+// (made on the current stream, for a CUDA tensor) whose contents are copied back where it is an
+// output (as torch's own backends). Its device is the call's (checked where the call is issued).
 struct Flat {
   at::Tensor user, flat;
   explicit Flat(const at::Tensor& t) : user(t) {
-    TORCH_CHECK(t.device().is_cpu(), "braid backend: tensor on ", t.device(),
-                " (expected a CPU tensor; CUDA tensors "
-                "go through CUDA communicators, not yet wired to this backend)");
     TORCH_CHECK(t.layout() == at::kStrided, "braid backend: a ", t.layout(),
                 " tensor (expected a dense one; sparse COO tensors are taken by all_reduce with "
                 "SUM only)");

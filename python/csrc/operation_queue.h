@@ -34,6 +34,8 @@ class AsyncWork : public c10d::Work {
     else
       future_->markCompleted(c10::IValue(outputs_));
   }
+  // A batch's tensors, known once the batch ends (before it completes).
+  void setOutputs(std::vector<at::Tensor> outputs) { outputs_ = std::move(outputs); }
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
@@ -42,24 +44,31 @@ class AsyncWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
-// The body as an operation that completes `work` with the body's error, if any, under the
-// inference mode of the thread that makes it (the caller's, whichever thread runs it: an inference
-// tensor may be written only in inference mode) and without grad (moving data is nothing autograd
-// records: a leaf that requires grad is written like any tensor).
+// The body to run on another thread under the inference mode of the thread that makes it (the
+// caller's, whichever thread runs it: an inference tensor may be written only in inference mode)
+// and without grad (moving data is nothing autograd records: a leaf that requires grad is written
+// like any tensor).
+template <typename Body>
+std::function<void()> withCallerState(Body body) {
+  return [body = std::move(body), state = at::ThreadLocalState()]() mutable {
+    at::ThreadLocalStateGuard guard(state);
+    at::NoGradGuard noGrad;
+    body();
+  };
+}
+
+// The body as an operation (withCallerState) that completes `work` with the body's error, if any.
 template <typename Body>
 std::function<void()> completing(c10::intrusive_ptr<AsyncWork> work, Body body) {
-  return
-      [work = std::move(work), body = std::move(body), state = at::ThreadLocalState()]() mutable {
-        at::ThreadLocalStateGuard guard(state);
-        at::NoGradGuard noGrad;
-        std::exception_ptr error;
-        try {
-          body();
-        } catch (...) {
-          error = std::current_exception();
-        }
-        work->complete(error);
-      };
+  return withCallerState([work = std::move(work), body = std::move(body)]() mutable {
+    std::exception_ptr error;
+    try {
+      body();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    work->complete(error);
+  });
 }
 
 // Operations in issue order and one at a time: on a thread of their own, so that the caller goes

@@ -81,7 +81,8 @@ void PeerChannels::awaitKey(const std::string& key, const char* what, int peer) 
 // for BRAID_TIMEOUT, so it is made only once both ranks are there) and hands it over.
 braidComm_t PeerChannels::connect(int peer, bool send) {
   const int from = send ? rank_ : peer, to = send ? peer : rank_;
-  const std::string key = "braid_torch/p2p/" + std::to_string(from) + "-" + std::to_string(to);
+  const std::string key =
+      "braid_torch/p2p/" + device_ + "/" + std::to_string(from) + "-" + std::to_string(to);
   braidUniqueId id;
   if (send) {
     awaitKey(key + "/receiver", "receive from", peer);
@@ -95,11 +96,7 @@ braidComm_t PeerChannels::connect(int peer, bool send) {
                 " has ", bytes.size(), " bytes (expected ", sizeof id.internal, ")");
     std::memcpy(id.internal, bytes.data(), bytes.size());
   }
-  braidConfig_t config = BRAID_CONFIG_INITIALIZER;
-  config.device = "cpu";
-  config.commName = "torch-p2p";
-  if (timeout_.count() > 0)
-    config.timeoutMs = static_cast<int>(std::min<int64_t>(timeout_.count(), INT32_MAX));
+  braidConfig_t config = commConfig(device_.c_str(), "torch-p2p", timeout_);
   braidComm_t made = nullptr;
   check(nullptr, braidCommInitRankConfig(&made, 2, id, send ? 0 : 1, &config),
         "braidCommInitRankConfig (point-to-point channel)");

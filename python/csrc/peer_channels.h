@@ -23,8 +23,11 @@ namespace braid_torch {
 // FIFOs never wait for each other: on one communicator, one runs only after the other ends.
 class PeerChannels {
  public:
-  PeerChannels(c10::intrusive_ptr<c10d::Store> store, int rank, std::chrono::milliseconds timeout)
-      : store_(std::move(store)), rank_(rank), timeout_(timeout) {}
+  // device: the channels' communicators' ("cpu", or "cuda" on the device current where they are
+  // made: their operations choose it).
+  PeerChannels(c10::intrusive_ptr<c10d::Store> store, int rank, std::chrono::milliseconds timeout,
+               std::string device)
+      : store_(std::move(store)), rank_(rank), timeout_(timeout), device_(std::move(device)) {}
   ~PeerChannels();
 
   // Drains every channel (each operation ends or fails within the timeout) and refuses
@@ -53,6 +56,7 @@ class PeerChannels {
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_;
   std::chrono::milliseconds timeout_;
+  std::string device_;
   std::mutex mutex_;  // guards closed_ and the map channels_ (not the channels)
   bool closed_ = false;
   std::map<std::pair<int, bool>, std::unique_ptr<Channel>> channels_;  // (peer, send)

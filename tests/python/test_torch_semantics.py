@@ -139,6 +139,25 @@ def test_messages_between_a_pair_arrive_in_the_order_sent(run_ranks, size):
     run_ranks(size, several_messages, timeout_s=30)
 
 
+def coalesced_works(rank, size):
+    """Inside torch's _coalescing_manager each isend and irecv returns a Work: waiting on it, as
+    on the manager's, waits for the whole batch (braid completes the batch's Work for every one
+    of them; a Work of its own that nobody completed made such a wait last for ever)."""
+    if rank > 1:
+        return
+    peer = 1 - rank
+    got = torch.full((BIG,), POISON)
+    with dist._coalescing_manager(device=torch.device("cpu")):
+        works = [dist.isend(payload(rank, BIG), peer), dist.irecv(got, peer)]
+    for work in works:
+        work.wait(datetime.timedelta(seconds=15))  # raises if it never completes
+    assert torch.equal(got, payload(peer, BIG)), f"rank {rank}: wrong data received"
+
+
+def test_each_operation_of_a_coalesced_batch_returns_a_work_that_completes(run_ranks):
+    run_ranks(2, coalesced_works, timeout_s=20)
+
+
 def gather_layout(rank, size):
     gloo = dist.new_group(backend="gloo")
     # Inputs of two shapes; torch's contract: output_tensor_lists[rank][input].

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# PyTorch on the lent GPU through braid (issue 35's GPU acceptance), called by gpu-check.sh with
+# the machine's own torch (`python3`; nothing can be installed there):
+#
+#   scripts/gpu-torch.sh build OUT    braid_torch built there against that torch, into OUT/torch-site
+#                                     (its log torch-build.txt; where it cannot be built, the reason)
+#   scripts/gpu-torch.sh checks OUT   DDP (2 and 4 ranks, 50 steps) and all_reduce of every dtype
+#                                     and op through the braid backend's CUDA tensors and through
+#                                     torch's nccl backend over braid's libnccl.so.2 (LD_PRELOAD);
+#                                     FSDP2 and a CUDA graph's replays through both; every rank
+#                                     on cuda:0
+#   scripts/gpu-torch.sh timing OUT   all_reduce 8 B - 256 MiB through both, 2 ranks
+#
+# Each check is one line of OUT/torch.txt (PASS/FAIL first) and its output in OUT/torch-*.txt;
+# nothing here fails the run (fail soft). BRAID_BUILD_DIR: the carried build (build-carry).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+phase=$1
+out=$2
+build=${BRAID_BUILD_DIR:-build}
+shim=$PWD/$build/shim/libnccl.so.2
+site=$out/torch-site
+
+# one NAME SECONDS BACKEND RANKS CHECK: tests/gpu/torch_gpu.py once, under a limit.
+one() {
+  local name=$1 seconds=$2 backend=$3 ranks=$4 check=$5 preload=()
+  [[ $backend == nccl ]] && preload=(env "LD_PRELOAD=$shim")
+  if [[ $backend == braid && ! -d $site/braid_torch ]]; then
+    echo "SKIP $name: braid_torch was not built here (torch-build.txt)" | tee -a "$out/torch.txt"
+    return
+  fi
+  PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} TORCH_GPU_REFERENCES=$out timeout --kill-after=10 "$seconds" \
+    "${preload[@]}" python3 tests/gpu/torch_gpu.py "$backend" "$ranks" "$check" \
+    "$out/torch-$name.json" > "$out/torch-$name.txt" 2>&1
+  local rc=$?
+  { grep -E '^(PASS|FAIL)' "$out/torch-$name.txt" || echo "FAIL $name: rc=$rc, no verdict (torch-$name.txt)"; } |
+    tee -a "$out/torch.txt"
+}
+
+case $phase in
+  build)
+    {
+      python3 -VV
+      python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)'
+      command -v g++ c++ ninja nvcc || true
+      rm -rf "$site" /tmp/braid-torch-src
+      # A copy: the build writes beside the sources (python/build), which may not be writable.
+      cp -r python /tmp/braid-torch-src
+      BRAID_LIB_DIR=$PWD/$build/lib BRAID_INCLUDE_DIR=$PWD/include MAX_JOBS=8 \
+        python3 -m pip install --no-build-isolation --no-deps --no-index --target "$site" \
+        /tmp/braid-torch-src
+    } > "$out/torch-build.txt" 2>&1 || echo "braid_torch not built: see torch-build.txt" >> "$out/torch-build.txt"
+    ;;
+  checks)
+    for ranks in 2 4; do
+      for backend in braid nccl; do
+        one "ddp-$backend-${ranks}ranks" 150 "$backend" "$ranks" ddp
+        one "allreduce-$backend-${ranks}ranks" 90 "$backend" "$ranks" allreduce
+      done
+    done
+    for backend in braid nccl; do
+      one "fsdp-$backend-2ranks" 120 "$backend" 2 fsdp
+      one "graph-$backend-2ranks" 90 "$backend" 2 graph
+    done
+    ;;
+  timing)
+    for backend in braid nccl; do one "timing-$backend-2ranks" 90 "$backend" 2 timing; done
+    ;;
+  *)
+    echo "usage: $0 build|checks|timing OUT" >&2
+    exit 2
+    ;;
+esac
+exit 0

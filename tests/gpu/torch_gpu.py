@@ -1,0 +1,240 @@
+"""PyTorch on a GPU through braid, both ways (issue 35's GPU acceptance): the `braid` backend with
+CUDA tensors, and torch's own `nccl` backend over braid's libnccl.so.2 (run this under
+LD_PRELOAD=.../libnccl.so.2). Every rank is on cuda:0 (several ranks per GPU, which NCCL refuses).
+
+  python3 tests/gpu/torch_gpu.py BACKEND RANKS CHECK [OUT.json]
+
+CHECK:
+  ddp        DDP of a small model for 50 steps; its parameters against the same run on CPU tensors
+             with gloo (made here too), within 1e-5 relative
+  fsdp       FSDP2 (fully_shard) of the same model for 10 steps against DDP on CPU with gloo
+  allreduce  all_reduce of CUDA tensors of every dtype and op against a reference computed here
+             from every rank's input
+  graph      all_reduce captured in a CUDA graph (after one call outside it, which makes the
+             communicator), replayed 3 times on new inputs
+  timing     all_reduce time of CUDA float tensors, 8 B - 256 MiB (median of 5 rounds)
+
+Prints one line per result, `PASS`/`FAIL` first, and exits 1 on any FAIL. Needs no pytest (the lent
+GPU machine's torch has none), only torch (and braid_torch for BACKEND braid). TORCH_GPU_ON_CPU=1
+runs it on CPU tensors instead (the script's own check, where there is no GPU)."""
+
+import datetime
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+ON_CPU = os.environ.get("TORCH_GPU_ON_CPU") == "1"
+STEPS = {"ddp": 50, "fsdp": 10}  # FSDP2's reference is DDP on CPU with gloo for as many steps
+
+
+def model_and_data(seed, rank, device):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 8)
+    ).to(device, torch.float64)
+    generator = torch.Generator().manual_seed(1000 + rank)
+    data = [
+        (torch.randn(16, 32, generator=generator, dtype=torch.float64),
+         torch.randn(16, 8, generator=generator, dtype=torch.float64))
+        for _ in range(4)
+    ]
+    return model, [(x.to(device), y.to(device)) for x, y in data]
+
+
+def train(model, data, steps):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    for step in range(steps):
+        x, y = data[step % len(data)]
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+
+def full_parameters(model):
+    out = []
+    for p in model.parameters():
+        p = p.full_tensor() if hasattr(p, "full_tensor") else p
+        out.append(p.detach().to("cpu").reshape(-1))
+    return torch.cat(out)
+
+
+def rank_main(rank, size, store_path, backend, check, steps, result_path):
+    device = torch.device("cpu") if backend == "gloo" or ON_CPU else torch.device("cuda", 0)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if backend == "braid":
+        import braid_torch  # noqa: F401
+    dist.init_process_group(backend, init_method=f"file://{store_path}", rank=rank,
+                            world_size=size, timeout=datetime.timedelta(seconds=120))
+    try:
+        result = CHECKS[check](rank, size, device, steps)
+        if rank == 0:
+            torch.save(result, result_path)
+    finally:
+        dist.destroy_process_group()
+
+
+def check_ddp(rank, size, device, steps):
+    model, data = model_and_data(7, rank, device)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    train(ddp, data, steps)
+    return full_parameters(model)
+
+
+def check_fsdp(rank, size, device, steps):
+    from torch.distributed.fsdp import fully_shard
+
+    model, data = model_and_data(7, rank, device)
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer)
+    fully_shard(model)
+    train(model, data, steps)
+    return full_parameters(model)
+
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
+          torch.int32, torch.int64]
+OPS = {"SUM": dist.ReduceOp.SUM, "MAX": dist.ReduceOp.MAX, "MIN": dist.ReduceOp.MIN,
+       "PRODUCT": dist.ReduceOp.PRODUCT}
+
+
+def rank_input(r, dtype, n):
+    # Small integers: every sum and product of up to 8 ranks is exact in every type (bfloat16's
+    # included), so the order of the reduction cannot matter.
+    values = (torch.arange(n, dtype=torch.int64) * 7 + r * 3) % 2 + (r % 2)
+    return values.to(dtype)
+
+
+def check_allreduce(rank, size, device, steps):
+    verdicts = []
+    for dtype in DTYPES:
+        for name, op in OPS.items():
+            n = 100_003
+            inputs = [rank_input(r, dtype, n) for r in range(size)]
+            reference = inputs[0].clone()
+            for other in inputs[1:]:
+                reference = {"SUM": torch.add, "MAX": torch.maximum, "MIN": torch.minimum,
+                             "PRODUCT": torch.mul}[name](reference, other)
+            t = torch.full((n,), 99, dtype=dtype, device=device)  # poisoned, then the input
+            t.copy_(inputs[rank])
+            dist.all_reduce(t, op=op)
+            same = torch.equal(t.cpu(), reference)
+            verdicts.append((str(dtype), name, same))
+    return verdicts
+
+
+def check_graph(rank, size, device, steps):
+    n = 4099
+    t = torch.zeros(n, device=device)
+    dist.all_reduce(t)  # outside the capture: makes the communicator
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.cuda.graph(graph):
+        dist.all_reduce(t)
+    torch.cuda.current_stream().wait_stream(side)
+    verdicts = []
+    for replay in range(3):
+        t.copy_(torch.arange(n, dtype=torch.float32) * (rank + 1) + replay)
+        graph.replay()
+        want = torch.arange(n, dtype=torch.float32) * (size * (size + 1) / 2) + replay * size
+        verdicts.append(("replay", str(replay), torch.equal(t.cpu(), want)))
+    return verdicts
+
+
+def synchronize(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def check_timing(rank, size, device, steps):
+    rows = []
+    nbytes = 8
+    while nbytes <= 256 << 20:
+        t = torch.ones(max(nbytes // 4, 1), dtype=torch.float32, device=device)
+        iters = 20 if nbytes <= 1 << 20 else 5
+        for _ in range(3):
+            dist.all_reduce(t)
+        rounds = []
+        for _ in range(5):
+            synchronize(device)
+            dist.barrier()
+            start = time.perf_counter()
+            for _ in range(iters):
+                dist.all_reduce(t)
+            synchronize(device)
+            rounds.append((time.perf_counter() - start) / iters * 1e6)
+        rows.append((nbytes, statistics.median(rounds)))
+        nbytes *= 8 if nbytes < 1 << 20 else 4
+    return rows
+
+
+CHECKS = {"ddp": check_ddp, "fsdp": check_fsdp, "allreduce": check_allreduce,
+          "graph": check_graph, "timing": check_timing}
+
+
+def run(backend, size, check, steps=0):
+    with tempfile.TemporaryDirectory() as folder:
+        store, result = os.path.join(folder, "store"), os.path.join(folder, "result.pt")
+        mp.spawn(rank_main, args=(size, store, backend, check, steps, result), nprocs=size,
+                 join=True)
+        return torch.load(result)
+
+
+def gloo_reference(size, steps):
+    """DDP on CPU with gloo, kept in TORCH_GPU_REFERENCES (a folder) for the next check that needs
+    the same one."""
+    folder = os.environ.get("TORCH_GPU_REFERENCES")
+    path = os.path.join(folder, f"gloo-ddp-{size}ranks-{steps}steps.pt") if folder else None
+    if path and os.path.exists(path):
+        return torch.load(path)
+    reference = run("gloo", size, "ddp", steps)
+    if path:
+        torch.save(reference, path)
+    return reference
+
+
+def main():
+    backend, size, check = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    out = sys.argv[4] if len(sys.argv) > 4 else None
+    failed = False
+    record = {"backend": backend, "ranks": size, "check": check, "torch": torch.__version__,
+              "device": "cpu" if ON_CPU else torch.cuda.get_device_name(0)}
+    if check in ("ddp", "fsdp"):
+        got = run(backend, size, check, STEPS[check])
+        reference = gloo_reference(size, STEPS[check])
+        relative = ((got - reference).abs().max() / reference.abs().max()).item()
+        failed = not relative <= 1e-5
+        record["max_relative_difference"] = relative
+        print(f"{'FAIL' if failed else 'PASS'} {check} {backend} {size} ranks: parameters after "
+              f"{STEPS[check]} steps within {relative:.3g} of gloo's on CPU (bar 1e-5)")
+    elif check in ("allreduce", "graph"):
+        verdicts = run(backend, size, check)
+        wrong = [f"{d} {o}" for d, o, same in verdicts if not same]
+        failed = bool(wrong)
+        record["wrong"] = wrong
+        print(f"{'FAIL' if failed else 'PASS'} {check} {backend} {size} ranks: {len(verdicts)} "
+              f"cases, wrong: {', '.join(wrong) or 'none'}")
+    else:
+        rows = run(backend, size, check)
+        record["rows"] = rows
+        for nbytes, us in rows:
+            busbw = nbytes / us / 1e3 * 2 * (size - 1) / size
+            print(f"PASS timing {backend} {size} ranks: {nbytes:>10} B {us:10.1f} us "
+                  f"busbw {busbw:8.2f} GB/s")
+    if out:
+        with open(out, "w") as f:
+            json.dump(record, f)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
