@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -46,7 +47,45 @@ struct RankControl {
   // Why it failed, NUL-terminated, written before `failed` is set. Room for a chain: a rank that
   // fails because a peer did quotes that peer's reason, which may quote another's.
   char reason[1024] = {};
+  // The collective it runs (or ran last) on the host executor, so that a waiting peer can tell a
+  // call that differs from its own where no slot of it may ever come (publishCall): a sequence
+  // lock, `callVersion` odd while the rest is written; `callComm` names the communicator.
+  alignas(64) std::atomic<uint64_t> callVersion{0};
+  std::atomic<uint64_t> callComm{0};
+  std::atomic<uint64_t> callTag[3] = {};
 };
+
+// The rank's collective call in its control block, written by the rank's own thread only.
+inline void publishCall(RankControl& self, uint64_t comm, const CallTag& tag) {
+  static_assert(sizeof(CallTag) == sizeof self.callTag);
+  uint64_t words[3];
+  std::memcpy(words, &tag, sizeof words);
+  const uint64_t version = self.callVersion.load(std::memory_order_relaxed);
+  self.callVersion.store(version + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  self.callComm.store(comm, std::memory_order_relaxed);
+  for (int i = 0; i < 3; ++i) self.callTag[i].store(words[i], std::memory_order_relaxed);
+  self.callVersion.store(version + 2, std::memory_order_release);
+}
+
+struct PublishedCall {
+  uint64_t comm = 0;
+  CallTag tag;
+};
+
+// The call a rank published; nothing if it has published none or was rewriting it meanwhile.
+inline std::optional<PublishedCall> publishedCall(const RankControl& rank) {
+  const uint64_t before = rank.callVersion.load(std::memory_order_acquire);
+  if (before == 0 || before % 2 != 0) return std::nullopt;
+  PublishedCall call;
+  uint64_t words[3];
+  call.comm = rank.callComm.load(std::memory_order_relaxed);
+  for (int i = 0; i < 3; ++i) words[i] = rank.callTag[i].load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (rank.callVersion.load(std::memory_order_relaxed) != before) return std::nullopt;
+  std::memcpy(&call.tag, words, sizeof words);
+  return call;
+}
 
 struct FifoGeometry {
   size_t slotBytes = 0;

@@ -166,6 +166,7 @@ bool onBruck(const CollContext& ctx, const CollArgs& a, size_t bytes) {
 void runCollective(CollContext& ctx, const CollArgs& a) {
   if (ctx.nranks == 1) return runSingleRank(a);
   const CallTag tag = callTag(a, ctx.sequence);
+  if (ctx.self != nullptr) publishCall(*ctx.self, ctx.commIdentity, tag);
   const size_t bytes = a.count * kernels::typeSize(a.type);
   // Each rank checks its ring predecessor's call from the first slot it receives. Where that slot
   // may never come, the ranks first pass their tags round the ring: with nothing to move, and in

@@ -14,6 +14,7 @@
 #include "base/params.h"
 #include "base/random.h"
 #include "base/socket.h"
+#include "coll/call_tag.h"
 #include "kernels/host_reduce.h"
 #include "plan/host_graph.h"
 
@@ -404,6 +405,8 @@ braid::CollContext braidComm::context() {
   ctx.reduceScatterBruck = selection_->reduceScatterBruck();
   ctx.streamingMinBytes =
       static_cast<size_t>(std::max<int64_t>(0, braid::param::StreamingMinBytes()));
+  ctx.self = control(rank_);
+  ctx.commIdentity = links_.peers()[0].nonce;
   return ctx;
 }
 
@@ -411,6 +414,7 @@ void braidComm::run(const braid::CollArgs& args) {
   runOperation(collectiveName(args.coll), [&] {
     braid::CollContext ctx = context();
     host_.lendTo(ctx, true);
+    running_.collective = ctx.sequence;
     if (args.op < braidNumOps) return braid::runCollective(ctx, args);
     // PreMulSum: this rank's input times its scalar, then a sum.
     braid::CollArgs sum = args;
@@ -478,10 +482,30 @@ void braidComm::poll(int peer, const char* waitingFor) {
     if (r == rank_) fail(braidRemoteError, "{} aborted: {}", runningLabel(), c->reason);
     fail(braidRemoteError, "{} failed because rank {} failed: {}", runningLabel(), r, c->reason);
   }
+  failIfPeersCallDiffers();
   if (Clock::now() > running_.deadline) {
     const std::string from = peer >= 0 ? fmt::format(" from rank {}", peer) : std::string();
     fail(braidTimeout, "{} timed out after {} ms waiting for {}{}{}", runningLabel(),
          options_.timeoutMs, waitingFor, from, laggingPeers());
+  }
+}
+
+// A peer on this host that published another call under this rank's collective number made a
+// different call. The log-step and tree all-reduces wait on partners, not on a ring predecessor
+// whose first slot would say so, and such a peer may never send them one: say it now, naming the
+// argument, rather than at the timeout. (Peers on other hosts publish nothing here.)
+void braidComm::failIfPeersCallDiffers() const {
+  if (running_.collective == 0) return;
+  const std::optional<braid::PublishedCall> mine = braid::publishedCall(*control(rank_));
+  const uint64_t identity = links_.peers()[0].nonce;
+  if (!mine || mine->comm != identity || mine->tag.sequence != running_.collective) return;
+  for (int r = 0; r < nranks_; ++r) {
+    const braid::RankControl* c = control(r);
+    if (r == rank_ || c == nullptr) continue;
+    const std::optional<braid::PublishedCall> theirs = braid::publishedCall(*c);
+    if (theirs && theirs->comm == identity && theirs->tag.sequence == mine->tag.sequence &&
+        !(theirs->tag == mine->tag))
+      throw Error(braidInvalidUsage, braid::describeMismatch(mine->tag, theirs->tag, rank_, r));
   }
 }
 

@@ -165,6 +165,7 @@ struct braidComm : public braid::Watchdog {
     uint64_t seq = 0;
     const char* name = "";
     braid::Clock::time_point deadline;
+    uint64_t collective = 0;  // its number among the communicator's collectives; 0: none
   } running_;
   // "rank 2: braidAllReduce #7": how an error of the running operation begins.
   std::string runningLabel() const;
@@ -174,5 +175,6 @@ struct braidComm : public braid::Watchdog {
   std::unique_ptr<braid::DeviceSide> device_;  // a CUDA communicator's, once ready
   braid::DeviceSideSetup deviceSetup(const braid::BootstrapId& id);
   void failIfDeviceFailed(const char* opName);
+  void failIfPeersCallDiffers() const;
   std::thread finalizing_;  // finalizeInBackground's, joined by the destructor
 };
