@@ -7,8 +7,8 @@
 #   scripts/gpu-torch.sh checks OUT   DDP (2 and 4 ranks, 50 steps) and all_reduce of every dtype
 #                                     and op through the braid backend's CUDA tensors and through
 #                                     torch's nccl backend over braid's libnccl.so.2 (LD_PRELOAD);
-#                                     FSDP2 and a CUDA graph's replays through both; every rank
-#                                     on cuda:0
+#                                     FSDP2, a CUDA graph's replays and torchrun
+#                                     --nproc-per-node 4 through both; every rank on cuda:0
 #   scripts/gpu-torch.sh timing OUT   all_reduce 8 B - 256 MiB through both, 2 ranks
 #
 # Each check is one line of OUT/torch.txt (PASS/FAIL first) and its output in OUT/torch-*.txt;
@@ -21,16 +21,18 @@ build=${BRAID_BUILD_DIR:-build}
 shim=$PWD/$build/shim/libnccl.so.2
 site=$out/torch-site
 
-# one NAME SECONDS BACKEND RANKS CHECK: tests/gpu/torch_gpu.py once, under a limit.
+# one NAME SECONDS BACKEND RANKS CHECK [torchrun]: tests/gpu/torch_gpu.py once, under a limit,
+# its ranks spawned by the script or launched by torchrun.
 one() {
-  local name=$1 seconds=$2 backend=$3 ranks=$4 check=$5 preload=()
+  local name=$1 seconds=$2 backend=$3 ranks=$4 check=$5 preload=() launch=(python3)
   [[ $backend == nccl ]] && preload=(env "LD_PRELOAD=$shim")
+  [[ ${6:-} == torchrun ]] && launch=(python3 -m torch.distributed.run --nproc-per-node "$ranks")
   if [[ $backend == braid && ! -d $site/braid_torch ]]; then
     echo "SKIP $name: braid_torch was not built here (torch-build.txt)" | tee -a "$out/torch.txt"
     return
   fi
   PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} TORCH_GPU_REFERENCES=$out timeout --kill-after=10 "$seconds" \
-    "${preload[@]}" python3 tests/gpu/torch_gpu.py "$backend" "$ranks" "$check" \
+    "${preload[@]}" "${launch[@]}" tests/gpu/torch_gpu.py "$backend" "$ranks" "$check" \
     "$out/torch-$name.json" > "$out/torch-$name.txt" 2>&1
   local rc=$?
   { grep -E '^(PASS|FAIL)' "$out/torch-$name.txt" || echo "FAIL $name: rc=$rc, no verdict (torch-$name.txt)"; } |
@@ -61,6 +63,7 @@ case $phase in
     for backend in braid nccl; do
       one "fsdp-$backend-2ranks" 120 "$backend" 2 fsdp
       one "graph-$backend-2ranks" 90 "$backend" 2 graph
+      one "torchrun-$backend-4ranks" 120 "$backend" 4 allreduce torchrun
     done
     ;;
   timing)

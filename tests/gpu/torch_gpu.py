@@ -3,6 +3,8 @@ CUDA tensors, and torch's own `nccl` backend over braid's libnccl.so.2 (run this
 LD_PRELOAD=.../libnccl.so.2). Every rank is on cuda:0 (several ranks per GPU, which NCCL refuses).
 
   python3 tests/gpu/torch_gpu.py BACKEND RANKS CHECK [OUT.json]
+  python3 -m torch.distributed.run --nproc-per-node RANKS tests/gpu/torch_gpu.py BACKEND RANKS allreduce
+      (torchrun's launch: every rank runs the check, rank 0 prints the verdict of all)
 
 CHECK:
   ddp        DDP of a small model for 50 steps; its parameters against the same run on CPU tensors
@@ -202,8 +204,30 @@ def gloo_reference(size, steps):
     return reference
 
 
+def main_under_torchrun(backend, check):
+    """This process is one of torchrun's ranks: the check here, the verdict of all on rank 0."""
+    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    device = torch.device("cpu") if backend == "gloo" or ON_CPU else torch.device("cuda", 0)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if backend == "braid":
+        import braid_torch  # noqa: F401
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=120))
+    wrong = [f"{d} {o}" for d, o, same in CHECKS[check](rank, size, device, 0) if not same]
+    failures = torch.tensor([len(wrong)], device=device)
+    dist.all_reduce(failures)
+    dist.destroy_process_group()
+    if rank == 0:
+        verdict = "FAIL" if failures.item() else "PASS"
+        print(f"{verdict} torchrun {check} {backend} {size} ranks: wrong on some rank: "
+              f"{failures.item()} (rank 0: {', '.join(wrong) or 'none'})")
+    sys.exit(1 if failures.item() else 0)
+
+
 def main():
     backend, size, check = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        return main_under_torchrun(backend, check)
     out = sys.argv[4] if len(sys.argv) > 4 else None
     failed = False
     record = {"backend": backend, "ranks": size, "check": check, "torch": torch.__version__,
