@@ -40,6 +40,7 @@ struct CallTag {
   uint8_t datatype = 0;
   uint8_t op = 0;
   uint8_t flags = 0;
+  uint64_t comm = 0;  // the communicator's identity (its rank 0's init nonce)
   bool operator==(const CallTag&) const = default;
 };
 

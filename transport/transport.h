@@ -49,42 +49,34 @@ struct RankControl {
   char reason[1024] = {};
   // The collective it runs (or ran last) on the host executor, so that a waiting peer can tell a
   // call that differs from its own where no slot of it may ever come (publishCall): a sequence
-  // lock, `callVersion` odd while the rest is written; `callComm` names the communicator.
+  // lock, `callVersion` odd while the tag is written.
   alignas(64) std::atomic<uint64_t> callVersion{0};
-  std::atomic<uint64_t> callComm{0};
-  std::atomic<uint64_t> callTag[3] = {};
+  std::atomic<uint64_t> callTag[4] = {};
 };
 
 // The rank's collective call in its control block, written by the rank's own thread only.
-inline void publishCall(RankControl& self, uint64_t comm, const CallTag& tag) {
+inline void publishCall(RankControl& self, const CallTag& tag) {
   static_assert(sizeof(CallTag) == sizeof self.callTag);
-  uint64_t words[3];
+  uint64_t words[4];
   std::memcpy(words, &tag, sizeof words);
   const uint64_t version = self.callVersion.load(std::memory_order_relaxed);
   self.callVersion.store(version + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
-  self.callComm.store(comm, std::memory_order_relaxed);
-  for (int i = 0; i < 3; ++i) self.callTag[i].store(words[i], std::memory_order_relaxed);
+  for (int i = 0; i < 4; ++i) self.callTag[i].store(words[i], std::memory_order_relaxed);
   self.callVersion.store(version + 2, std::memory_order_release);
 }
 
-struct PublishedCall {
-  uint64_t comm = 0;
-  CallTag tag;
-};
-
 // The call a rank published; nothing if it has published none or was rewriting it meanwhile.
-inline std::optional<PublishedCall> publishedCall(const RankControl& rank) {
+inline std::optional<CallTag> publishedCall(const RankControl& rank) {
   const uint64_t before = rank.callVersion.load(std::memory_order_acquire);
   if (before == 0 || before % 2 != 0) return std::nullopt;
-  PublishedCall call;
-  uint64_t words[3];
-  call.comm = rank.callComm.load(std::memory_order_relaxed);
-  for (int i = 0; i < 3; ++i) words[i] = rank.callTag[i].load(std::memory_order_relaxed);
+  uint64_t words[4];
+  for (int i = 0; i < 4; ++i) words[i] = rank.callTag[i].load(std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_acquire);
   if (rank.callVersion.load(std::memory_order_relaxed) != before) return std::nullopt;
-  std::memcpy(&call.tag, words, sizeof words);
-  return call;
+  CallTag tag;
+  std::memcpy(&tag, words, sizeof words);
+  return tag;
 }
 
 struct FifoGeometry {

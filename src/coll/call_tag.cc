@@ -72,7 +72,7 @@ const char* apiName(Collective c) {
   return "an unknown call";
 }
 
-CallTag callTag(const CollArgs& a, uint64_t sequence) {
+CallTag callTag(const CollArgs& a, uint64_t sequence, uint64_t comm) {
   const bool p2p = a.coll == Collective::Send || a.coll == Collective::Recv;
   CallTag tag;
   tag.sequence = p2p ? 0 : sequence;
@@ -81,6 +81,7 @@ CallTag callTag(const CollArgs& a, uint64_t sequence) {
   tag.collective = static_cast<uint8_t>(tagged(a.coll));
   tag.datatype = static_cast<uint8_t>(a.type);
   tag.op = reduces(tag.collective) ? opTag(a.namedOp >= 0 ? a.namedOp : a.op) : 0;
+  tag.comm = comm;
   return tag;
 }
 
@@ -90,7 +91,12 @@ std::string describeMismatch(const CallTag& mine, const CallTag& theirs, int sel
           ? fmt::format("{} (collective #{})", taggedName(mine.collective), mine.sequence)
           : std::string(taggedName(mine.collective));
   std::string what;
-  if (theirs.collective != mine.collective || (theirs.sequence == 0) != (mine.sequence == 0))
+  if (theirs.comm != mine.comm)
+    what = fmt::format(
+        "rank {} at {} received from rank {} a message of another communicator that shares its "
+        "links",
+        self, call, peer);
+  else if (theirs.collective != mine.collective || (theirs.sequence == 0) != (mine.sequence == 0))
     what = fmt::format(
         "rank {} called {} but rank {} called {}{}", self, call, peer,
         taggedName(theirs.collective),

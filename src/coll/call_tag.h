@@ -18,8 +18,8 @@ namespace braid {
 const char* apiName(Collective c);
 
 // The tag of one call: `sequence` numbers the communicator's collectives (1, 2, ...); send/recv
-// take 0, since point-to-point traffic is not collective.
-CallTag callTag(const CollArgs& args, uint64_t sequence);
+// take 0, since point-to-point traffic is not collective; `comm` is the communicator's identity.
+CallTag callTag(const CollArgs& args, uint64_t sequence, uint64_t comm);
 
 // The sentence for a tag that differs from this rank's call: which argument, both values, both
 // ranks.

@@ -165,8 +165,8 @@ bool onBruck(const CollContext& ctx, const CollArgs& a, size_t bytes) {
 
 void runCollective(CollContext& ctx, const CollArgs& a) {
   if (ctx.nranks == 1) return runSingleRank(a);
-  const CallTag tag = callTag(a, ctx.sequence);
-  if (ctx.self != nullptr) publishCall(*ctx.self, ctx.commIdentity, tag);
+  const CallTag tag = callTag(a, ctx.sequence, ctx.commIdentity);
+  if (ctx.self != nullptr) publishCall(*ctx.self, tag);
   const size_t bytes = a.count * kernels::typeSize(a.type);
   // Each rank checks its ring predecessor's call from the first slot it receives. Where that slot
   // may never come, the ranks first pass their tags round the ring: with nothing to move, and in
@@ -272,7 +272,7 @@ void runSendRecv(CollContext& ctx, std::span<const CollArgs> ops) {
     const size_t bytes = op.count * kernels::typeSize(op.type);
     const bool isSend = op.coll == Collective::Send;
     auto* buffer = static_cast<uint8_t*>(isSend ? const_cast<void*>(op.sendbuff) : op.recvbuff);
-    Transfer t{isSend, op.root, buffer, bytes, callTag(op, 0)};
+    Transfer t{isSend, op.root, buffer, bytes, callTag(op, 0, ctx.commIdentity)};
     if (bytes == 0) continue;
     if (op.root == ctx.rank)
       (isSend ? selfSends : selfRecvs).push_back(t);

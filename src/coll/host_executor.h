@@ -69,10 +69,10 @@ struct CollContext {
   size_t streamingMinBytes = SIZE_MAX;     // outputs this large bypass the cache
   SlotStoreChooser* slotStores = nullptr;  // how ring calls write FIFO slots; null: cached
   uint64_t sequence = 0;  // this collective's number on the communicator (coll/call_tag.h)
-  // Where the rank publishes its call for the peers on its host (transport.h's publishCall), and
-  // the communicator's identity that goes with it; none: not published.
-  RankControl* self = nullptr;
+  // The communicator's identity, in every call's tag, and where the rank publishes its call for
+  // the peers on its host (transport.h's publishCall; none: not published).
   uint64_t commIdentity = 0;
+  RankControl* self = nullptr;
 };
 
 void runCollective(CollContext& ctx, const CollArgs& args);

@@ -490,22 +490,29 @@ void braidComm::poll(int peer, const char* waitingFor) {
   }
 }
 
-// A peer on this host that published another call under this rank's collective number made a
-// different call. The log-step and tree all-reduces wait on partners, not on a ring predecessor
-// whose first slot would say so, and such a peer may never send them one: say it now, naming the
-// argument, rather than at the timeout. (Peers on other hosts publish nothing here.)
+// A peer that made another call under this rank's collective number: the log-step and tree
+// all-reduces receive from partners, not from a ring predecessor whose first slot would say so,
+// and a rank in another call may send them nothing. So a rank whose wait has gone to sleep asks
+// what it can see of its peers' calls: the call each peer on its host published, and the first
+// slot waiting in each FIFO into it (a peer on another host that sent it anything of that call),
+// and names the first that differs, with the argument, rather than waiting for the timeout.
 void braidComm::failIfPeersCallDiffers() const {
   if (running_.collective == 0) return;
-  const std::optional<braid::PublishedCall> mine = braid::publishedCall(*control(rank_));
-  const uint64_t identity = links_.peers()[0].nonce;
-  if (!mine || mine->comm != identity || mine->tag.sequence != running_.collective) return;
+  const std::optional<braid::CallTag> mine = braid::publishedCall(*control(rank_));
+  if (!mine || mine->comm != links_.peers()[0].nonce || mine->sequence != running_.collective)
+    return;
+  auto differs = [&](const braid::CallTag& theirs) {
+    return theirs.comm == mine->comm && theirs.sequence == mine->sequence && !(theirs == *mine);
+  };
   for (int r = 0; r < nranks_; ++r) {
-    const braid::RankControl* c = control(r);
-    if (r == rank_ || c == nullptr) continue;
-    const std::optional<braid::PublishedCall> theirs = braid::publishedCall(*c);
-    if (theirs && theirs->comm == identity && theirs->tag.sequence == mine->tag.sequence &&
-        !(theirs->tag == mine->tag))
-      throw Error(braidInvalidUsage, braid::describeMismatch(mine->tag, theirs->tag, rank_, r));
+    if (r == rank_) continue;
+    std::optional<braid::CallTag> theirs;
+    if (const braid::RankControl* c = control(r)) theirs = braid::publishedCall(*c);
+    if (!(theirs && differs(*theirs)))
+      if (braid::RecvConnector* from = links_.recvFrom()[r])
+        if (const braid::SlotHeader* waiting = from->tryWait()) theirs = waiting->tag;
+    if (theirs && differs(*theirs))
+      throw Error(braidInvalidUsage, braid::describeMismatch(*mine, *theirs, rank_, r));
   }
 }
 

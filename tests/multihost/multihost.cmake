@@ -44,6 +44,10 @@ endfunction()
 braid_multihost_binary(test_multihost_grid ${BRAID_MULTIRANK_DIR}/test_grid.cc)
 target_compile_options(test_multihost_grid PRIVATE -O2)
 braid_multihost_binary(test_multihost_faults ${BRAID_MULTIHOST_DIR}/test_faults.cc)
+# Mismatched calls with one rank per host, on the algorithms that receive from partners: no peer
+# publishes its call where another reads it, so a rank learns of another call from the first
+# slot of it waiting in a FIFO (braidComm::failIfPeersCallDiffers).
+braid_multihost_binary(test_multihost_mismatch ${BRAID_MULTIRANK_DIR}/test_mismatch.cc)
 
 # braid_multihost_test(NAME HOSTS n [IPV6] COMMAND ...)
 function(braid_multihost_test name)
@@ -86,6 +90,12 @@ foreach(algo doubling halving tree hier-doubling hier-halving bruck)
   endif()
   braid_multihost_test(multihost_grid_3hosts_${algo} HOSTS 3
     COMMAND env BRAID_ALGO=${algo} ${grid} --gtest_filter=${filter})
+endforeach()
+# Every mismatch case of 3 ranks on 3 hosts (one each) under those that receive from partners.
+foreach(algo doubling tree)
+  braid_multihost_test(multihost_mismatch_3hosts_${algo} HOSTS 3
+    COMMAND env BRAID_ALGO=${algo} $<TARGET_FILE:test_multihost_mismatch>
+    --gtest_filter=*processes_3ranks*)
 endforeach()
 # Hierarchical with 3, 3 and 2 ranks per host: two followers per leader, 3 leaders.
 braid_multihost_test(multihost_grid_3hosts_8ranks_hier HOSTS 3

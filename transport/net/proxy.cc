@@ -463,16 +463,33 @@ void Proxy::fail(Link& link, const std::string& why) {
 bool Proxy::progress(Link& link, bool send, bool recv) {
   std::unique_lock<std::mutex> lock(link.driver, std::try_to_lock);
   if (!lock.owns_lock() || link.failed.load(std::memory_order_relaxed)) return false;
+  bool sending = false;
   try {
     if (send && link.send == nullptr && connector_ &&
         link.sendFifo.control->tail().load() != link.sendPosted && !deferConnect(link))
       connectSend(link, Clock::now() + connector_->timeout);
-    return (send && link.send != nullptr && progressSend(link)) |
-           (recv && link.recv != nullptr && progressRecv(link));
+    sending = true;
+    const bool sent = send && link.send != nullptr && progressSend(link);
+    sending = false;
+    return sent | (recv && link.recv != nullptr && progressRecv(link));
   } catch (...) {
-    fail(link, currentError().what());
+    fail(link, sending ? sendFailure(link) : std::string(currentError().what()));
     return false;
   }
+}
+
+// Called while a send's failure is handled. A peer's rank that failed says why on the stream it
+// sends, then may exit, resetting the one this rank sends on: where the receiving side fails
+// too, its story (the reason, already here) says more than the reset.
+std::string Proxy::sendFailure(Link& link) {
+  const std::string sent = currentError().what();
+  if (link.recv == nullptr) return sent;
+  try {
+    progressRecv(link);
+  } catch (...) {
+    return currentError().what();
+  }
+  return sent;
 }
 
 bool Proxy::drive(int peer) {

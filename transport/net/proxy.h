@@ -164,6 +164,7 @@ class Proxy : public LinkService {
   bool progressRecv(Link& link);
   static void copyLinesIn(Link& link, uint32_t slot, size_t bytes);
   bool progress(Link& link, bool send, bool recv);
+  std::string sendFailure(Link& link);
   Link& newLink(int peer, const LinkFormat& format = {});
   void connectSend(Link& link, Clock::time_point deadline);
   bool deferConnect(Link& link);
