@@ -403,6 +403,42 @@ class BraidBackend : public c10d::Backend {
     return postAll(batch);
   }
 
+  // torch's monitored_barrier, as Gloo's: every other rank checks in with rank 0 (through the
+  // store, so that a rank that never comes is named rather than waited for in braid's collective),
+  // rank 0 names those that did not within the timeout (the first, or every one with
+  // waitAllRanks), then lets the others go; they wait as long for it.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override {
+    const std::chrono::milliseconds limit = opts.timeout.count() >= 0 ? opts.timeout : timeout_;
+    const std::string prefix =
+        "braid_torch/monitored_barrier/" + std::to_string(monitoredBarriers_++) + "/";
+    if (rank_ != 0) {
+      store_->set(prefix + std::to_string(rank_), std::vector<uint8_t>{1});
+      TORCH_CHECK(keySetWithin(*store_, prefix + "released", limit), "Rank ", rank_,
+                  " successfully reached monitoredBarrier, but received errors while waiting for "
+                  "send/recv from rank 0: it did not let this rank go within ",
+                  limit.count(), " ms");
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    std::string failed;
+    for (int r = 1; r < size_; ++r) {
+      std::chrono::milliseconds wait = limit;
+      if (!waitAllRanks) {  // the rest of the one timeout; with waitAllRanks, all of it for each
+        wait -= std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::chrono::steady_clock::now() - start);
+        TORCH_CHECK(wait.count() > 0, "Rank 0 timed out in monitoredBarrier after ", limit.count(),
+                    " ms (ranks ", r, " to ", size_ - 1, " not heard from yet)");
+      }
+      if (keySetWithin(*store_, prefix + std::to_string(r), wait)) continue;
+      TORCH_CHECK(waitAllRanks, "Rank ", r, " failed to pass monitoredBarrier in ", limit.count(),
+                  " ms");
+      failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+    }
+    TORCH_CHECK(failed.empty(), "Ranks ", failed, " failed to pass monitoredBarrier in ",
+                limit.count(), " ms");
+    store_->set(prefix + "released", std::vector<uint8_t>{1});
+  }
+
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
     return run("barrier", {}, {}, opts.asyncOp, [=, this](const Where& on) mutable {
       uint8_t byte = 0;
@@ -861,7 +897,8 @@ class BraidBackend : public c10d::Backend {
   std::chrono::milliseconds timeout_;
   braidComm_t comm_ = nullptr;
   std::atomic<uint64_t> collectivesIssued_{0};
-  std::unique_ptr<PeerChannels> channels_;      // never null
+  uint64_t monitoredBarriers_ = 0;          // numbers each monitored barrier's keys in the store
+  std::unique_ptr<PeerChannels> channels_;  // never null
   std::unique_ptr<PeerChannels> cudaChannels_;  // never null until destroyed
   std::mutex coalescingMutex_;
   bool coalescing_ = false;  // under coalescingMutex_

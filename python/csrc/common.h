@@ -10,6 +10,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
 
@@ -77,6 +78,21 @@ inline braidUniqueId sharedUniqueId(c10d::Store& store, const std::string& key, 
     std::memcpy(id.internal, bytes.data(), bytes.size());
   }
   return id;
+}
+
+// Whether `key` is set in the store within `limit` (0: now), asked without holding the store: a
+// TCPStore's get holds its client while it waits, which would keep this rank's other users of the
+// store from setting their keys meanwhile.
+inline bool keySetWithin(c10d::Store& store, const std::string& key,
+                         std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  std::chrono::microseconds pause(100);
+  while (!store.check({key})) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(10000));
+  }
+  return true;
 }
 
 // A tensor as a braid call reads and writes it: itself when contiguous, else a contiguous copy

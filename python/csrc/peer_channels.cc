@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
-#include <thread>
 #include <vector>
 
 #include "common.h"
@@ -57,24 +56,18 @@ braidComm_t PeerChannels::comm(int peer, bool send) {
   return c.comm;
 }
 
-// Waits, without holding the store (a TCPStore's get holds its client while it waits, and so
-// would keep this rank's other channels from publishing their keys), until `key` is set.
+// Waits until `key` is set (keySetWithin: without holding the store, which would keep this
+// rank's other channels from publishing their keys).
 void PeerChannels::awaitKey(const std::string& key, const char* what, int peer) {
   const std::chrono::milliseconds limit =
       timeout_.count() > 0
           ? timeout_
           : std::chrono::duration_cast<std::chrono::milliseconds>(store_->getTimeout());
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  std::chrono::microseconds pause(100);
-  while (!store_->check({key})) {
-    if (std::chrono::steady_clock::now() > deadline)
-      throw std::runtime_error("braid backend: rank " + std::to_string(rank_) + " waited " +
-                               std::to_string(limit.count()) + " ms for rank " +
-                               std::to_string(peer) + " to post its first " + what + " rank " +
-                               std::to_string(rank_));
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(10000));
-  }
+  if (!keySetWithin(*store_, key, limit))
+    throw std::runtime_error("braid backend: rank " + std::to_string(rank_) + " waited " +
+                             std::to_string(limit.count()) + " ms for rank " +
+                             std::to_string(peer) + " to post its first " + what + " rank " +
+                             std::to_string(rank_));
 }
 
 // The receiver says it has come; then the sender makes the unique id (whose rendezvous lives

@@ -158,6 +158,19 @@ def test_each_operation_of_a_coalesced_batch_returns_a_work_that_completes(run_r
     run_ranks(2, coalesced_works, timeout_s=20)
 
 
+def monitored_barrier_absent_ranks(rank, size):
+    """Ranks 1 and 2 never come to rank 0's monitored barrier: rank 0 names both
+    (wait_all_ranks), each after the whole timeout; then every rank meets in a plain barrier."""
+    if rank == 0:
+        with pytest.raises(RuntimeError, match="Ranks 1, 2 failed to pass monitoredBarrier"):
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=0.2), wait_all_ranks=True)
+    dist.barrier()
+
+
+def test_monitored_barrier_names_every_absent_rank_as_gloo(run_ranks):
+    run_ranks(3, monitored_barrier_absent_ranks, timeout_s=30)
+
+
 def gather_layout(rank, size):
     gloo = dist.new_group(backend="gloo")
     # Inputs of two shapes; torch's contract: output_tensor_lists[rank][input].
