@@ -11,12 +11,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 programs=(test_gpu_kernels test_gpu_comm test_gpu_ipc test_gpu_dp test_gpu_hosts)
 tools=(braid-perf braid-topo)
+# libnccl.so.2 from the newest nccl.h at hand: the Python environment's (PyPI's NCCL wheel, which
+# scripts/python-env.sh put in build/venv) where there is one, so the shim serves a lent machine's
+# torch whichever NCCL it was built for (the toolkit's 2.28 lacks symbols torch 2.15 imports).
+if [[ -d build/venv && ! -e build-gpu/venv ]]; then
+  mkdir -p build-gpu
+  ln -s ../build/venv build-gpu/venv
+fi
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DBRAID_BUILD_BENCH=OFF > /dev/null
 cmake --build build-gpu -j"$(nproc)" --target "${programs[@]}" "${tools[@]}" nccl_shim
 rm -rf build-carry
 mkdir -p build-carry/tests build-carry/tools build-carry/lib build-carry/shim
-# Apart from lib/ (on LD_LIBRARY_PATH there): torch preloads it for its nccl backend only.
-cp -P build-gpu/shim/libnccl.so* build-carry/shim/
+# Apart from lib/ (on LD_LIBRARY_PATH there): torch preloads it for its nccl backend only. A file,
+# not the build's links, as the libraries below (what a carry keeps of links is not promised).
+cp -L build-gpu/shim/libnccl.so.2 build-carry/shim/
 for program in "${programs[@]}"; do cp "build-gpu/tests/$program" build-carry/tests/; done
 for tool in "${tools[@]}"; do cp "build-gpu/tools/$tool" build-carry/tools/; done
 # Every library the programs load that is not the C/C++ runtime or the driver: braid's own and
