@@ -21,7 +21,8 @@
 #      hosts where `ip` exists;
 #      Beside them, PyTorch through braid both ways on this machine's torch (scripts/gpu-torch.sh:
 #      the braid backend's CUDA tensors and torch's nccl backend over braid's libnccl.so.2; DDP,
-#      FSDP2, every dtype; braid_torch built here while the rows above run), then its timing;
+#      FSDP2, every dtype; braid_torch built here while the rows above run); their timing after the
+#      summary, last;
 #   5. the device form on CPU threads (ctest -L device) where the build tree has it.
 # docs/cuda.md says what is and is not covered.
 #
@@ -190,7 +191,6 @@ torch_checks=$!
   run hosts "$limit" tests/multihost/netns_hosts.sh --hosts 2 -- "$PWD/$build/tests/test_gpu_hosts"
 } | tee "$out/tests.txt"
 wait "$torch_checks"
-scripts/gpu-torch.sh timing "$out"
 
 if [[ -x $build/tests/test_device_form ]]; then
   (cd "$build" && ctest -L device -j"$(nproc)" --timeout 900) 2>&1 | tail -5 \
@@ -209,6 +209,9 @@ fi
   grep -H -E "Out of bounds|Avg bus bandwidth" "$out"/sweep-*.txt "$out"/perf-*.txt || true
 } > "$out/summary.txt"
 cat "$out/summary.txt"
+# Last, as the least urgent (a run cut short by its limit has written everything above): the torch
+# backends' all_reduce time, to set beside braid-perf's rows.
+scripts/gpu-torch.sh timing "$out" | tee -a "$out/summary.txt"
 # Failed: a program that did not exit 0 (77 is netns_hosts.sh's skip: no namespaces there; the
 # control without rounds may stall).
 failed=$(grep -h -E "rc=[1-9]|TIMED OUT" "$out/tests.txt" "$out/sweep.txt" "$out/perf.txt" |
