@@ -776,7 +776,8 @@ class BraidBackend : public c10d::Backend {
       case c10d::ReduceOp::MIN: return checkOn(on, call(braidMin), "reduction");
       case c10d::ReduceOp::MAX: return checkOn(on, call(braidMax), "reduction");
       case c10d::ReduceOp::PREMUL_SUM: {
-        auto* supplement = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+        // NCCLPreMulSumSupplement: torch 2.11's name, which newer torch keeps as an alias.
+        auto* supplement = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
         TORCH_CHECK(supplement != nullptr, "braid backend: PREMUL_SUM without its factor");
         at::Tensor factor =
             supplement->tensor_factor.defined()
