@@ -29,6 +29,21 @@ import)
   got=$(LD_PRELOAD=$shim "$python" -c 'import torch; print(torch.cuda.nccl.version())')
   echo "with $shim preloaded: import torch works; torch.cuda.nccl.version() = $got"
   [ "$got" = "($want)" ] || { echo "expected ($want), the shim's version"; exit 1; }
+  # torch.cuda.nccl.version() is the version torch was built with; what its calls reach is the
+  # symbol the process resolves: the file that defines ncclGetVersion there, and its answer.
+  reached=$(LD_PRELOAD=$shim "$python" -c '
+import ctypes, torch
+class Info(ctypes.Structure):
+    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p),
+                ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
+process = ctypes.CDLL(None)
+info, version = Info(), ctypes.c_int()
+process.dladdr(ctypes.cast(process.ncclGetVersion, ctypes.c_void_p), ctypes.byref(info))
+process.ncclGetVersion(ctypes.byref(version))
+print(info.fname.decode(), version.value)')
+  echo "ncclGetVersion in that process: $reached"
+  [ "$(readlink -f "${reached% *}")" = "$(readlink -f "$shim")" ] ||
+    { echo "expected it from $shim"; exit 1; }
   ;;
 *) echo "check_torch.sh: mode $mode (expected symbols or import)"; exit 2 ;;
 esac
