@@ -38,8 +38,13 @@ def cuda_runtime():
 
 
 sources = ["backend.cc", "peer_channels.cc", "sparse.cc"]
-include_dirs, library_dirs, libraries = [include_dir], [lib_dir], ["braid"]
+include_dirs, library_dirs, libraries = [include_dir], [lib_dir], []
 macros, link_args = [], [f"-Wl,-rpath,{lib_dir}"]
+# libbraid.so where a build tree has it; else its soname's file (a carried bundle's lib/ has that).
+if os.path.exists(os.path.join(lib_dir, "libbraid.so")):
+    libraries.append("braid")
+else:
+    link_args.append("-l:libbraid.so.0")
 cuda = cuda_runtime()
 if cuda:
     sources.append("cuda_side.cc")

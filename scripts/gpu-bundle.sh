@@ -32,4 +32,9 @@ for tool in "${tools[@]}"; do cp "build-gpu/tools/$tool" build-carry/tools/; don
 ldd build-carry/tests/* build-carry/tools/* | awk '/=> \// {print $3}' | sort -u |
   grep -v -E '/lib(c|m|pthread|dl|rt|gcc_s|stdc\+\+|udev|cuda)\.so' |
   while read -r library; do cp -L "$library" build-carry/lib/; done
+# braid_torch prebuilt for the torch lent machines had (run 3: 2.11.0+cu130) and this Python,
+# for one that cannot build it (gpu-torch.sh tries that first). Best effort: PyPI may be out of
+# reach, or have no wheel for this Python.
+scripts/prebuild-braid-torch.sh 2.11.0 build-carry/braid_torch-2.11.0 ||
+  echo "gpu-bundle: no prebuilt braid_torch for torch 2.11.0 (the lent machine builds its own)"
 echo "build-carry: $(du -sh build-carry | cut -f1); libraries: $(ls build-carry/lib | tr '\n' ' ')"

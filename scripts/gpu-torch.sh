@@ -3,7 +3,8 @@
 # the machine's own torch (`python3`; nothing can be installed there):
 #
 #   scripts/gpu-torch.sh build OUT    braid_torch built there against that torch, into OUT/torch-site
-#                                     (its log torch-build.txt; where it cannot be built, the reason)
+#                                     (its log torch-build.txt; where it cannot be built, the reason,
+#                                     and the bundle's prebuilt one for that torch if it has one)
 #   scripts/gpu-torch.sh checks OUT   DDP (2 and 4 ranks, 50 steps) and all_reduce of every dtype
 #                                     and op through the braid backend's CUDA tensors and through
 #                                     torch's nccl backend over braid's libnccl.so.2 (LD_PRELOAD);
@@ -17,6 +18,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 phase=$1
 out=$2
+root=$PWD
 build=${BRAID_BUILD_DIR:-build}
 shim=$PWD/$build/shim/libnccl.so.2
 site=$out/torch-site
@@ -39,6 +41,23 @@ one() {
     tee -a "$out/torch.txt"
 }
 
+# Where braid_torch cannot be built here: the bundle's, prebuilt for this torch and Python
+# (scripts/prebuild-braid-torch.sh), if it has one.
+use_prebuilt() {
+  local version suffix prebuilt
+  version=$(python3 -c 'import torch; print(torch.__version__.split("+")[0])')
+  suffix=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+  prebuilt=$PWD/$build/braid_torch-$version/braid_torch
+  rm -rf "$site"
+  if [[ -f $prebuilt/_C$suffix ]]; then
+    mkdir -p "$site"
+    cp -r "$prebuilt" "$site/"
+    echo "braid_torch not built here: using the bundle's, prebuilt for torch $version ($prebuilt)"
+  else
+    echo "braid_torch not built here, and the bundle has none for torch $version and _C$suffix"
+  fi
+}
+
 case $phase in
   build)
     {
@@ -48,10 +67,11 @@ case $phase in
       rm -rf "$site" /tmp/braid-torch-src
       # A copy: the build writes beside the sources (python/build), which may not be writable.
       cp -r python /tmp/braid-torch-src
-      BRAID_LIB_DIR=$PWD/$build/lib BRAID_INCLUDE_DIR=$PWD/include MAX_JOBS=8 \
-        python3 -m pip install --no-build-isolation --no-deps --no-index --target "$site" \
-        /tmp/braid-torch-src
-    } > "$out/torch-build.txt" 2>&1 || echo "braid_torch not built: see torch-build.txt" >> "$out/torch-build.txt"
+      # setup.py's build_ext alone: no pip or wheel package needed there.
+      (cd /tmp/braid-torch-src && BRAID_LIB_DIR=$root/$build/lib BRAID_INCLUDE_DIR=$root/include \
+        MAX_JOBS=8 python3 setup.py build_ext --build-lib "$site") &&
+        cp /tmp/braid-torch-src/braid_torch/__init__.py "$site/braid_torch/" || use_prebuilt
+    } > "$out/torch-build.txt" 2>&1
     ;;
   checks)
     for ranks in 2 4; do
