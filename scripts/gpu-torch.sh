@@ -17,10 +17,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 phase=$1
-out=$2
+mkdir -p "$2"
+out=$(cd "$2" && pwd)  # absolute: the build runs in a copy of the sources elsewhere
 root=$PWD
 build=${BRAID_BUILD_DIR:-build}
-shim=$PWD/$build/shim/libnccl.so.2
+shim=$root/$build/shim/libnccl.so.2
 site=$out/torch-site
 
 # one NAME SECONDS BACKEND RANKS CHECK [torchrun]: tests/gpu/torch_gpu.py once, under a limit,
@@ -33,12 +34,14 @@ one() {
     echo "SKIP $name: braid_torch was not built here (torch-build.txt)" | tee -a "$out/torch.txt"
     return
   fi
-  PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} TORCH_GPU_REFERENCES=$out timeout --kill-after=10 "$seconds" \
-    "${preload[@]}" "${launch[@]}" tests/gpu/torch_gpu.py "$backend" "$ranks" "$check" \
-    "$out/torch-$name.json" > "$out/torch-$name.txt" 2>&1
+  PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} TORCH_GPU_REFERENCES=$out \
+    timeout --kill-after=10 "$seconds" "${preload[@]}" "${launch[@]}" tests/gpu/torch_gpu.py \
+    "$backend" "$ranks" "$check" "$out/torch-$name.json" > "$out/torch-$name.txt" 2>&1
   local rc=$?
-  { grep -E '^(PASS|FAIL)' "$out/torch-$name.txt" || echo "FAIL $name: rc=$rc, no verdict (torch-$name.txt)"; } |
-    tee -a "$out/torch.txt"
+  {
+    grep -E '^(PASS|FAIL)' "$out/torch-$name.txt" ||
+      echo "FAIL $name: rc=$rc, no verdict (torch-$name.txt)"
+  } | tee -a "$out/torch.txt"
 }
 
 # Where braid_torch cannot be built here: the bundle's, prebuilt for this torch and Python
@@ -47,7 +50,7 @@ use_prebuilt() {
   local version suffix prebuilt
   version=$(python3 -c 'import torch; print(torch.__version__.split("+")[0])')
   suffix=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
-  prebuilt=$PWD/$build/braid_torch-$version/braid_torch
+  prebuilt=$root/$build/braid_torch-$version/braid_torch
   rm -rf "$site"
   if [[ -f $prebuilt/_C$suffix ]]; then
     mkdir -p "$site"

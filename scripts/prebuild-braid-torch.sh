@@ -3,9 +3,10 @@
 # here against PyPI's torch TORCH_VERSION for this machine's Python (its ABI tag, e.g. cp311),
 # into OUT/braid_torch, for a lent GPU machine that has that torch and Python but cannot build the
 # extension itself (scripts/gpu-torch.sh tries that first). The wheel is downloaded (no
-# dependencies) and only its headers and the libraries the extension links are unpacked; the
-# CUDA runtime's headers come from build/venv's NVIDIA wheel. Called by gpu-bundle.sh, after it
-# has built build-gpu/src/libbraid.so.
+# dependencies) and only its headers and the libraries the extension links are unpacked, not
+# installed, so python/setup.py (which imports torch) cannot build it: the flags here are those
+# torch's BuildExtension gives for that torch (C++17). The CUDA runtime's headers come from
+# build/venv's NVIDIA wheel. Called by gpu-bundle.sh, after it has built build-gpu/src/libbraid.so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=$1

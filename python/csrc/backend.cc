@@ -522,10 +522,17 @@ class BraidBackend : public c10d::Backend {
 #ifdef BRAID_TORCH_CUDA
     return cudaCollectives(device).run(std::move(outputs), used, std::move(body));
 #else
-    TORCH_CHECK(false, "braid backend: tensors on ", device,
-                " (this braid_torch was built without CUDA: torch had none where it was built)");
+    refuseCuda(device);
 #endif
   }
+
+#ifndef BRAID_TORCH_CUDA
+  [[noreturn]] static void refuseCuda(c10::Device device) {
+    throw std::invalid_argument(
+        c10::str("braid backend: tensors on ", device,
+                 " (this braid_torch was built without CUDA: torch had none where it was built)"));
+  }
+#endif
 
   struct PointToPoint {
     bool send;
@@ -570,7 +577,7 @@ class BraidBackend : public c10d::Backend {
 #ifdef BRAID_TORCH_CUDA
     return c10::make_intrusive<CudaWork>(std::vector<at::Tensor>{}, device, timeout_);
 #else
-    return runOnCuda(device, {}, {}, [](const Where&) {});
+    refuseCuda(device);
 #endif
   }
 
@@ -595,7 +602,7 @@ class BraidBackend : public c10d::Backend {
 #ifdef BRAID_TORCH_CUDA
       return postAllOnCuda(batch, tensors);
 #else
-      return newBatchWork(c10::Device(c10::kCUDA));  // refused there
+      refuseCuda(c10::Device(c10::kCUDA));
 #endif
     }
     auto work = batch.work ? c10::static_intrusive_pointer_cast<AsyncWork>(batch.work)

@@ -45,6 +45,19 @@ inline void check(braidComm_t comm, braidResult_t result, const char* what) {
                              braidGetErrorString(result) + ": " + braidGetLastError(comm));
 }
 
+// The tensors' one device: all on the CPU, or all on one CUDA device; else refused, naming the
+// call and the devices.
+inline c10::Device deviceOf(const std::vector<at::Tensor>& tensors, const char* what) {
+  TORCH_CHECK(!tensors.empty(), "braid backend: ", what, " of no tensors");
+  const c10::Device device = tensors[0].device();
+  TORCH_CHECK(device.is_cpu() || device.is_cuda(), "braid backend: ", what, " of a tensor on ",
+              device, " (expected CPU or CUDA tensors)");
+  for (const at::Tensor& t : tensors)
+    TORCH_CHECK(t.device() == device, "braid backend: ", what, " of tensors on ", device, " and ",
+                t.device(), " (expected one device)");
+  return device;
+}
+
 // Where one of the backend's calls runs: the communicator and the stream its braid calls take
 // (none for a CPU communicator).
 struct Where {

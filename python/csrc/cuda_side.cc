@@ -47,17 +47,6 @@ c10::cuda::CUDAStream newStream(c10::DeviceIndex device) {
   return c10::cuda::getStreamFromExternal(stream, device);
 }
 
-c10::Device deviceOf(const std::vector<at::Tensor>& tensors, const char* what) {
-  TORCH_CHECK(!tensors.empty(), "braid backend: ", what, " of no tensors");
-  const c10::Device device = tensors[0].device();
-  TORCH_CHECK(device.is_cpu() || device.is_cuda(), "braid backend: ", what, " of a tensor on ",
-              device, " (expected CPU or CUDA tensors)");
-  for (const at::Tensor& t : tensors)
-    TORCH_CHECK(t.device() == device, "braid backend: ", what, " of tensors on ", device, " and ",
-                t.device(), " (expected one device)");
-  return device;
-}
-
 CudaWork::CudaWork(std::vector<at::Tensor> outputs, c10::Device device,
                    std::chrono::milliseconds timeout)
     : outputs_(std::move(outputs)),

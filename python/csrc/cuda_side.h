@@ -45,10 +45,6 @@ class StreamEvent {
 // freed).
 c10::cuda::CUDAStream newStream(c10::DeviceIndex device = -1);
 
-// The tensors' one device: all on the CPU, or all on one CUDA device; else refused, naming the
-// call and the devices.
-c10::Device deviceOf(const std::vector<at::Tensor>& tensors, const char* what);
-
 // The Work of operations queued on streams: complete once every one of them is queued (their
 // ends recorded); then wait() makes the caller's current stream wait for those ends, synchronize()
 // makes it wait and waits on the host too (a wait that braid's kernels give up becomes an
@@ -100,8 +96,6 @@ class CudaCollectives {
   ~CudaCollectives();
   CudaCollectives(const CudaCollectives&) = delete;
   CudaCollectives& operator=(const CudaCollectives&) = delete;
-
-  c10::Device device() const { return device_; }
 
   // The Work ends after what is queued on the stream now, too.
   void recordEnd(CudaWork& work) { work.recordEnd(stream_, comm_); }

@@ -406,7 +406,7 @@ braid::CollContext braidComm::context() {
   ctx.streamingMinBytes =
       static_cast<size_t>(std::max<int64_t>(0, braid::param::StreamingMinBytes()));
   ctx.self = control(rank_);
-  ctx.commIdentity = links_.peers()[0].nonce;
+  ctx.commIdentity = identity();
   return ctx;
 }
 
@@ -499,20 +499,18 @@ void braidComm::poll(int peer, const char* waitingFor) {
 void braidComm::failIfPeersCallDiffers() const {
   if (running_.collective == 0) return;
   const std::optional<braid::CallTag> mine = braid::publishedCall(*control(rank_));
-  if (!mine || mine->comm != links_.peers()[0].nonce || mine->sequence != running_.collective)
-    return;
-  auto differs = [&](const braid::CallTag& theirs) {
-    return theirs.comm == mine->comm && theirs.sequence == mine->sequence && !(theirs == *mine);
+  if (!mine || mine->comm != identity() || mine->sequence != running_.collective) return;
+  auto failIfDiffers = [&](int peer, const braid::CallTag& theirs) {
+    if (theirs.comm == mine->comm && theirs.sequence == mine->sequence && !(theirs == *mine))
+      throw Error(braidInvalidUsage, braid::describeMismatch(*mine, theirs, rank_, peer));
   };
   for (int r = 0; r < nranks_; ++r) {
     if (r == rank_) continue;
-    std::optional<braid::CallTag> theirs;
-    if (const braid::RankControl* c = control(r)) theirs = braid::publishedCall(*c);
-    if (!(theirs && differs(*theirs)))
-      if (braid::RecvConnector* from = links_.recvFrom()[r])
-        if (const braid::SlotHeader* waiting = from->tryWait()) theirs = waiting->tag;
-    if (theirs && differs(*theirs))
-      throw Error(braidInvalidUsage, braid::describeMismatch(*mine, *theirs, rank_, r));
+    if (const braid::RankControl* c = control(r))
+      if (const std::optional<braid::CallTag> published = braid::publishedCall(*c))
+        failIfDiffers(r, *published);
+    if (braid::RecvConnector* from = links_.recvFrom()[r])
+      if (const braid::SlotHeader* waiting = from->tryWait()) failIfDiffers(r, waiting->tag);
   }
 }
 
@@ -559,7 +557,8 @@ void braidComm::finalizeInBackground() {
     try {
       finalize();
       status_.endFinalize();
-    } catch (const Error& e) {
+    } catch (...) {
+      const Error e = braid::currentError(fmt::format("rank {}: braidCommFinalize", rank_));
       status_.record(e);
       markFailed(e.what());
       status_.fail(e.code());

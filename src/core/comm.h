@@ -176,5 +176,7 @@ struct braidComm : public braid::Watchdog {
   braid::DeviceSideSetup deviceSetup(const braid::BootstrapId& id);
   void failIfDeviceFailed(const char* opName);
   void failIfPeersCallDiffers() const;
+  // The communicator's identity in its calls' tags: rank 0's init nonce, alike on every rank.
+  uint64_t identity() const { return links_.peers()[0].nonce; }
   std::thread finalizing_;  // finalizeInBackground's, joined by the destructor
 };
