@@ -48,6 +48,7 @@ braid_multihost_binary(test_multihost_faults ${BRAID_MULTIHOST_DIR}/test_faults.
 # publishes its call where another reads it, so a rank learns of another call from the first
 # slot of it waiting in a FIFO (braidComm::failIfPeersCallDiffers).
 braid_multihost_binary(test_multihost_mismatch ${BRAID_MULTIRANK_DIR}/test_mismatch.cc)
+target_compile_definitions(test_multihost_mismatch PRIVATE BRAID_MISMATCH_ACROSS_HOSTS=1)
 
 # braid_multihost_test(NAME HOSTS n [IPV6] COMMAND ...)
 function(braid_multihost_test name)

@@ -463,12 +463,11 @@ void Proxy::fail(Link& link, const std::string& why) {
 bool Proxy::progress(Link& link, bool send, bool recv) {
   std::unique_lock<std::mutex> lock(link.driver, std::try_to_lock);
   if (!lock.owns_lock() || link.failed.load(std::memory_order_relaxed)) return false;
-  bool sending = false;
+  bool sending = true;  // connecting included: a peer that failed and exited refuses it
   try {
     if (send && link.send == nullptr && connector_ &&
         link.sendFifo.control->tail().load() != link.sendPosted && !deferConnect(link))
       connectSend(link, Clock::now() + connector_->timeout);
-    sending = true;
     const bool sent = send && link.send != nullptr && progressSend(link);
     sending = false;
     return sent | (recv && link.recv != nullptr && progressRecv(link));
