@@ -27,11 +27,11 @@ torch=$work/torch
 rm -rf "$out"
 mkdir -p "$out/braid_torch" "$work/obj"
 cp python/braid_torch/__init__.py "$out/braid_torch/"
-for source in backend cuda_side peer_channels sparse; do
+for source in python/csrc/*.cc; do  # every source: the CUDA side is built here
   g++ -O2 -fPIC -std=c++17 -DNDEBUG -DBRAID_TORCH_CUDA -DTORCH_EXTENSION_NAME=_C \
     -DTORCH_API_INCLUDE_EXTENSION_H -D_GLIBCXX_USE_CXX11_ABI=1 -Iinclude -I"$cuda/include" \
     -I"$torch/include" -I"$torch/include/torch/csrc/api/include" -I"$include" \
-    -c "python/csrc/$source.cc" -o "$work/obj/$source.o"
+    -c "$source" -o "$work/obj/$(basename "$source" .cc).o"
 done
 g++ -shared "$work"/obj/*.o -o "$out/braid_torch/_C$suffix" \
   -L"$torch/lib" -lc10 -ltorch -ltorch_cpu -ltorch_python -lc10_cuda -ltorch_cuda \

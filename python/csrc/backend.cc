@@ -24,6 +24,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
+#include "any_source.h"
 #include "braid/braid.h"
 #include "common.h"
 #include "operation_queue.h"
@@ -382,6 +383,27 @@ class BraidBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank,
                                       int tag) override {
     return pointToPoint(false, tensors.at(0), srcRank);
+  }
+
+  // recv with no source: whichever other rank's send to this one comes first (any_source.h).
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override {
+    const at::Tensor& tensor = tensors.at(0);
+    if (tensor.is_cuda())
+      throw std::invalid_argument(c10::str(
+          "braid backend: a receive from any source of a tensor on ", tensor.device(), " on rank ",
+          rank_, " (expected a CPU tensor: a CUDA communicator cannot tell whose send waits)"));
+    braidType(tensor);
+    {
+      std::lock_guard<std::mutex> lock(coalescingMutex_);
+      TORCH_CHECK(!coalescing_,
+                  "braid backend: a receive from any source in a coalesced batch on "
+                  "rank ",
+                  rank_, " (expected a receive from a given rank)");
+    }
+    return receiveFromAnySource(*channels_, tensor, rank_, size_, timeout_,
+                                [this](braidComm_t comm, const at::Tensor& into) {
+                                  transfer(PointToPoint{false, into, 0}, Where{comm, nullptr});
+                                });
   }
 
   // batch_isend_irecv: between startCoalescing and endCoalescing sends and receives are collected,

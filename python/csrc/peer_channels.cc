@@ -56,6 +56,21 @@ braidComm_t PeerChannels::comm(int peer, bool send) {
   return c.comm;
 }
 
+braidComm_t PeerChannels::receiveCommIfSenderCame(int peer) {
+  Channel& c = *channel(peer, false);  // exists: this runs on its thread
+  if (c.comm != nullptr || !c.failure.empty()) return comm(peer, false);
+  if (!c.receiverSaid) {
+    store_->set(channelKey(peer, false) + "/receiver", std::vector<uint8_t>{1});
+    c.receiverSaid = true;
+  }
+  return store_->check({channelKey(peer, false) + "/id"}) ? comm(peer, false) : nullptr;
+}
+
+std::string PeerChannels::channelKey(int peer, bool send) const {
+  const int from = send ? rank_ : peer, to = send ? peer : rank_;
+  return "braid_torch/p2p/" + device_ + "/" + std::to_string(from) + "-" + std::to_string(to);
+}
+
 // Waits until `key` is set (keySetWithin: without holding the store, which would keep this
 // rank's other channels from publishing their keys).
 void PeerChannels::awaitKey(const std::string& key, const char* what, int peer) {
@@ -73,9 +88,7 @@ void PeerChannels::awaitKey(const std::string& key, const char* what, int peer) 
 // The receiver says it has come; then the sender makes the unique id (whose rendezvous lives
 // for BRAID_TIMEOUT, so it is made only once both ranks are there) and hands it over.
 braidComm_t PeerChannels::connect(int peer, bool send) {
-  const int from = send ? rank_ : peer, to = send ? peer : rank_;
-  const std::string key =
-      "braid_torch/p2p/" + device_ + "/" + std::to_string(from) + "-" + std::to_string(to);
+  const std::string key = channelKey(peer, send);
   braidUniqueId id;
   if (send) {
     awaitKey(key + "/receiver", "receive from", peer);

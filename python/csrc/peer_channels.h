@@ -42,15 +42,22 @@ class PeerChannels {
   // The channel's communicator, made on first use; called by its operations, on its thread.
   // Throws braid's error if it cannot be made (then every later operation on it fails alike).
   braidComm_t comm(int peer, bool send);
+  // The communicator of receives from `peer` if its sender has come (its first send published the
+  // channel's id; this rank said it waits, so that it may), without waiting for it: nullptr until
+  // then. On that channel's thread.
+  braidComm_t receiveCommIfSenderCame(int peer);
 
  private:
   struct Channel {
     braidComm_t comm = nullptr;
-    std::string failure;  // why the communicator could not be made
+    std::string failure;        // why the communicator could not be made
+    bool receiverSaid = false;  // a receive channel: its key that this rank waits is set
     std::unique_ptr<OperationQueue> queue = std::make_unique<OperationQueue>();
   };
   Channel* channel(int peer, bool send);
   braidComm_t connect(int peer, bool send);
+  std::string channelKey(int peer,
+                         bool send) const;  // the store's keys of the channel begin with it
   void awaitKey(const std::string& key, const char* what, int peer);
 
   c10::intrusive_ptr<c10d::Store> store_;

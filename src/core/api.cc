@@ -765,6 +765,25 @@ braidResult_t braidRecv(void* recvbuff, size_t count, braidDataType_t datatype, 
                  stream);
 }
 
+braidResult_t braidProbe(int peer, braidComm_t comm, int* waiting, size_t* count,
+                         braidDataType_t* datatype) {
+  return guarded(comm, [&] {
+    checkComm(comm, "braidProbe");
+    if (waiting == nullptr)
+      fail(braidInvalidArgument, "braidProbe on rank {}: waiting is NULL", comm->rank());
+    checkRank(comm, "braidProbe", "peer", peer);
+    if (comm->onDevice())
+      fail(braidInvalidUsage,
+           "braidProbe on rank {}: a CUDA communicator's sends are not probed (expected a CPU "
+           "communicator)",
+           comm->rank());
+    const std::optional<braid::CallTag> send = comm->sendWaitingFrom(peer);
+    *waiting = send ? 1 : 0;
+    if (count != nullptr) *count = send ? send->count : 0;
+    if (datatype != nullptr && send) *datatype = static_cast<braidDataType_t>(send->datatype);
+  });
+}
+
 braidResult_t braidGroupStart(void) {
   ++threadGroup().depth;
   return braidSuccess;

@@ -435,6 +435,18 @@ void braidComm::runSendRecv(std::span<const braid::CollArgs> ops) {
   });
 }
 
+std::optional<braid::CallTag> braidComm::sendWaitingFrom(int peer) {
+  waitReady();
+  std::lock_guard<std::mutex> lock(links_.turn());
+  braid::RecvConnector* from = links_.recvFrom()[peer];
+  const braid::SlotHeader* waiting = from != nullptr ? from->tryWait() : nullptr;
+  // The next slot may be a collective's, or a communicator's that shares the links.
+  if (waiting == nullptr || waiting->tag.comm != identity() ||
+      waiting->tag.collective != static_cast<uint8_t>(braid::Collective::Send))
+    return std::nullopt;
+  return waiting->tag;
+}
+
 std::string braidComm::runningLabel() const {
   return fmt::format("rank {}: {} #{}", rank_, running_.name, running_.seq);
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -69,6 +70,9 @@ struct braidComm : public braid::Watchdog {
   // Runs one collective or one batch of send/recv to completion on the calling thread.
   void run(const braid::CollArgs& args);
   void runSendRecv(std::span<const braid::CollArgs> ops);
+  // The tag of a send from `peer` to this rank that has begun to arrive and that no receive has
+  // taken (braidProbe), or nothing; between operations (it takes the links' turn).
+  std::optional<braid::CallTag> sendWaitingFrom(int peer);
 
   // A CUDA communicator: its device, and its calls queued on a CUDA stream (consecutive sends
   // and receives as one group), returning at once.

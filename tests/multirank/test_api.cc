@@ -14,6 +14,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "multirank/grid_common.h"
@@ -247,8 +248,8 @@ bool succeeded(braidResult_t result, braidComm_t comm, const std::string& call,
 }
 
 // Appends a failure naming the first element where `got` differs from expected(i).
-template <typename Expected>
-void expectElements(const std::vector<float>& got, Expected expected, const std::string& what,
+template <typename T, typename Expected>
+void expectElements(const std::vector<T>& got, Expected expected, const std::string& what,
                     Failures& failures) {
   for (size_t i = 0; i < got.size(); ++i) {
     if (got[i] == expected(i)) continue;
@@ -417,6 +418,100 @@ TEST(Groups, SendRecvBeyondTheFifoBothWaysFromOneThread) {
     ADD_FAILURE() << failure;
   }
   for (braidComm_t comm : comms) EXPECT_EQ(braidCommDestroy(comm), braidSuccess);
+}
+
+TEST_F(Arguments, ProbeArgumentsAreNamed) {
+  braidComm_t rank1 = comms_[1];
+  int waiting = -1;
+  expectInvalidArgument(braidProbe(2, rank1, &waiting, nullptr, nullptr), rank1, {"peer"}, "2", 1);
+  expectInvalidArgument(braidProbe(0, rank1, nullptr, nullptr, nullptr), rank1, {"waiting"}, "", 1);
+  expectInvalidArgument(braidProbe(0, nullptr, &waiting, nullptr, nullptr), nullptr, {"comm"}, "",
+                        -1);
+}
+
+// What braidProbe says of `peer`, within `limit`: the first answer with waiting == `until`.
+struct ProbeAnswer {
+  int waiting = -1;
+  size_t count = 0;
+  braidDataType_t datatype = braidInt8;
+};
+bool probeUntil(braidComm_t comm, int peer, int until, ProbeAnswer& answer, Failures& failures) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  do {
+    if (!succeeded(braidProbe(peer, comm, &answer.waiting, &answer.count, &answer.datatype), comm,
+                   "braidProbe", failures))
+      return false;
+    if (answer.waiting == until) return true;
+    std::this_thread::yield();
+  } while (std::chrono::steady_clock::now() < deadline);
+  failures.push_back("braidProbe of rank " + std::to_string(peer) + " did not say " +
+                     std::to_string(until) + " within 30 s");
+  return false;
+}
+
+// Rank 0 probes ranks 1 and 2 before they send (nothing), then a small send from rank 2 (it
+// returns once in the FIFO) and a send from rank 1 much larger than the FIFO (it waits for the
+// receive): each seen with its count and datatype, and no longer once received.
+Failures probeSenders(braidComm_t comm, const RankEnv& env) {
+  Failures failures;
+  constexpr size_t kSmall = 5;
+  std::vector<int32_t> small(kSmall, -1);
+  std::vector<float> big(kBigMessage, NAN);
+  ProbeAnswer answer;
+  auto sourceValue = [](int rank, size_t i) { return static_cast<float>(rank * 1000 + i % 977); };
+  if (env.rank == 0) {
+    for (int peer : {1, 2}) {
+      if (probeUntil(comm, peer, 0, answer, failures) && answer.count != 0)
+        failures.push_back("nothing sent yet, but the count is " + std::to_string(answer.count));
+    }
+  }
+  float token = 1;  // ranks 1 and 2 send once rank 0 has probed
+  succeeded(braidAllReduce(&token, &token, 1, braidFloat32, braidSum, comm, nullptr), comm,
+            "all-reduce", failures);
+  if (env.rank == 2) {
+    for (size_t i = 0; i < kSmall; ++i) small[i] = static_cast<int32_t>(sourceValue(2, i));
+    succeeded(braidSend(small.data(), kSmall, braidInt32, 0, comm, nullptr), comm, "send",
+              failures);
+  } else if (env.rank == 1) {
+    for (size_t i = 0; i < kBigMessage; ++i) big[i] = sourceValue(1, i);
+    succeeded(braidSend(big.data(), kBigMessage, braidFloat32, 0, comm, nullptr), comm, "send",
+              failures);
+  } else {
+    for (auto [peer, count, type] :
+         {std::tuple{2, kSmall, braidInt32}, std::tuple{1, kBigMessage, braidFloat32}}) {
+      if (!probeUntil(comm, peer, 1, answer, failures)) continue;
+      if (answer.count != count || answer.datatype != type)
+        failures.push_back("rank " + std::to_string(peer) + "'s send probed as " +
+                           std::to_string(answer.count) + " of type " +
+                           std::to_string(answer.datatype));
+    }
+    succeeded(braidRecv(small.data(), kSmall, braidInt32, 2, comm, nullptr), comm, "recv",
+              failures);
+    probeUntil(comm, 2, 0, answer, failures);
+    succeeded(braidRecv(big.data(), kBigMessage, braidFloat32, 1, comm, nullptr), comm, "recv",
+              failures);
+    for (int peer : {1, 2}) probeUntil(comm, peer, 0, answer, failures);
+    expectElements(
+        small, [&](size_t i) { return sourceValue(2, i); }, "from rank 2", failures);
+    expectElements(
+        big, [&](size_t i) { return sourceValue(1, i); }, "from rank 1", failures);
+  }
+  return failures;
+}
+
+TEST(Probe, SeesASendWaitingWithItsCountUntilItIsReceived) {
+  RankProgram program;
+  program.describeStep = [](int64_t) { return std::string("probing"); };
+  program.run = [](const RankEnv& env) {
+    Failures failures;
+    braidComm_t comm = nullptr;
+    if (!succeeded(initRank(&comm, env), nullptr, "init", failures)) return failures;
+    env.at(0);
+    for (const std::string& f : probeSenders(comm, env)) failures.push_back(f);
+    succeeded(braidCommDestroy(comm), nullptr, "braidCommDestroy", failures);
+    return failures;
+  };
+  runAs({Launch::Threads, Launch::Processes}, 3, program);
 }
 
 TEST(Lifecycle, FinalizeThenDestroy) {

@@ -3,7 +3,7 @@ case checked against a reference the test computes itself and, where Gloo does i
 own result in the same run: point-to-point operations larger than braid's FIFOs completing in any
 order of posting, all_gather_coalesced's [rank][input] layout, all_reduce_coalesced of a list that
 holds one tensor twice, reduce_scatter with uneven inputs, sparse all_reduce and DDP with sparse
-gradients."""
+gradients, a receive from any source."""
 
 import datetime
 
@@ -137,6 +137,55 @@ def several_messages(rank, size):
 @pytest.mark.parametrize("size", [2, 3])
 def test_messages_between_a_pair_arrive_in_the_order_sent(run_ranks, size):
     run_ranks(size, several_messages, timeout_s=30)
+
+
+def receive_from_any_source(rank, size):
+    """Every other rank sends rank 0 two messages larger than the FIFOs; rank 0 takes all of them
+    with receives from any source (blocking and not), each saying its sender: every sender named
+    twice, its messages in the order sent."""
+    n = BIG // 4
+    if rank != 0:
+        for salt in (0, 1):
+            dist.send(payload(rank, n, salt), 0)
+        return
+    taken = {}
+    for k in range(2 * (size - 1)):
+        got = torch.full((n,), POISON)
+        if k % 2 == 0:
+            source = dist.recv(got)
+        else:
+            work = dist.irecv(got)
+            work.wait()
+            source = work._source_rank()
+        salt = taken.get(source, 0)
+        assert 0 < source < size and salt < 2, f"message {k}: from rank {source} ({salt} before)"
+        assert torch.equal(got, payload(source, n, salt)), f"message {k} from rank {source}"
+        taken[source] = salt + 1
+    assert taken == {r: 2 for r in range(1, size)}, taken
+
+
+@pytest.mark.parametrize("size", [2, 4])
+def test_a_receive_from_any_source_names_its_sender(run_ranks, size):
+    run_ranks(size, receive_from_any_source, timeout_s=30)
+
+
+def any_source_nobody_sends(rank, size):
+    """Nobody sends to rank 0's receive from any source: it fails at the timeout, in torch's words
+    for one ("Timed out"), and the group goes on."""
+    store = dist.distributed_c10d._get_default_store()
+    if rank == 0:
+        with pytest.raises(RuntimeError, match=" Timed out"):
+            dist.recv(torch.zeros(4))
+        store.set("any_source_nobody_sends/failed", "1")
+    else:  # meets rank 0 in the all_reduce below only once its receive has failed
+        store.wait(["any_source_nobody_sends/failed"], datetime.timedelta(seconds=60))
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((2,), float(size)))
+
+
+def test_a_receive_from_any_source_that_nobody_sends_to_times_out(run_ranks):
+    run_ranks(3, any_source_nobody_sends, timeout_s=3)
 
 
 def coalesced_works(rank, size):
