@@ -67,20 +67,29 @@ def test_first_messages_meet_through_a_tcp_store(run_ranks):
     run_ranks(3, ring_receive_first, timeout_s=20, store="tcp")
 
 
-def unmatched_receive(rank, size):
-    """Rank 1 waits for a message rank 0 never sends: braid's error within the timeout, naming
-    the peer, and the group goes on."""
+def fails_then_the_group_goes_on(rank, size, failing, name, failure):
+    """Rank `failing` runs failure() while the others wait for it (through the store), then every
+    rank meets in an all_reduce: one rank's failed operation leaves the group usable."""
     store = dist.distributed_c10d._get_default_store()
-    if rank == 1:
-        work = dist.irecv(torch.zeros(4), 0)
-        with pytest.raises(Exception, match="braid backend: .*rank 0"):
-            work.wait()
-        store.set("unmatched_receive/failed", "1")
-    else:  # meets rank 1 in the all_reduce below only once its receive has failed
-        store.wait(["unmatched_receive/failed"], datetime.timedelta(seconds=60))
+    if rank == failing:
+        failure()
+        store.set(name + "/failed", "1")
+    else:
+        store.wait([name + "/failed"], datetime.timedelta(seconds=60))
     t = torch.ones(2)
     dist.all_reduce(t)
     assert torch.equal(t, torch.full((2,), float(size)))
+
+
+def unmatched_receive(rank, size):
+    """Rank 1 waits for a message rank 0 never sends: braid's error within the timeout, naming
+    the peer, and the group goes on."""
+    def failure():
+        work = dist.irecv(torch.zeros(4), 0)
+        with pytest.raises(Exception, match="braid backend: .*rank 0"):
+            work.wait()
+
+    fails_then_the_group_goes_on(rank, size, 1, "unmatched_receive", failure)
 
 
 def test_a_receive_whose_send_never_comes_fails_within_the_timeout(run_ranks):
@@ -172,16 +181,11 @@ def test_a_receive_from_any_source_names_its_sender(run_ranks, size):
 def any_source_nobody_sends(rank, size):
     """Nobody sends to rank 0's receive from any source: it fails at the timeout, in torch's words
     for one ("Timed out"), and the group goes on."""
-    store = dist.distributed_c10d._get_default_store()
-    if rank == 0:
+    def failure():
         with pytest.raises(RuntimeError, match=" Timed out"):
             dist.recv(torch.zeros(4))
-        store.set("any_source_nobody_sends/failed", "1")
-    else:  # meets rank 0 in the all_reduce below only once its receive has failed
-        store.wait(["any_source_nobody_sends/failed"], datetime.timedelta(seconds=60))
-    t = torch.ones(2)
-    dist.all_reduce(t)
-    assert torch.equal(t, torch.full((2,), float(size)))
+
+    fails_then_the_group_goes_on(rank, size, 0, "any_source_nobody_sends", failure)
 
 
 def test_a_receive_from_any_source_that_nobody_sends_to_times_out(run_ranks):
