@@ -73,6 +73,12 @@
     "call's first ring pass and per FIFO window")                                                  \
   X(StreamingMinBytes, "BRAID_STREAMING_MIN_BYTES", int64_t, 8 << 20,                              \
     "outputs of at least this many bytes per rank are written with non-temporal stores")           \
+  X(HostNChannels, "BRAID_HOST_NCHANNELS", int64_t, 0,                                             \
+    "CPU channels of a host communicator (rings each moving a share of a large call, on a thread " \
+    "of its own, over FIFOs of its own); 0: as many as the busiest machine's cores give each of "  \
+    "its ranks, at most 4, within BRAID_MIN_NCHANNELS..BRAID_MAX_NCHANNELS")                       \
+  X(HostChannelMinBytes, "BRAID_HOST_CHANNEL_MIN_BYTES", int64_t, 2 << 20,                         \
+    "host ring calls whose output is at least this large run on every CPU channel")                \
   X(SlotStores, "BRAID_SLOT_STORES", std::string, "auto",                                          \
     "how ring calls of 1 MiB or more write FIFO slots: cached, streaming (non-temporal) or auto "  \
     "(each rank measures both and keeps the faster)")                                              \

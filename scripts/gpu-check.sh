@@ -23,7 +23,8 @@
 #      the braid backend's CUDA tensors and torch's nccl backend over braid's libnccl.so.2; DDP,
 #      FSDP2, every dtype; braid_torch built here while the rows above run); their timing after the
 #      summary, last;
-#   5. the device form on CPU threads (ctest -L device) where the build tree has it.
+#   5. a CPU all-reduce at 256 MiB on one CPU channel and on as many as the cores give;
+#   6. the device form on CPU threads (ctest -L device) where the build tree has it.
 # docs/cuda.md says what is and is not covered.
 #
 # Environment:
@@ -192,6 +193,16 @@ torch_checks=$!
 } | tee "$out/tests.txt"
 wait "$torch_checks"
 
+# CPU channels on this machine's cores (issue 37): a CPU all-reduce of 2 processes at 256 MiB on
+# one channel and on as many as the cores give (BRAID_HOST_NCHANNELS=0: at most 4), interleaved,
+# each rank free to run on every CPU (--bind none: bound to a core each, a rank gets one channel).
+for round in 1 2 3; do
+  for channels in 1 0; do
+    BRAID_HOST_NCHANNELS=$channels run "cpu-channels-$channels-round$round" 60 \
+      "$build/tools/braid-perf" allreduce --np 2 --bind none -b 256M -e 256M -n 10 -w 3
+  done
+done | tee "$out/cpu-channels.txt"
+
 if [[ -x $build/tests/test_device_form ]]; then
   (cd "$build" && ctest -L device -j"$(nproc)" --timeout 900) 2>&1 | tail -5 \
     | tee "$out/ctest-device.txt"
@@ -206,7 +217,8 @@ fi
   tail -1 "$out/topo.txt"
   cat "$out/tests.txt" "$out/ctest-device.txt"
   cat "$out/torch.txt" 2> /dev/null || echo "torch: no result (torch-*.txt)"
-  grep -H -E "Out of bounds|Avg bus bandwidth" "$out"/sweep-*.txt "$out"/perf-*.txt || true
+  grep -H -E "Out of bounds|Avg bus bandwidth" "$out"/sweep-*.txt "$out"/perf-*.txt \
+    "$out"/cpu-channels-*.txt || true
 } > "$out/summary.txt"
 cat "$out/summary.txt"
 # Last, as the least urgent (a run cut short by its limit has written everything above): the torch
@@ -214,6 +226,7 @@ cat "$out/summary.txt"
 scripts/gpu-torch.sh timing "$out" | tee -a "$out/summary.txt"
 # Failed: a program that did not exit 0 (77 is netns_hosts.sh's skip: no namespaces there; the
 # control without rounds may stall).
-failed=$(grep -h -E "rc=[1-9]|TIMED OUT" "$out/tests.txt" "$out/sweep.txt" "$out/perf.txt" |
+failed=$(grep -h -E "rc=[1-9]|TIMED OUT" "$out/tests.txt" "$out/sweep.txt" "$out/perf.txt" \
+  "$out/cpu-channels.txt" |
   grep -v -e "rc=77;" -e "-norounds:" || true)
 [[ -z $failed ]] && ! grep -q "tests failed" "$out/ctest-device.txt"

@@ -78,7 +78,7 @@ class InprocSetup : public TransportSetup {
  public:
   InprocSetup(ConnectState& state, std::vector<int> peers) : peers_(std::move(peers)) {
     const int lowestLocal = std::min(state.rank, peers_.front());
-    clique_ = InprocClique::join(state.peers[lowestLocal].nonce);
+    clique_ = InprocClique::join(state.peers[lowestLocal].nonce ^ state.setSalt);
     state.links.keepAlive.push_back(std::shared_ptr<void>(clique_, clique_.get()));
   }
   void publish(ConnectState& state) override {

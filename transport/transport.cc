@@ -21,7 +21,7 @@ const std::vector<const Transport*>& transports() {
 }
 
 PeerLinks connectPeers(const std::vector<PeerInfo>& peers, int rank, const FifoGeometry& geometry,
-                       const Rendezvous& rendezvous) {
+                       const Rendezvous& rendezvous, int linkSet) {
   const int nranks = static_cast<int>(peers.size());
   const PeerInfo& self = peers[rank];
   PeerLinks links;
@@ -29,8 +29,11 @@ PeerLinks connectPeers(const std::vector<PeerInfo>& peers, int rank, const FifoG
   links.recv.resize(nranks);
   links.control.assign(nranks, nullptr);
   links.pidfd.assign(nranks, -1);
-  // Segments are named after rank 0's nonce: unique per communicator, known to every rank.
-  ConnectState state{peers, rank, geometry, rendezvous, links, peers[0].nonce, nullptr, {}};
+  // Segments are named after rank 0's nonce: unique per communicator, known to every rank; a
+  // further set of links salts it.
+  const uint64_t salt = static_cast<uint64_t>(linkSet) * 0x9e3779b97f4a7c15ULL;
+  ConnectState state{peers, rank,    geometry, rendezvous, links, peers[0].nonce ^ salt,
+                     salt,  nullptr, {}};
 
   // Each peer goes to the first transport that can connect it.
   const std::vector<const Transport*>& registry = transports();

@@ -143,7 +143,9 @@ struct ConnectState {
   FifoGeometry geometry;
   const Rendezvous& rendezvous;
   PeerLinks& links;
-  uint64_t commNonce;  // names the communicator's shared resources (rank 0's nonce)
+  // Names the communicator's shared resources: rank 0's nonce, salted for a further set of links.
+  uint64_t commNonce;
+  uint64_t setSalt;  // 0 for a communicator's first set of links; distinct for each further one
   // This rank's control block: a transport whose peers read it from another process places it in
   // memory they map (setup); otherwise it is allocated on the heap before publish.
   RankControl* control = nullptr;
@@ -205,8 +207,9 @@ class TransportOf final : public Transport {
 // The registry, in priority order: a peer is connected by the first that can connect it.
 const std::vector<const Transport*>& transports();
 
-// Builds the links of `rank`.
+// Builds the links of `rank`: its first set (linkSet 0), or a further one (a CPU channel), whose
+// FIFOs and shared resources are its own. Every rank builds the same sets in the same order.
 PeerLinks connectPeers(const std::vector<PeerInfo>& peers, int rank, const FifoGeometry& geometry,
-                       const Rendezvous& rendezvous);
+                       const Rendezvous& rendezvous, int linkSet = 0);
 
 }  // namespace braid

@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "coll/call_tag.h"
 #include "coll/host_bruck.h"
+#include "coll/host_channels.h"
 #include "coll/host_engine_policies.h"
 #include "coll/host_recursive.h"
 #include "coll/host_tree.h"
@@ -31,12 +32,23 @@ void receiveTagOnly(RecvConnector& from, const CallTag& tag, Watchdog& dog) {
   from.release();
 }
 
+// The ring channel `channel` of `nChannels` (its share of every block) over `sendTo`/`recvFrom`.
+template <class T>
+void runRingChannel(const CollContext& ctx, const SimdMover<T>& move, const RingCall<T>& call,
+                    const CallTag& tag, const HostChannel& links, int channel, int nChannels) {
+  const int n = ctx.nranks;
+  const int myPos = ringPosition(ctx.ringOrder.data(), n, ctx.rank);
+  SendConnector& next = *links.sendTo[ctx.ringOrder[modRanks(myPos + 1, n)]];
+  RecvConnector& prev = *links.recvFrom[ctx.ringOrder[modRanks(myPos - 1, n)]];
+  ConnectorPorts ports{&prev, &next, &tag, links.dog, move.streamSlots};
+  OneThread thread;
+  runChannel(thread, move, call, channel, nChannels, ports);
+  if (move.streamOutput) kernels::streamFence();  // this thread's streaming stores
+}
+
 template <class T>
 void runRingAs(CollContext& ctx, const CollArgs& a, const CallTag& tag) {
   const int n = ctx.nranks;
-  const int myPos = ringPosition(ctx.ringOrder.data(), ctx.nranks, ctx.rank);
-  SendConnector& next = *ctx.sendTo[ctx.ringOrder[modRanks(myPos + 1, n)]];
-  RecvConnector& prev = *ctx.recvFrom[ctx.ringOrder[modRanks(myPos - 1, n)]];
   const size_t outBytes = a.count * sizeof(T) * (a.coll == Collective::AllGather ? n : 1);
   // In place, the output is the input: streaming stores would evict the buffer its next reader
   // (the caller's next step, an optimizer) finds cached while it is small enough. Measured with 2
@@ -52,12 +64,20 @@ void runRingAs(CollContext& ctx, const CollArgs& a, const CallTag& tag) {
   const bool streamSlots = slotStores == SlotStores::kStreaming;
   const SimdMover<T> move{kernels::reduceFn(a.type, a.op, streamSlots),
                           kernels::reduceFn(a.type, a.op, streamOut), streamSlots, streamOut};
-  ConnectorPorts ports{&prev, &next, &tag, ctx.dog, streamSlots};
   const RingCall<T> call = ringCallOf<T>(a, n, ctx.rank, ctx.ringOrder.data());
-  OneThread thread;
   const auto start = std::chrono::steady_clock::now();
-  runRing(thread, move, call, ports);
-  if (streamOut) kernels::streamFence();
+  const HostChannel first{ctx.sendTo, ctx.recvFrom, ctx.dog};
+  if (ctx.moreChannels.empty() || outBytes < ctx.channelMinBytes) {
+    runRingChannel(ctx, move, call, tag, first, 0, 1);
+  } else {
+    std::vector<Watchdog*> dogs{ctx.dog};
+    for (const HostChannel& c : ctx.moreChannels) dogs.push_back(c.dog);
+    runOnChannels(dogs, [&](int channel, Watchdog& dog) {
+      HostChannel links = channel == 0 ? first : ctx.moreChannels[channel - 1];
+      links.dog = &dog;
+      runRingChannel(ctx, move, call, tag, links, channel, static_cast<int>(dogs.size()));
+    });
+  }
   if (ctx.slotStores != nullptr)
     ctx.slotStores->record(
         outBytes, slotStores,

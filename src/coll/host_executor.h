@@ -47,6 +47,14 @@ using HostAllReduceTable = std::array<HostAllReduceChoice, 64>;
 using HostSizeClassFlags = std::array<bool, 64>;
 size_t sizeClass(size_t bytes);
 
+// A further CPU channel of the communicator: connectors of its own, and the watchdog its thread
+// waits with.
+struct HostChannel {
+  std::span<SendConnector* const> sendTo;    // indexed by peer rank
+  std::span<RecvConnector* const> recvFrom;  // indexed by peer rank
+  Watchdog* dog = nullptr;
+};
+
 // What the executor needs of a communicator.
 struct CollContext {
   int rank = 0;
@@ -60,6 +68,10 @@ struct CollContext {
   std::span<SendConnector* const> sendTo;    // indexed by peer rank
   std::span<RecvConnector* const> recvFrom;  // indexed by peer rank
   Watchdog* dog = nullptr;
+  // The communicator's further CPU channels: a ring call of at least channelMinBytes (its output)
+  // runs a share of every block on each channel at once. Empty: the ring runs on one.
+  std::span<const HostChannel> moreChannels;
+  size_t channelMinBytes = SIZE_MAX;
   HostAllReduceTable allReduce{};  // all Ring unless the communicator's model says otherwise
   HostSizeClassFlags broadcastOnTree{}, reduceOnTree{};  // all false (the chain) unless it says so
   HostSizeClassFlags allGatherBruck{}, reduceScatterBruck{};  // all false (the ring) likewise

@@ -118,11 +118,13 @@ std::string choiceSettings(const CommOptions& options) {
   namespace param = braid::param;
   return fmt::format(
       "algorithms '{}', halving levels {}, protocols '{}', model {} {} {} {} {} {} {} {} {}, FIFO "
-      "{} x {}",
+      "{} x {}, host channels {} ({}..{}) from {} bytes",
       options.algorithms.empty() ? param::Algo() : options.algorithms, param::HalvingLevels(),
       param::Proto(), param::ModelReduceGBs(), param::ModelCopyGBs(), param::ModelCachedSpeedup(),
       param::ModelSharedCoreCost(), param::ModelTcpGBs(), param::ModelCallUs(), param::ModelHopUs(),
-      param::ModelNetHopUs(), param::ModelSwitchUs(), param::BuffSize(), param::FifoSlots());
+      param::ModelNetHopUs(), param::ModelSwitchUs(), param::BuffSize(), param::FifoSlots(),
+      param::HostNChannels(), options.minChannels, options.maxChannels,
+      param::HostChannelMinBytes());
 }
 
 // BRAID_MODEL_* and BRAID_ALGO, the config's algorithms taking BRAID_ALGO's place.
@@ -169,7 +171,7 @@ braid::PeerInfo braidComm::describeSelf() const {
 // when the job spans hosts; namespaces share the cores), counted alike on every rank. With more
 // than the cores, a spinning wait would take the core its producer needs.
 void braidComm::tuneWaits(uint64_t machine) {
-  int threadsPerRank = 1;
+  int threadsPerRank = links_.linkSets();  // a large call runs a thread per CPU channel
   const std::vector<braid::PeerInfo>& peers = links_.peers();
   for (const auto& service : links_.links().services) threadsPerRank += service->busyThreads();
   const int busyThreads = braid::ranksOnMachine(peers, machine) * threadsPerRank;
@@ -188,8 +190,17 @@ void braidComm::initialize(const braid::BootstrapId& id, const braidComm* shareF
     const braid::PeerInfo self = describeSelf();
     links_.meet(id, self, choiceSettings(options_), deadline);
     const braid::FifoGeometry geometry = fifoGeometry();
+    const int linkSets = options_.cuda
+                             ? 1
+                             : braid::hostChannels(links_.peers(), braid::param::HostNChannels(),
+                                                   options_.minChannels, options_.maxChannels);
     links_.connect(shareFrom != nullptr ? &shareFrom->links_ : nullptr, parentRanks, geometry,
-                   std::chrono::milliseconds(options_.timeoutMs), deadline);
+                   std::chrono::milliseconds(options_.timeoutMs), deadline, linkSets);
+    if (links_.linkSets() > 1)
+      BRAID_INFO(braid::log::kInit,
+                 "rank {}: {} CPU channels (sets of links): ring calls of {} bytes or more run a "
+                 "share on each",
+                 rank_, links_.linkSets(), braid::param::HostChannelMinBytes());
     tuneWaits(self.machineHash);
     braid::plan::SearchOptions search;
     search.minChannels = options_.minChannels;
@@ -352,7 +363,7 @@ void braidComm::markFailed(const std::string& reason) {
   // Ranks on other hosts do not see the control block: the transports that reach them tell them.
   // No link is being driven on this thread (a wait's poll() throws after drive() returns).
   // Communicators sharing the links share the control block too: the first failure is told.
-  for (const auto& service : links_.links().services) service->abandon(reason);
+  links_.forEachService([&](braid::LinkService& service) { service.abandon(reason); });
 }
 
 template <typename Body>
@@ -367,14 +378,14 @@ void braidComm::runOperation(const char* opName, Body&& body) {
   control(rank_)->opSeq.store(running_.seq, std::memory_order_relaxed);
   // The transports' progress threads poll quickly while an operation runs.
   struct Activity {
-    const braid::PeerLinks& links;
-    explicit Activity(const braid::PeerLinks& l) : links(l) {
-      for (const auto& service : links.services) service->operationStarted();
+    const braid::CommLinks& links;
+    explicit Activity(const braid::CommLinks& l) : links(l) {
+      links.forEachService([](braid::LinkService& service) { service.operationStarted(); });
     }
     ~Activity() {
-      for (const auto& service : links.services) service->operationFinished();
+      links.forEachService([](braid::LinkService& service) { service.operationFinished(); });
     }
-  } activity(links_.links());
+  } activity(links_);
   // Whatever ends the operation, the peers learn of it at once (they watch the failure flag)
   // instead of waiting for their timeout.
   try {
@@ -410,9 +421,51 @@ braid::CollContext braidComm::context() {
   return ctx;
 }
 
+namespace {
+
+// What a further CPU channel's thread waits with: the communicator's checks any thread may make,
+// driving the channel's own set of links.
+class ChannelWatchdog final : public braid::Watchdog {
+ public:
+  ChannelWatchdog(braidComm& comm, int linkSet) : comm_(comm), linkSet_(linkSet) {
+    spins = comm.spins;
+    yields = comm.yields;
+    sliceNs = comm.sliceNs;
+  }
+  void poll(int peer, const char* waitingFor) override { comm_.checkPeers(peer, waitingFor); }
+  bool drive(int peer) override { return comm_.driveSet(linkSet_, peer); }
+  void stopDriving() override { comm_.stopDrivingSet(linkSet_); }
+
+ private:
+  braidComm& comm_;
+  int linkSet_;
+};
+
+// A collective's further CPU channels (the sets of links beyond the first), lent to its context.
+struct MoreChannels {
+  std::vector<ChannelWatchdog> dogs;
+  std::vector<braid::HostChannel> channels;
+  MoreChannels(braidComm& comm, const braid::CommLinks& links) {
+    dogs.reserve(links.linkSets() - 1);  // the channels point at them (none: no allocation)
+    for (int set = 1; set < links.linkSets(); ++set) {
+      dogs.emplace_back(comm, set);
+      channels.push_back({links.sendTo(set), links.recvFrom(set), &dogs.back()});
+    }
+  }
+  void lendTo(braid::CollContext& ctx) const {
+    ctx.moreChannels = channels;
+    ctx.channelMinBytes =
+        static_cast<size_t>(std::max<int64_t>(0, braid::param::HostChannelMinBytes()));
+  }
+};
+
+}  // namespace
+
 void braidComm::run(const braid::CollArgs& args) {
   runOperation(collectiveName(args.coll), [&] {
     braid::CollContext ctx = context();
+    const MoreChannels more(*this, links_);
+    more.lendTo(ctx);
     host_.lendTo(ctx, true);
     running_.collective = ctx.sequence;
     if (args.op < braidNumOps) return braid::runCollective(ctx, args);
@@ -462,18 +515,29 @@ std::string braidComm::laggingPeers() const {
   return fmt::format("; ranks that have not started this operation: {}", fmt::join(lagging, ", "));
 }
 
-bool braidComm::drive(int peer) {
+bool braidComm::driveSet(int linkSet, int peer) {
   bool moved = false;
-  for (const auto& service : links_.links().services)
+  for (const auto& service : links_.links(linkSet).services)
     moved |= service->drive(peer >= 0 ? links_.linkIndex(peer) : -1);
   return moved;
 }
 
-void braidComm::stopDriving() {
-  for (const auto& service : links_.links().services) service->stopDriving();
+void braidComm::stopDrivingSet(int linkSet) {
+  for (const auto& service : links_.links(linkSet).services) service->stopDriving();
 }
 
 void braidComm::poll(int peer, const char* waitingFor) {
+  failIfPeersFailed(peer);
+  failIfPeersCallDiffers();
+  failIfLate(peer, waitingFor);
+}
+
+void braidComm::checkPeers(int peer, const char* waitingFor) const {
+  failIfPeersFailed(peer);
+  failIfLate(peer, waitingFor);
+}
+
+void braidComm::failIfPeersFailed(int peer) const {
   // A peer process that exited: its pidfd turns readable.
   for (int r = 0; r < nranks_; ++r) {
     const int fd = links_.pidfd(r);
@@ -484,17 +548,20 @@ void braidComm::poll(int peer, const char* waitingFor) {
            links_.peers()[r].pid);
   }
   // A link a transport serves that broke (a connection reset, closed, unreachable, a bad frame).
-  for (const auto& service : links_.links().services)
+  links_.forEachService([&](const braid::LinkService& service) {
     if (std::optional<std::string> failure =
-            service->failure(peer >= 0 ? links_.linkIndex(peer) : -1))
+            service.failure(peer >= 0 ? links_.linkIndex(peer) : -1))
       fail(braidRemoteError, "{} failed: {}", runningLabel(), *failure);
+  });
   for (int r = 0; r < nranks_; ++r) {
     const braid::RankControl* c = control(r);
     if (c == nullptr || c->failed.load(std::memory_order_acquire) == 0) continue;
     if (r == rank_) fail(braidRemoteError, "{} aborted: {}", runningLabel(), c->reason);
     fail(braidRemoteError, "{} failed because rank {} failed: {}", runningLabel(), r, c->reason);
   }
-  failIfPeersCallDiffers();
+}
+
+void braidComm::failIfLate(int peer, const char* waitingFor) const {
   if (Clock::now() > running_.deadline) {
     const std::string from = peer >= 0 ? fmt::format(" from rank {}", peer) : std::string();
     fail(braidTimeout, "{} timed out after {} ms waiting for {}{}{}", runningLabel(),

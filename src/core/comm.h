@@ -137,8 +137,13 @@ struct braidComm : public braid::Watchdog {
 
   // Watchdog: deadline, aborts and dead peers.
   void poll(int peer, const char* waitingFor) override;
-  bool drive(int peer) override;
-  void stopDriving() override;
+  bool drive(int peer) override { return driveSet(0, peer); }
+  void stopDriving() override { stopDrivingSet(0); }
+  // The same for a further CPU channel's thread (its set of links): the checks of poll() that
+  // any thread may make (not the FIFO peek of failIfPeersCallDiffers, which is channel 0's).
+  void checkPeers(int peer, const char* waitingFor) const;
+  bool driveSet(int linkSet, int peer);
+  void stopDrivingSet(int linkSet);
 
  private:
   template <typename Body>
@@ -148,6 +153,8 @@ struct braidComm : public braid::Watchdog {
   braid::PeerInfo describeSelf() const;
   void tuneWaits(uint64_t machine);
   void markFailed(const std::string& reason);
+  void failIfPeersFailed(int peer) const;
+  void failIfLate(int peer, const char* waitingFor) const;
   std::string laggingPeers() const;
   braid::Clock::time_point deadlineFromNow() const;
 

@@ -10,8 +10,11 @@ namespace braid {
 CommLinks::LinkShare::~LinkShare() {
   if (links.control.empty()) return;
   RankControl* own = links.control[rank];
-  if (own->failed.load(std::memory_order_acquire) == 0)
+  if (own->failed.load(std::memory_order_acquire) == 0) {
     for (const auto& service : links.services) service->finish(Clock::now() + timeout);
+    for (const PeerLinks& set : moreSets)
+      for (const auto& service : set.services) service->finish(Clock::now() + timeout);
+  }
   own->departed.store(1, std::memory_order_release);
 }
 
@@ -38,7 +41,7 @@ void CommLinks::meet(const BootstrapId& id, const PeerInfo& self, const std::str
 
 void CommLinks::connect(const CommLinks* parent, const std::vector<int>& parentRanks,
                         const FifoGeometry& geometry, std::chrono::milliseconds timeout,
-                        Clock::time_point deadline) {
+                        Clock::time_point deadline, int sets) {
   if (parent != nullptr) {
     share_ = parent->share_;
     for (int r = 0; r < nranks_; ++r) linkIndex_.push_back(parent->linkIndex_[parentRanks[r]]);
@@ -53,13 +56,20 @@ void CommLinks::connect(const CommLinks* parent, const std::vector<int>& parentR
     rendezvous.deadline = deadline;
     share_ = std::make_shared<LinkShare>();
     share_->links = connectPeers(peers_, rank_, geometry, rendezvous);
+    for (int set = 1; set < sets; ++set)
+      share_->moreSets.push_back(connectPeers(peers_, rank_, geometry, rendezvous, set));
     share_->rank = rank_;
     share_->timeout = timeout;
     for (int r = 0; r < nranks_; ++r) linkIndex_.push_back(r);
   }
-  for (int r = 0; r < nranks_; ++r) {
-    sendTo_.push_back(&share_->links.send[linkIndex_[r]]);
-    recvFrom_.push_back(&share_->links.recv[linkIndex_[r]]);
+  sendTo_.resize(1 + share_->moreSets.size());
+  recvFrom_.resize(sendTo_.size());
+  for (int set = 0; set < linkSets(); ++set) {
+    PeerLinks& links = set == 0 ? share_->links : share_->moreSets[set - 1];
+    for (int r = 0; r < nranks_; ++r) {
+      sendTo_[set].push_back(&links.send[linkIndex_[r]]);
+      recvFrom_[set].push_back(&links.recv[linkIndex_[r]]);
+    }
   }
 }
 

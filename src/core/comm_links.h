@@ -33,9 +33,11 @@ class CommLinks {
   // Connects to every peer by `deadline`, or takes `parent`'s links, where rank r of this
   // communicator is rank parentRanks[r]. `timeout`: how long the network may take to deliver
   // when the last sharer lets go.
+  // `sets` sets of them: the first, and one more for each further CPU channel (hostChannels),
+  // each with FIFOs of its own; a child takes its parent's.
   void connect(const CommLinks* parent, const std::vector<int>& parentRanks,
                const FifoGeometry& geometry, std::chrono::milliseconds timeout,
-               Clock::time_point deadline);
+               Clock::time_point deadline, int sets = 1);
   bool connected() const { return share_ != nullptr; }
   // Whether `other` uses the same links (they take turns).
   bool sharedWith(const CommLinks& other) const {
@@ -44,9 +46,10 @@ class CommLinks {
 
   Bootstrap& bootstrap() const { return *bootstrap_; }
   const std::vector<PeerInfo>& peers() const { return peers_; }
-  // The connectors by rank of this communicator.
-  const std::vector<SendConnector*>& sendTo() const { return sendTo_; }
-  const std::vector<RecvConnector*>& recvFrom() const { return recvFrom_; }
+  // The connectors by rank of this communicator, of the first set of links or of set `linkSet`.
+  const std::vector<SendConnector*>& sendTo(int linkSet = 0) const { return sendTo_[linkSet]; }
+  const std::vector<RecvConnector*>& recvFrom(int linkSet = 0) const { return recvFrom_[linkSet]; }
+  int linkSets() const { return static_cast<int>(sendTo_.size()); }
   // Rank r's control block (ranks on this host), and its index in the shared links (what the
   // link services name peers by).
   RankControl* control(int r) const { return share_->links.control[linkIndex_[r]]; }
@@ -54,7 +57,15 @@ class CommLinks {
   int linkIndex(int r) const { return linkIndex_[r]; }
   // Rank r's process as a pidfd (readable once it exits), -1 where none.
   int pidfd(int r) const;
-  const PeerLinks& links() const { return share_->links; }
+  const PeerLinks& links(int linkSet = 0) const {
+    return linkSet == 0 ? share_->links : share_->moreSets[linkSet - 1];
+  }
+  // f(service) for the services of every set.
+  template <class F>
+  void forEachService(F f) const {
+    for (int set = 0; set < linkSets(); ++set)
+      for (const auto& service : links(set).services) f(*service);
+  }
 
   // The sharers' turn: held for an operation, or an exchange over the bootstrap ring.
   std::mutex& turn() const { return share_->opMutex; }
@@ -72,6 +83,7 @@ class CommLinks {
  private:
   struct LinkShare {
     PeerLinks links;
+    std::vector<PeerLinks> moreSets;      // the further CPU channels' links
     int rank = 0;                         // this rank's index in links
     std::chrono::milliseconds timeout{};  // how long the network may take to deliver at the end
     std::mutex opMutex;
@@ -85,8 +97,8 @@ class CommLinks {
   std::vector<PeerInfo> peers_;
   std::shared_ptr<LinkShare> share_;
   std::vector<int> linkIndex_;  // this communicator's rank -> index into share_->links
-  std::vector<SendConnector*> sendTo_;
-  std::vector<RecvConnector*> recvFrom_;
+  std::vector<std::vector<SendConnector*>> sendTo_;  // per set of links
+  std::vector<std::vector<RecvConnector*>> recvFrom_;
   std::map<std::vector<int>, uint64_t> shrinks_;  // per survivor set, in the sharers' turn
 };
 

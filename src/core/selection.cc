@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <iterator>
+#include <map>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -64,6 +65,27 @@ int machineCores(const std::vector<PeerInfo>& peers, uint64_t machine) {
   int cores = 0;
   for (uint64_t word : all) cores += __builtin_popcountll(word);
   return std::max(1, cores);
+}
+
+int hostChannels(const std::vector<PeerInfo>& peers, int forced, int minChannels, int maxChannels) {
+  if (forced > 0) return forced;
+  struct Machine {
+    uint64_t cpus[16] = {};
+    int ranks = 0;
+  };
+  std::map<uint64_t, Machine> machines;  // one pass: jobs may have thousands of machines
+  for (const PeerInfo& p : peers) {
+    Machine& m = machines[p.machineHash];
+    for (int w = 0; w < 16; ++w) m.cpus[w] |= p.cpus[w];
+    ++m.ranks;
+  }
+  int channels = kMaxHostChannels;
+  for (const auto& [hash, m] : machines) {
+    int cores = 0;
+    for (uint64_t word : m.cpus) cores += __builtin_popcountll(word);
+    channels = std::min(channels, std::max(1, cores) / m.ranks);
+  }
+  return std::clamp(channels, minChannels, std::max(minChannels, maxChannels));
 }
 
 Selection::Selection(int rank, const std::vector<PeerInfo>& peers, const FifoGeometry& geometry,

@@ -22,6 +22,13 @@ namespace braid {
 int ranksOnMachine(const std::vector<PeerInfo>& peers, uint64_t machine);
 int machineCores(const std::vector<PeerInfo>& peers, uint64_t machine);
 
+// The CPU channels of a host communicator of `peers` (sets of links; a large ring call runs a
+// share on each at once): `forced` where positive (BRAID_HOST_NCHANNELS); else as many as the
+// busiest machine's cores give each of its ranks, at most kMaxHostChannels; within
+// [minChannels, maxChannels]. Alike on every rank: it reads only what every rank knows.
+inline constexpr int kMaxHostChannels = 4;
+int hostChannels(const std::vector<PeerInfo>& peers, int forced, int minChannels, int maxChannels);
+
 // A call as the cost model sees it: its operation and nccl-tests' size of it (the all-reduce
 // buffer, the all-gather output, the reduce-scatter input).
 struct ModelCall {

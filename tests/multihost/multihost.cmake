@@ -73,6 +73,10 @@ add_dependencies(test_multihost_grid nccl_net_braid)
 # the library must reorder (0 3 1 2); messages striped over 3 sockets per connection.
 braid_multihost_test(multihost_grid_3hosts HOSTS 3
   COMMAND env BRAID_NSOCKS=3 ${grid} --gtest_filter=${case}4ranks_*)
+# Ring calls on 2 CPU channels across hosts: a further set of sockets and proxies per channel.
+braid_multihost_test(multihost_grid_3hosts_host_channels HOSTS 3
+  COMMAND env BRAID_HOST_NCHANNELS=2 BRAID_HOST_CHANNEL_MIN_BYTES=1 BRAID_ALGO=ring ${grid}
+  --gtest_filter=${case}4ranks_*)
 # The one-shot all-reduce at every size it can take (BRAID_ALGO=direct): its pieces across hosts
 # with 4 ranks, a rank's own input kept aside in place, shared memory inside host 0.
 braid_multihost_test(multihost_grid_3hosts_direct HOSTS 3

@@ -109,3 +109,30 @@ TEST(Selection, TheDeviceModelReplacesTheHostOne) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(HostChannels, AsManyAsTheBusiestMachinesCoresGiveEachRank) {
+  // 4 cores a machine: one rank each gets 4 channels, two ranks 2, three 1 (4 / 3), five 1.
+  EXPECT_EQ(braid::hostChannels(peersOn(2, 1), 0, 1, 32), 4);
+  EXPECT_EQ(braid::hostChannels(peersOn(2, 2), 0, 1, 32), 2);
+  EXPECT_EQ(braid::hostChannels(peersOn(1, 3), 0, 1, 32), 1);
+  EXPECT_EQ(braid::hostChannels(peersOn(1, 5), 0, 1, 32), 1);
+  // The busiest machine decides: host 0 with 4 ranks, host 1 with 1.
+  std::vector<PeerInfo> uneven = peersOn(1, 4);
+  uneven.push_back(peersOn(1, 1)[0]);
+  uneven.back().hostHash = uneven.back().machineHash = 999;
+  EXPECT_EQ(braid::hostChannels(uneven, 0, 1, 32), 1);
+  // 64 cores for one rank: no more than kMaxHostChannels.
+  std::vector<PeerInfo> big = peersOn(1, 1);
+  big[0].cpus[0] = ~uint64_t{0};
+  EXPECT_EQ(braid::hostChannels(big, 0, 1, 32), braid::kMaxHostChannels);
+}
+
+TEST(HostChannels, ForcedOrBoundedByTheChannelLimits) {
+  EXPECT_EQ(braid::hostChannels(peersOn(1, 3), 3, 1, 32), 3);  // BRAID_HOST_NCHANNELS
+  EXPECT_EQ(braid::hostChannels(peersOn(2, 1), 0, 1, 2), 2);   // BRAID_MAX_NCHANNELS
+  EXPECT_EQ(braid::hostChannels(peersOn(1, 5), 0, 2, 32), 2);  // BRAID_MIN_NCHANNELS
+}
+
+}  // namespace
