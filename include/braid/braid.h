@@ -295,9 +295,10 @@ braidResult_t braidRecv(void* recvbuff, size_t count, braidDataType_t datatype, 
                         braidComm_t comm, braidStream_t stream);
 /* braid extension (MPI_Iprobe for one peer): *waiting is 1 where a send from `peer` on comm has
  * begun to arrive at this rank and no receive has taken it yet, with that send's count and datatype
- * in *count and *datatype (either may be NULL); else 0. A send of no elements carries nothing and
- * is never seen. A CPU communicator's, between its operations (it waits for one running, as a call
- * does); a CUDA communicator answers braidInvalidUsage. */
+ * in *count and *datatype (either may be NULL); else 0 (always for peer == this rank). A send of no
+ * elements carries nothing and is never seen; a peer's all-to-all, gather or scatter, made of
+ * sends, is seen as its sends. A CPU communicator's, between its operations (it waits for one
+ * running, as a call does); a CUDA communicator answers braidInvalidUsage. */
 braidResult_t braidProbe(int peer, braidComm_t comm, int* waiting, size_t* count,
                          braidDataType_t* datatype);
 

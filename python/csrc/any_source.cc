@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common.h"
 
@@ -11,6 +12,20 @@ namespace braid_torch {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// A failure of the backend's, as check() raises them (a DistBackendError), to complete a Work with.
+std::exception_ptr backendError(const std::string& message) {
+  try {
+    C10_THROW_ERROR(DistBackendError, message);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+std::exception_ptr shutDownError(int rank) {
+  return backendError("braid backend: a receive from any source on rank " + std::to_string(rank) +
+                      " ended: the process group was shut down");
+}
 
 // What the probes of one receive share: who took it, and until when they look.
 struct Race {
@@ -51,9 +66,13 @@ void probe(PeerChannels& channels, const std::shared_ptr<Race>& race, int peer, 
       }
     }
     if (Clock::now() > race->deadline) {
-      race->fail(std::make_exception_ptr(std::runtime_error(
-          "braid backend: a receive from any source on rank " + std::to_string(rank) +
-          ": Timed out after " + std::to_string(timeout.count()) + " ms, no rank sent to it")));
+      race->fail(backendError("braid backend: a receive from any source on rank " +
+                              std::to_string(rank) + ": Timed out after " +
+                              std::to_string(timeout.count()) + " ms, no rank sent to it"));
+      return;
+    }
+    if (channels.closing()) {
+      race->fail(shutDownError(rank));
       return;
     }
     std::this_thread::sleep_for(pause);
@@ -77,8 +96,13 @@ c10::intrusive_ptr<c10d::Work> receiveFromAnySource(PeerChannels& channels,
   race->tensor = tensor;
   race->deadline = Clock::now() + timeout;
   race->receive = std::move(receive);
-  for (int peer = 0; peer < size; ++peer) {
-    if (peer == rank) continue;
+  // Posted on one of these channels' threads (a completing receive's callback), that channel's
+  // probe runs at once: the others are posted first, so that they look meanwhile.
+  std::vector<int> peers;
+  for (bool onItsThread : {false, true})
+    for (int peer = 0; peer < size; ++peer)
+      if (peer != rank && channels.onThreadOf(peer, false) == onItsThread) peers.push_back(peer);
+  for (int peer : peers) {
     auto body = withCallerState([&channels, race, peer, rank, timeout] {
       try {
         probe(channels, race, peer, rank, timeout);
@@ -86,10 +110,7 @@ c10::intrusive_ptr<c10d::Work> receiveFromAnySource(PeerChannels& channels,
         race->fail(std::current_exception());
       }
     });
-    if (!channels.post(peer, false, std::move(body)))
-      race->fail(std::make_exception_ptr(
-          std::runtime_error("braid backend: a receive from any source on rank " +
-                             std::to_string(rank) + " after the process group was shut down")));
+    if (!channels.post(peer, false, std::move(body))) race->fail(shutDownError(rank));
   }
   return race->work;
 }

@@ -400,7 +400,11 @@ class BraidBackend : public c10d::Backend {
                   "rank ",
                   rank_, " (expected a receive from a given rank)");
     }
-    return receiveFromAnySource(*channels_, tensor, rank_, size_, timeout_,
+    const auto timeout =
+        timeout_.count() > 0
+            ? timeout_
+            : std::chrono::duration_cast<std::chrono::milliseconds>(store_->getTimeout());
+    return receiveFromAnySource(*channels_, tensor, rank_, size_, timeout,
                                 [this](braidComm_t comm, const at::Tensor& into) {
                                   transfer(PointToPoint{false, into, 0}, Where{comm, nullptr});
                                 });

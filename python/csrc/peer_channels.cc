@@ -41,6 +41,17 @@ bool PeerChannels::post(int peer, bool send, std::function<void()> op) {
   return c->queue->push(std::move(op));
 }
 
+bool PeerChannels::onThreadOf(int peer, bool send) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto found = channels_.find({peer, send});
+  return found != channels_.end() && found->second->queue->onQueueThread();
+}
+
+bool PeerChannels::closing() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return closed_;
+}
+
 braidComm_t PeerChannels::comm(int peer, bool send) {
   Channel& c = *channel(peer, send);  // exists: this runs on its thread
   if (c.comm == nullptr && c.failure.empty()) {
@@ -103,6 +114,7 @@ braidComm_t PeerChannels::connect(int peer, bool send) {
     std::memcpy(id.internal, bytes.data(), bytes.size());
   }
   braidConfig_t config = commConfig(device_.c_str(), "torch-p2p", timeout_);
+  if (device_ == "cpu") config.minChannels = config.maxChannels = 1;  // sends use one set of links
   braidComm_t made = nullptr;
   check(nullptr, braidCommInitRankConfig(&made, 2, id, send ? 0 : 1, &config),
         "braidCommInitRankConfig (point-to-point channel)");

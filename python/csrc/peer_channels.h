@@ -38,6 +38,10 @@ class PeerChannels {
   // when called on that channel's thread (an operation a completing one's callback issues: queued
   // behind that callback it would wait for ever). False (op dropped) once closed.
   [[nodiscard]] bool post(int peer, bool send, std::function<void()> op);
+  // Whether the caller is the thread of that channel (post would run op at once).
+  bool onThreadOf(int peer, bool send);
+  // Whether close() has been called: a long operation may stop early.
+  bool closing();
 
   // The channel's communicator, made on first use; called by its operations, on its thread.
   // Throws braid's error if it cannot be made (then every later operation on it fails alike).

@@ -54,8 +54,7 @@ void runOnChannels(std::span<Watchdog* const> dogs,
     for (int c = 1; c < static_cast<int>(dogs.size()); ++c) helpers.emplace_back(run, c);
   } catch (...) {  // no thread to be had: the channels started stop too
     std::lock_guard<std::mutex> lock(firstMutex);
-    stopped.store(true);
-    first = std::current_exception();
+    if (!stopped.exchange(true)) first = std::current_exception();
   }
   if (!stopped.load()) run(0);
   for (std::thread& helper : helpers) helper.join();

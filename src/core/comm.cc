@@ -490,9 +490,16 @@ void braidComm::runSendRecv(std::span<const braid::CollArgs> ops) {
 
 std::optional<braid::CallTag> braidComm::sendWaitingFrom(int peer) {
   waitReady();
+  if (peer == rank_) return std::nullopt;  // sends to self meet their receives in one group
   std::lock_guard<std::mutex> lock(links_.turn());
+  const braidResult_t earlier = status_.code();
+  if (earlier != braidSuccess)
+    fail(earlier, "rank {}: the communicator failed earlier and cannot probe; the first error: {}",
+         rank_, control(rank_)->reason);
+  driveSet(0, peer);  // what the network brought (no operation drives the links now)
+  stopDrivingSet(0);
   braid::RecvConnector* from = links_.recvFrom()[peer];
-  const braid::SlotHeader* waiting = from != nullptr ? from->tryWait() : nullptr;
+  const braid::SlotHeader* waiting = from->tryWait();
   // The next slot may be a collective's, or a communicator's that shares the links.
   if (waiting == nullptr || waiting->tag.comm != identity() ||
       waiting->tag.collective != static_cast<uint8_t>(braid::Collective::Send))

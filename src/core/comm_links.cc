@@ -11,9 +11,10 @@ CommLinks::LinkShare::~LinkShare() {
   if (links.control.empty()) return;
   RankControl* own = links.control[rank];
   if (own->failed.load(std::memory_order_acquire) == 0) {
-    for (const auto& service : links.services) service->finish(Clock::now() + timeout);
+    const Clock::time_point deadline = Clock::now() + timeout;  // one for every set
+    for (const auto& service : links.services) service->finish(deadline);
     for (const PeerLinks& set : moreSets)
-      for (const auto& service : set.services) service->finish(Clock::now() + timeout);
+      for (const auto& service : set.services) service->finish(deadline);
   }
   own->departed.store(1, std::memory_order_release);
 }
@@ -35,7 +36,9 @@ void CommLinks::meet(const BootstrapId& id, const PeerInfo& self, const std::str
       fail(braidInvalidUsage,
            "rank {}: rank {} chooses algorithms from other settings than this rank's ({}): "
            "every rank must set BRAID_ALGO (or config algorithms), BRAID_PROTO, BRAID_MODEL_*, "
-           "BRAID_BUFFSIZE and BRAID_FIFO_SLOTS alike, or ranks would run one call two ways",
+           "BRAID_BUFFSIZE, BRAID_FIFO_SLOTS, BRAID_HOST_NCHANNELS, BRAID_HOST_CHANNEL_MIN_BYTES "
+           "and BRAID_MIN/MAX_NCHANNELS (or config min/maxChannels) alike, or ranks would run one "
+           "call two ways",
            rank_, peer.rank, settings);
 }
 
@@ -55,11 +58,11 @@ void CommLinks::connect(const CommLinks* parent, const std::vector<int>& parentR
     };
     rendezvous.deadline = deadline;
     share_ = std::make_shared<LinkShare>();
+    share_->rank = rank_;  // first: a further set failing leaves set 0 for ~LinkShare to end
+    share_->timeout = timeout;
     share_->links = connectPeers(peers_, rank_, geometry, rendezvous);
     for (int set = 1; set < sets; ++set)
       share_->moreSets.push_back(connectPeers(peers_, rank_, geometry, rendezvous, set));
-    share_->rank = rank_;
-    share_->timeout = timeout;
     for (int r = 0; r < nranks_; ++r) linkIndex_.push_back(r);
   }
   sendTo_.resize(1 + share_->moreSets.size());

@@ -68,6 +68,9 @@ int machineCores(const std::vector<PeerInfo>& peers, uint64_t machine) {
 }
 
 int hostChannels(const std::vector<PeerInfo>& peers, int forced, int minChannels, int maxChannels) {
+  if (forced > kMaxForcedHostChannels)
+    fail(braidInvalidArgument, "BRAID_HOST_NCHANNELS={}: at most {} CPU channels", forced,
+         kMaxForcedHostChannels);
   if (forced > 0) return forced;
   struct Machine {
     uint64_t cpus[16] = {};

@@ -27,6 +27,7 @@ int machineCores(const std::vector<PeerInfo>& peers, uint64_t machine);
 // busiest machine's cores give each of its ranks, at most kMaxHostChannels; within
 // [minChannels, maxChannels]. Alike on every rank: it reads only what every rank knows.
 inline constexpr int kMaxHostChannels = 4;
+inline constexpr int kMaxForcedHostChannels = 32;  // a thread and a set of FIFOs each
 int hostChannels(const std::vector<PeerInfo>& peers, int forced, int minChannels, int maxChannels);
 
 // A call as the cost model sees it: its operation and nccl-tests' size of it (the all-reduce

@@ -427,6 +427,10 @@ TEST_F(Arguments, ProbeArgumentsAreNamed) {
   expectInvalidArgument(braidProbe(0, rank1, nullptr, nullptr, nullptr), rank1, {"waiting"}, "", 1);
   expectInvalidArgument(braidProbe(0, nullptr, &waiting, nullptr, nullptr), nullptr, {"comm"}, "",
                         -1);
+  size_t count = 99;
+  EXPECT_EQ(braidProbe(1, rank1, &waiting, &count, nullptr), braidSuccess) << lastError(rank1);
+  EXPECT_EQ(waiting, 0);  // itself: sends to self meet their receives inside one group
+  EXPECT_EQ(count, 0u);
 }
 
 // What braidProbe says of `peer`, within `limit`: the first answer with waiting == `until`.

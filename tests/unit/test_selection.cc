@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "core/selection.h"
 
 namespace {
@@ -133,6 +135,14 @@ TEST(HostChannels, ForcedOrBoundedByTheChannelLimits) {
   EXPECT_EQ(braid::hostChannels(peersOn(1, 3), 3, 1, 32), 3);  // BRAID_HOST_NCHANNELS
   EXPECT_EQ(braid::hostChannels(peersOn(2, 1), 0, 1, 2), 2);   // BRAID_MAX_NCHANNELS
   EXPECT_EQ(braid::hostChannels(peersOn(1, 5), 0, 2, 32), 2);  // BRAID_MIN_NCHANNELS
+  try {
+    braid::hostChannels(peersOn(1, 1), braid::kMaxForcedHostChannels + 1, 1, 32);
+    ADD_FAILURE() << "33 CPU channels accepted";
+  } catch (const braid::Error& e) {
+    EXPECT_EQ(e.code(), braidInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("BRAID_HOST_NCHANNELS=33: at most 32"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
