@@ -32,6 +32,12 @@ class Watchdog {
   virtual bool drive(int peer) { return false; }
   // The wait stops calling drive(): it is about to sleep until woken.
   virtual void stopDriving() {}
+  // Waits under this watchdog pace themselves as `other`'s do (a watchdog standing in for it).
+  void pacedAs(const Watchdog& other) {
+    spins = other.spins;
+    yields = other.yields;
+    sliceNs = other.sliceNs;
+  }
 
   // How long a wait busy-polls, then yields, before it sleeps. Fewer spins when ranks outnumber
   // cores: a spinning rank would hold the core its producer needs.

@@ -84,8 +84,8 @@ void probe(PeerChannels& channels, const std::shared_ptr<Race>& race, int peer, 
 
 c10::intrusive_ptr<c10d::Work> receiveFromAnySource(PeerChannels& channels,
                                                     const at::Tensor& tensor, int rank, int size,
-                                                    std::chrono::milliseconds timeout,
                                                     ReceiveOn receive) {
+  const std::chrono::milliseconds timeout = channels.waitLimit();
   TORCH_CHECK(size > 1, "braid backend: a receive from any source on rank ", rank,
               " of a group of one (expected another rank to send)");
   TORCH_CHECK(tensor.numel() > 0, "braid backend: a receive from any source on rank ", rank,

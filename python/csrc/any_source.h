@@ -32,12 +32,12 @@ class AnySourceWork : public AsyncWork {
 // receive channel, behind the receives posted there before it, a probe waits (polling braidProbe
 // on the channel's communicator once its sender has come) for a send from that peer; the first
 // to see one takes it with `receive` on its communicator, the others stand down, and a later
-// receive from them takes their sends. Fails the Work at `timeout` if no rank sent. CPU
+// receive from them takes their sends. Fails the Work at the channels' waitLimit() if no rank
+// sent. CPU
 // communicators only: a CUDA communicator is not probed.
 using ReceiveOn = std::function<void(braidComm_t comm, const at::Tensor& tensor)>;
 c10::intrusive_ptr<c10d::Work> receiveFromAnySource(PeerChannels& channels,
                                                     const at::Tensor& tensor, int rank, int size,
-                                                    std::chrono::milliseconds timeout,
                                                     ReceiveOn receive);
 
 }  // namespace braid_torch

@@ -400,11 +400,7 @@ class BraidBackend : public c10d::Backend {
                   "rank ",
                   rank_, " (expected a receive from a given rank)");
     }
-    const auto timeout =
-        timeout_.count() > 0
-            ? timeout_
-            : std::chrono::duration_cast<std::chrono::milliseconds>(store_->getTimeout());
-    return receiveFromAnySource(*channels_, tensor, rank_, size_, timeout,
+    return receiveFromAnySource(*channels_, tensor, rank_, size_,
                                 [this](braidComm_t comm, const at::Tensor& into) {
                                   transfer(PointToPoint{false, into, 0}, Where{comm, nullptr});
                                 });

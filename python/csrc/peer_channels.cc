@@ -84,11 +84,14 @@ std::string PeerChannels::channelKey(int peer, bool send) const {
 
 // Waits until `key` is set (keySetWithin: without holding the store, which would keep this
 // rank's other channels from publishing their keys).
+std::chrono::milliseconds PeerChannels::waitLimit() const {
+  return timeout_.count() > 0
+             ? timeout_
+             : std::chrono::duration_cast<std::chrono::milliseconds>(store_->getTimeout());
+}
+
 void PeerChannels::awaitKey(const std::string& key, const char* what, int peer) {
-  const std::chrono::milliseconds limit =
-      timeout_.count() > 0
-          ? timeout_
-          : std::chrono::duration_cast<std::chrono::milliseconds>(store_->getTimeout());
+  const std::chrono::milliseconds limit = waitLimit();
   if (!keySetWithin(*store_, key, limit))
     throw std::runtime_error("braid backend: rank " + std::to_string(rank_) + " waited " +
                              std::to_string(limit.count()) + " ms for rank " +

@@ -42,6 +42,8 @@ class PeerChannels {
   bool onThreadOf(int peer, bool send);
   // Whether close() has been called: a long operation may stop early.
   bool closing();
+  // How long an operation waits for a peer: the group's timeout, or the store's where it has none.
+  std::chrono::milliseconds waitLimit() const;
 
   // The channel's communicator, made on first use; called by its operations, on its thread.
   // Throws braid's error if it cannot be made (then every later operation on it fails alike).

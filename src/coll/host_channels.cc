@@ -16,9 +16,7 @@ class StoppableDog final : public Watchdog {
  public:
   StoppableDog(Watchdog& inner, const std::atomic<bool>& stopped)
       : inner_(inner), stopped_(stopped) {
-    spins = inner.spins;
-    yields = inner.yields;
-    sliceNs = inner.sliceNs;
+    pacedAs(inner);
   }
   void poll(int peer, const char* waitingFor) override {
     if (stopped_.load(std::memory_order_acquire))

@@ -427,11 +427,7 @@ namespace {
 // driving the channel's own set of links.
 class ChannelWatchdog final : public braid::Watchdog {
  public:
-  ChannelWatchdog(braidComm& comm, int linkSet) : comm_(comm), linkSet_(linkSet) {
-    spins = comm.spins;
-    yields = comm.yields;
-    sliceNs = comm.sliceNs;
-  }
+  ChannelWatchdog(braidComm& comm, int linkSet) : comm_(comm), linkSet_(linkSet) { pacedAs(comm); }
   void poll(int peer, const char* waitingFor) override { comm_.checkPeers(peer, waitingFor); }
   bool drive(int peer) override { return comm_.driveSet(linkSet_, peer); }
   void stopDriving() override { comm_.stopDrivingSet(linkSet_); }

@@ -57,14 +57,23 @@ int ranksOnMachine(const std::vector<PeerInfo>& peers, uint64_t machine) {
 
 // Cores of a machine: every CPU any of its ranks may run on (ranks bound to one core each still
 // share the machine's other cores with nobody).
+namespace {
+
+// The CPUs a PeerInfo::cpus mask names (at least 1: a rank runs somewhere).
+int cpusIn(const uint64_t (&mask)[16]) {
+  int cores = 0;
+  for (uint64_t word : mask) cores += __builtin_popcountll(word);
+  return std::max(1, cores);
+}
+
+}  // namespace
+
 int machineCores(const std::vector<PeerInfo>& peers, uint64_t machine) {
   uint64_t all[16] = {};
   for (const PeerInfo& p : peers)
     if (p.machineHash == machine)
       for (int w = 0; w < 16; ++w) all[w] |= p.cpus[w];
-  int cores = 0;
-  for (uint64_t word : all) cores += __builtin_popcountll(word);
-  return std::max(1, cores);
+  return cpusIn(all);
 }
 
 int hostChannels(const std::vector<PeerInfo>& peers, int forced, int minChannels, int maxChannels) {
@@ -83,11 +92,7 @@ int hostChannels(const std::vector<PeerInfo>& peers, int forced, int minChannels
     ++m.ranks;
   }
   int channels = kMaxHostChannels;
-  for (const auto& [hash, m] : machines) {
-    int cores = 0;
-    for (uint64_t word : m.cpus) cores += __builtin_popcountll(word);
-    channels = std::min(channels, std::max(1, cores) / m.ranks);
-  }
+  for (const auto& [hash, m] : machines) channels = std::min(channels, cpusIn(m.cpus) / m.ranks);
   return std::clamp(channels, minChannels, std::max(minChannels, maxChannels));
 }
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <initializer_list>
 #include <regex>
 #include <set>
@@ -259,23 +260,34 @@ void expectElements(const std::vector<T>& got, Expected expected, const std::str
   }
 }
 
-TEST(CommQueries, CountAndRankOfInitRank) {
+// A program that makes each rank's communicator (initRank), runs body(comm, env, failures) as
+// step `step`, then destroys it.
+RankProgram onEachRank(std::string step,
+                       std::function<void(braidComm_t, const RankEnv&, Failures&)> body) {
   RankProgram program;
-  program.describeStep = [](int64_t) { return std::string("the queries"); };
-  program.run = [](const RankEnv& env) {
+  program.describeStep = [step](int64_t) { return step; };
+  program.run = [body](const RankEnv& env) {
     Failures failures;
     braidComm_t comm = nullptr;
     if (!succeeded(initRank(&comm, env), nullptr, "init", failures)) return failures;
+    env.at(0);
+    body(comm, env, failures);
+    succeeded(braidCommDestroy(comm), nullptr, "braidCommDestroy", failures);
+    return failures;
+  };
+  return program;
+}
+
+TEST(CommQueries, CountAndRankOfInitRank) {
+  auto queries = [](braidComm_t comm, const RankEnv& env, Failures& failures) {
     int count = -1, userRank = -1;
     succeeded(braidCommCount(comm, &count), comm, "braidCommCount", failures);
     succeeded(braidCommUserRank(comm, &userRank), comm, "braidCommUserRank", failures);
     if (count != env.nranks || userRank != env.rank) {
       failures.push_back("count " + std::to_string(count) + ", rank " + std::to_string(userRank));
     }
-    succeeded(braidCommDestroy(comm), nullptr, "braidCommDestroy", failures);
-    return failures;
   };
-  runAs({Launch::Threads, Launch::Processes}, 3, program);
+  runAs({Launch::Threads, Launch::Processes}, 3, onEachRank("the queries", queries));
 }
 
 // Memory visible to threads and to children forked after it is made.
@@ -398,17 +410,11 @@ Failures exchangeInOneGroup(const std::vector<braidComm_t>& comms, const std::ve
 }
 
 TEST(Groups, SendRecvBeyondTheFifoBothWaysOnePerRank) {
-  RankProgram program;
-  program.describeStep = [](int64_t) { return std::string("the exchange"); };
-  program.run = [](const RankEnv& env) {
-    Failures failures;
-    braidComm_t comm = nullptr;
-    if (!succeeded(initRank(&comm, env), nullptr, "init", failures)) return failures;
-    failures = exchangeInOneGroup({comm}, {env.rank});
-    succeeded(braidCommDestroy(comm), nullptr, "braidCommDestroy", failures);
-    return failures;
+  auto exchange = [](braidComm_t comm, const RankEnv& env, Failures& failures) {
+    const Failures exchanged = exchangeInOneGroup({comm}, {env.rank});
+    failures.insert(failures.end(), exchanged.begin(), exchanged.end());
   };
-  runAs({Launch::Threads, Launch::Processes}, 2, program);
+  runAs({Launch::Threads, Launch::Processes}, 2, onEachRank("the exchange", exchange));
 }
 
 TEST(Groups, SendRecvBeyondTheFifoBothWaysFromOneThread) {
@@ -456,8 +462,7 @@ bool probeUntil(braidComm_t comm, int peer, int until, ProbeAnswer& answer, Fail
 // Rank 0 probes ranks 1 and 2 before they send (nothing), then a small send from rank 2 (it
 // returns once in the FIFO) and a send from rank 1 much larger than the FIFO (it waits for the
 // receive): each seen with its count and datatype, and no longer once received.
-Failures probeSenders(braidComm_t comm, const RankEnv& env) {
-  Failures failures;
+void probeSenders(braidComm_t comm, const RankEnv& env, Failures& failures) {
   constexpr size_t kSmall = 5;
   std::vector<int32_t> small(kSmall, -1);
   std::vector<float> big(kBigMessage, NAN);
@@ -500,22 +505,10 @@ Failures probeSenders(braidComm_t comm, const RankEnv& env) {
     expectElements(
         big, [&](size_t i) { return sourceValue(1, i); }, "from rank 1", failures);
   }
-  return failures;
 }
 
 TEST(Probe, SeesASendWaitingWithItsCountUntilItIsReceived) {
-  RankProgram program;
-  program.describeStep = [](int64_t) { return std::string("probing"); };
-  program.run = [](const RankEnv& env) {
-    Failures failures;
-    braidComm_t comm = nullptr;
-    if (!succeeded(initRank(&comm, env), nullptr, "init", failures)) return failures;
-    env.at(0);
-    for (const std::string& f : probeSenders(comm, env)) failures.push_back(f);
-    succeeded(braidCommDestroy(comm), nullptr, "braidCommDestroy", failures);
-    return failures;
-  };
-  runAs({Launch::Threads, Launch::Processes}, 3, program);
+  runAs({Launch::Threads, Launch::Processes}, 3, onEachRank("probing", probeSenders));
 }
 
 TEST(Lifecycle, FinalizeThenDestroy) {
