@@ -39,10 +39,12 @@ struct CallTag {
   uint8_t collective = 0;
   uint8_t datatype = 0;
   uint8_t op = 0;
-  uint8_t flags = 0;
+  uint8_t flags = 0;  // kTagFusedCalls: a group's fused pass, `count` a digest of its calls
   uint64_t comm = 0;  // the communicator's identity (its rank 0's init nonce)
   bool operator==(const CallTag&) const = default;
 };
+
+inline constexpr uint8_t kTagFusedCalls = 1;
 
 // The head of every slot; the payload follows it, 64-byte aligned.
 struct alignas(64) SlotHeader {

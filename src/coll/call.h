@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "braid/braid.h"
 #include "coll/schedule.h"
@@ -22,7 +23,25 @@ struct CollArgs {
   // The op the caller named where it differs from `op` (a PreMulSum operator runs as a sum of
   // scaled inputs): what the call's tag carries, so a rank using it against one using Sum fails.
   int namedOp = -1;
+  // A group's fused pass (coll/group_plan.h): a digest of its calls' number and counts, which its
+  // tag carries instead of the count, so that ranks whose groups differ fail; 0 for a call.
+  uint64_t fusedCalls = 0;
 };
+
+inline bool reduces(Collective c) {
+  return c == Collective::AllReduce || c == Collective::ReduceScatter || c == Collective::Reduce;
+}
+inline bool hasRoot(Collective c) {
+  return c == Collective::Broadcast || c == Collective::Reduce || c == Collective::Gather ||
+         c == Collective::Scatter;
+}
+inline bool isSendOrRecv(Collective c) {
+  return c == Collective::Send || c == Collective::Recv;
+}
+// Whether the call's count is each rank's block (all-gather, reduce-scatter).
+inline bool countsPerRank(Collective c) {
+  return c == Collective::AllGather || c == Collective::ReduceScatter;
+}
 
 // Sends and receives, and the markers of the gathers and scatters built of them: what launches and
 // runs as a group of point-to-point moves.

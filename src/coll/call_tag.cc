@@ -18,17 +18,6 @@ const char* taggedName(uint8_t collective) {
   return c == Collective::Send ? "braidSend/braidRecv" : apiName(c);
 }
 
-bool reduces(uint8_t collective) {
-  const auto c = static_cast<Collective>(collective);
-  return c == Collective::AllReduce || c == Collective::ReduceScatter || c == Collective::Reduce;
-}
-
-bool rooted(uint8_t collective) {
-  const auto c = static_cast<Collective>(collective);
-  return c == Collective::Broadcast || c == Collective::Reduce || c == Collective::Gather ||
-         c == Collective::Scatter;
-}
-
 const char* datatypeName(uint8_t type) {
   static const char* const kNames[] = {"braidInt8",     "braidUint8",      "braidInt32",
                                        "braidUint32",   "braidInt64",      "braidUint64",
@@ -43,6 +32,12 @@ std::string opName(uint8_t op) {
   static const char* const kNames[] = {"braidSum", "braidProd", "braidMax", "braidMin", "braidAvg"};
   if (op < sizeof kNames / sizeof kNames[0]) return kNames[op];
   return fmt::format("PreMulSum operator {}", op);
+}
+
+// How a tag's call ran: "as one pass of several calls of its group", or its count.
+std::string fusedAs(const CallTag& tag) {
+  if ((tag.flags & kTagFusedCalls) != 0) return "as one pass of several calls of its group";
+  return fmt::format("as one call of count {}", tag.count);
 }
 
 constexpr const char* kRule =
@@ -73,14 +68,15 @@ const char* apiName(Collective c) {
 }
 
 CallTag callTag(const CollArgs& a, uint64_t sequence, uint64_t comm) {
-  const bool p2p = a.coll == Collective::Send || a.coll == Collective::Recv;
+  const bool p2p = isSendOrRecv(a.coll);
   CallTag tag;
   tag.sequence = p2p ? 0 : sequence;
-  tag.count = a.count;
+  tag.count = a.fusedCalls != 0 ? a.fusedCalls : a.count;
+  tag.flags = a.fusedCalls != 0 ? kTagFusedCalls : 0;
   tag.root = p2p ? 0 : a.root;
   tag.collective = static_cast<uint8_t>(tagged(a.coll));
   tag.datatype = static_cast<uint8_t>(a.type);
-  tag.op = reduces(tag.collective) ? opTag(a.namedOp >= 0 ? a.namedOp : a.op) : 0;
+  tag.op = reduces(a.coll) ? opTag(a.namedOp >= 0 ? a.namedOp : a.op) : 0;
   tag.comm = comm;
   return tag;
 }
@@ -112,9 +108,14 @@ std::string describeMismatch(const CallTag& mine, const CallTag& theirs, int sel
   else if (theirs.op != mine.op)
     what = fmt::format("rank {} called {} with op {} but rank {} with {}", self, call,
                        opName(mine.op), peer, opName(theirs.op));
-  else if (theirs.root != mine.root && rooted(mine.collective))
+  else if (theirs.root != mine.root && hasRoot(static_cast<Collective>(mine.collective)))
     what = fmt::format("rank {} called {} with root {} but rank {} with root {}", self, call,
                        mine.root, peer, theirs.root);
+  else if (((mine.flags | theirs.flags) & kTagFusedCalls) != 0 && !(theirs == mine))
+    what = fmt::format(
+        "rank {} ran {} {} but rank {} {}: the ranks' groups hold different calls there (a "
+        "group's consecutive small calls that agree run as one pass, BRAID_GROUP_FUSE_BYTES)",
+        self, call, fusedAs(mine), peer, fusedAs(theirs));
   else if (theirs.count != mine.count)
     what = fmt::format("rank {} called {} with count {} but rank {} with count {}", self, call,
                        mine.count, peer, theirs.count);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <fstream>
 
@@ -15,6 +16,7 @@
 #include "base/random.h"
 #include "base/socket.h"
 #include "coll/call_tag.h"
+#include "coll/group_plan.h"
 #include "kernels/host_reduce.h"
 #include "plan/host_graph.h"
 
@@ -118,13 +120,14 @@ std::string choiceSettings(const CommOptions& options) {
   namespace param = braid::param;
   return fmt::format(
       "algorithms '{}', halving levels {}, protocols '{}', model {} {} {} {} {} {} {} {} {}, FIFO "
-      "{} x {}, host channels {} ({}..{}) from {} bytes",
+      "{} x {}, host channels {} ({}..{}) from {} bytes, group passes of calls to {} bytes, to {} "
+      "bytes together",
       options.algorithms.empty() ? param::Algo() : options.algorithms, param::HalvingLevels(),
       param::Proto(), param::ModelReduceGBs(), param::ModelCopyGBs(), param::ModelCachedSpeedup(),
       param::ModelSharedCoreCost(), param::ModelTcpGBs(), param::ModelCallUs(), param::ModelHopUs(),
       param::ModelNetHopUs(), param::ModelSwitchUs(), param::BuffSize(), param::FifoSlots(),
       param::HostNChannels(), options.minChannels, options.maxChannels,
-      param::HostChannelMinBytes());
+      param::HostChannelMinBytes(), param::GroupFuseBytes(), param::GroupFuseMaxBytes());
 }
 
 // BRAID_MODEL_* and BRAID_ALGO, the config's algorithms taking BRAID_ALGO's place.
@@ -458,21 +461,78 @@ struct MoreChannels {
 }  // namespace
 
 void braidComm::run(const braid::CollArgs& args) {
-  runOperation(collectiveName(args.coll), [&] {
-    braid::CollContext ctx = context();
-    const MoreChannels more(*this, links_);
-    more.lendTo(ctx);
-    host_.lendTo(ctx, true);
-    running_.collective = ctx.sequence;
-    if (args.op < braidNumOps) return braid::runCollective(ctx, args);
-    // PreMulSum: this rank's input times its scalar, then a sum.
-    braid::CollArgs sum = args;
-    const size_t count = args.count * (args.coll == braid::Collective::ReduceScatter ? nranks_ : 1);
-    sum.sendbuff = host_.scaled(ops_, args.op, args.sendbuff, count);
-    sum.op = braidSum;
-    sum.namedOp = args.op;
-    braid::runCollective(ctx, sum);
-    host_.releaseLargeInput();
+  runOperation(collectiveName(args.coll), [&] { runInTurn(args); });
+}
+
+// A collective, once runOperation has given this rank the links' turn.
+void braidComm::runInTurn(const braid::CollArgs& args) {
+  braid::CollContext ctx = context();
+  const MoreChannels more(*this, links_);
+  more.lendTo(ctx);
+  host_.lendTo(ctx, true);
+  running_.collective = ctx.sequence;
+  if (args.op < braidNumOps) return braid::runCollective(ctx, args);
+  // PreMulSum: this rank's input times its scalar, then a sum.
+  braid::CollArgs sum = args;
+  const size_t count = args.count * (args.coll == braid::Collective::ReduceScatter ? nranks_ : 1);
+  sum.sendbuff = host_.scaled(ops_, args.op, args.sendbuff, count);
+  sum.op = braidSum;
+  sum.namedOp = args.op;
+  braid::runCollective(ctx, sum);
+  host_.releaseLargeBuffers();
+}
+
+braid::GroupFuseLimits braidComm::groupFusing() {
+  waitReady();  // the model prices the calls
+  namespace param = braid::param;
+  const double copyGBs = param::ModelCopyGBs();
+  return {static_cast<size_t>(std::max<int64_t>(0, param::GroupFuseBytes())),
+          static_cast<size_t>(std::max<int64_t>(0, param::GroupFuseMaxBytes())),
+          [this](const braid::CollArgs& call) {
+            const braid::ModelCall priced = braid::modelCallOf(call, nranks_);
+            return selection_->hostCallUs(priced.operation, priced.bytes);
+          },
+          [copyGBs](size_t bytes) { return static_cast<double>(bytes) / (copyGBs * 1e3); }};
+}
+
+namespace {
+
+// Once per process, where a rank's fused pass has a call read what an earlier one writes (a loop
+// would say it every time); only until then is it looked for.
+void warnOfReadAfterWrite(std::span<const braid::CollArgs> members, const braid::FusedPass& pass,
+                          int rank) {
+  static std::atomic<bool> warned{false};
+  if (warned.load(std::memory_order_relaxed)) return;
+  const auto pair = braid::laterReadsEarlierOutput(members, pass);
+  if (!pair || warned.exchange(true)) return;
+  BRAID_WARN(braid::log::kColl,
+             "rank {}: in one group, a {} reads what an earlier {} of the group writes; small "
+             "calls that agree run as one pass, which reads every input before it writes, so the "
+             "later call sees its input as it was before the group (a group's calls have no "
+             "order, as in NCCL; put them in separate groups to order them, or set "
+             "BRAID_GROUP_FUSE_BYTES=0 on every rank)",
+             rank, braid::apiName(members[pair->second].coll),
+             braid::apiName(members[pair->first].coll));
+}
+
+}  // namespace
+
+void braidComm::runFused(std::span<const braid::CollArgs> members) {
+  runOperation(collectiveName(members.front().coll), [&] {
+    const braid::FusedPass pass = braid::fusedPass(members, nranks_, rank_);
+    warnOfReadAfterWrite(members, pass, rank_);
+    uint8_t* staging = host_.staging(pass.stagingBytes);
+    for (const braid::StagedCopy& c : pass.inputs)
+      std::memcpy(staging + c.staged,
+                  static_cast<const uint8_t*>(members[c.member].sendbuff) + c.own, c.bytes);
+    braid::CollArgs call = pass.call;
+    call.sendbuff = staging + pass.sendOffset;
+    call.recvbuff = staging + pass.recvOffset;
+    runInTurn(call);
+    for (const braid::StagedCopy& c : pass.outputs)
+      std::memcpy(static_cast<uint8_t*>(members[c.member].recvbuff) + c.own, staging + c.staged,
+                  c.bytes);
+    host_.releaseLargeBuffers();
   });
 }
 
@@ -625,7 +685,7 @@ void* braidComm::registeredBuffer(void* handle, bool window, const char* fn) {
 }
 
 void braidComm::finalize() {
-  pending_.waitDrained();
+  status_.pending().waitDrained();
   waitReady();
   if (device_ != nullptr) device_->cuda().synchronize();
   links_.bootstrap().barrier(deadlineFromNow());
@@ -652,7 +712,7 @@ void braidComm::abort(const char* call) {
   markFailed(fmt::format("rank {} called {}", rank_, call));
   status_.fail(braidRemoteError);
   if (status_.ready() && device_ != nullptr) device_->cuda().abort();
-  pending_.waitDrained();
+  status_.pending().waitDrained();
   // An operation running on another thread sees the failure flag at its next poll and returns;
   // the communicator must outlive it.
   if (links_.connected()) std::lock_guard<std::mutex> lock(links_.turn());

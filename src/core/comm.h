@@ -13,6 +13,7 @@
 #include "base/params.h"
 #include "base/wait.h"
 #include "braid/braid.h"
+#include "coll/group_plan.h"
 #include "coll/host_executor.h"
 #include "core/bootstrap.h"
 #include "core/comm_links.h"
@@ -70,6 +71,12 @@ struct braidComm : public braid::Watchdog {
   // Runs one collective or one batch of send/recv to completion on the calling thread.
   void run(const braid::CollArgs& args);
   void runSendRecv(std::span<const braid::CollArgs> ops);
+  // A group's fused pass (coll/group_plan.h): its calls' inputs copied into the staging buffer,
+  // one call over it, its outputs copied out, all in one turn of the links.
+  void runFused(std::span<const braid::CollArgs> members);
+  // How a group of this communicator's calls fuses (coll/group_plan.h): the settings' limits and
+  // the model's prices (every rank's alike). Waits until ready.
+  braid::GroupFuseLimits groupFusing();
   // The tag of a send from `peer` to this rank that has begun to arrive and that no receive has
   // taken (braidProbe), or nothing; between operations (it takes the links' turn).
   std::optional<braid::CallTag> sendWaitingFrom(int peer);
@@ -104,7 +111,7 @@ struct braidComm : public braid::Watchdog {
 
   // Operations queued on host streams but not finished, or being launched on a device (a launch
   // may wait for its turn); finalize, abort and destroy wait for them.
-  braid::PendingOperations& pending() { return pending_; }
+  braid::PendingOperations& pending() { return status_.pending(); }
 
   void finalize();
   // finalize() on a thread of its own (a non-blocking communicator's): the status says
@@ -148,6 +155,7 @@ struct braidComm : public braid::Watchdog {
  private:
   template <typename Body>
   void runOperation(const char* opName, Body&& body);
+  void runInTurn(const braid::CollArgs& args);
   braid::CollContext context();
   // Init's steps (initialize).
   braid::PeerInfo describeSelf() const;
@@ -167,8 +175,8 @@ struct braidComm : public braid::Watchdog {
   std::unique_ptr<braid::Selection> selection_;  // the plan and the model, once ready
   braid::HostWorkspace host_{braid::param::SlotStores()};
 
-  braid::CommStatus status_;  // init's outcome and the error that ended the communicator
-  braid::PendingOperations pending_;
+  // Init's outcome, the error that ended the communicator, the operations it waits for.
+  braid::CommStatus status_;
 
   // The operation running (the watchdog's errors name it): its number among the link sharers',
   // its name and its deadline.

@@ -15,6 +15,20 @@
 
 namespace braid {
 
+// Operations queued on host streams but not finished, or being launched on a device.
+class PendingOperations {
+ public:
+  void begin() { count_.fetch_add(1); }
+  void end();
+  // Blocks until none is pending (each is bounded by its own deadline).
+  void waitDrained();
+
+ private:
+  std::atomic<int> count_{0};
+  std::mutex mutex_;
+  std::condition_variable drained_;
+};
+
 class CommStatus {
  public:
   // Init has finished: successfully where `initError` is empty. Wakes waitReady().
@@ -35,6 +49,8 @@ class CommStatus {
   void record(const Error& e);
   std::string lastError() const;
 
+  PendingOperations& pending() { return pending_; }
+
  private:
   mutable std::mutex mutex_;
   std::condition_variable readyCv_;
@@ -42,21 +58,8 @@ class CommStatus {
   std::optional<Error> initError_;
   std::atomic<braidResult_t> code_{braidInProgress};
   std::string lastError_;
+  PendingOperations pending_;
   void exchange(braidResult_t from, braidResult_t to) { code_.compare_exchange_strong(from, to); }
-};
-
-// Operations queued on host streams but not finished, or being launched on a device.
-class PendingOperations {
- public:
-  void begin() { count_.fetch_add(1); }
-  void end();
-  // Blocks until none is pending (each is bounded by its own deadline).
-  void waitDrained();
-
- private:
-  std::atomic<int> count_{0};
-  std::mutex mutex_;
-  std::condition_variable drained_;
 };
 
 }  // namespace braid

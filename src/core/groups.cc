@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "coll/call_tag.h"
+#include "coll/group_plan.h"
 #include "core/arguments.h"
 #include "core/entry.h"
 #include "core/group_workers.h"
@@ -16,20 +17,20 @@
 
 namespace braid::api {
 
-bool isSendRecv(const CollArgs& a) {
-  return a.coll == Collective::Send || a.coll == Collective::Recv;
-}
-
 void runBatch(braidComm* comm, std::span<const CollArgs> ops) {
-  for (size_t i = 0; i < ops.size();) {
-    if (!isSendRecv(ops[i])) {
-      comm->run(ops[i++]);
-      continue;
+  // A collective outside a group (the common case), or sends and receives only, have nothing to
+  // plan: they run at once, with nothing allocated before their operation begins (its failures
+  // reach the peers at once; one before it, only as a timeout).
+  if (ops.size() == 1 && !isSendOrRecv(ops[0].coll)) return comm->run(ops[0]);
+  if (std::all_of(ops.begin(), ops.end(), [](const CollArgs& a) { return isSendOrRecv(a.coll); }))
+    return comm->runSendRecv(ops);
+  for (const braid::GroupPass& pass : braid::planGroup(ops, comm->nranks(), comm->groupFusing())) {
+    const std::span<const CollArgs> calls = ops.subspan(pass.first, pass.count);
+    switch (pass.kind) {
+      case braid::GroupPass::Kind::Alone: comm->run(calls.front()); break;
+      case braid::GroupPass::Kind::SendRecv: comm->runSendRecv(calls); break;
+      case braid::GroupPass::Kind::Fused: comm->runFused(calls); break;
     }
-    size_t end = i;
-    while (end < ops.size() && isSendRecv(ops[end])) ++end;
-    comm->runSendRecv(ops.subspan(i, end - i));
-    i = end;
   }
 }
 
@@ -71,10 +72,10 @@ void runTogetherPerComm(size_t n, const std::function<braidComm*(size_t)>& commO
     if (error) throw *error;
 }
 
-// Runs batches that have no stream to completion.
+// Runs batches that have no stream to completion; each communicator keeps its own failure
+// (braidGetLastError of it says why its part of the group failed).
 void runNow(std::vector<Batch>& batches) {
   if (batches.empty()) return;
-  if (batches.size() == 1) return runBatch(batches[0].comm, batches[0].ops);
   runTogetherPerComm(
       batches.size(), [&](size_t i) { return batches[i].comm; },
       [&](size_t i) { runBatch(batches[i].comm, batches[i].ops); });
@@ -203,7 +204,7 @@ braidResult_t enqueue(const CollArgs& args, braidComm* comm, braidStream_t strea
     validate(comm, args, stream);
     // Outside a group: run now, or a kernel that must finish before the matching call is made.
     const bool completesAlone = threadGroup().depth == 0 && (comm->onDevice() || stream == nullptr);
-    if (isSendRecv(args) && args.root == comm->rank() && args.count != 0 && completesAlone)
+    if (isSendOrRecv(args.coll) && args.root == comm->rank() && args.count != 0 && completesAlone)
       fail(braidInvalidUsage,
            "{} on rank {}: a send to or receive from self outside a group can never complete "
            "(put the matching send and receive in one braidGroupStart/braidGroupEnd)",

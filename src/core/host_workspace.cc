@@ -21,9 +21,21 @@ const void* HostWorkspace::scaled(const ReductionOps& ops, braidRedOp_t op, cons
   return ops.scaled(op, input, count, preMulSumInput_);
 }
 
-void HostWorkspace::releaseLargeInput() {
+uint8_t* HostWorkspace::staging(size_t bytes) {
+  if (stagingBytes_ < bytes) {
+    staging_ = std::make_unique_for_overwrite<uint8_t[]>(bytes);
+    stagingBytes_ = bytes;
+  }
+  return staging_.get();
+}
+
+void HostWorkspace::releaseLargeBuffers() {
   // Not "= {}": that assigns an empty list and keeps the capacity.
   if (preMulSumInput_.capacity() > directMaxBytes_) preMulSumInput_ = std::vector<uint8_t>();
+  if (stagingBytes_ > kKeptStagingBytes) {
+    staging_.reset();
+    stagingBytes_ = 0;
+  }
 }
 
 }  // namespace braid

@@ -1,10 +1,12 @@
 // What a communicator's host executor keeps between calls: the one-shot exchange's scratch,
 // the chooser of slot stores (what it measured carries over), the count of collectives (every
-// slot of a collective is tagged with its number), and a PreMulSum's scaled input.
+// slot of a collective is tagged with its number), a PreMulSum's scaled input, and the staging
+// buffer of a group's fused pass (coll/group_plan.h).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,9 +31,17 @@ class HostWorkspace {
   // send from them (the one-shot all-reduce's postFrom) until the call ends, and after a failure
   // until the links are gone.
   const void* scaled(const ReductionOps& ops, braidRedOp_t op, const void* input, size_t count);
-  // Once a PreMulSum's call is done: an input larger than the one-shot exchange takes is not kept.
-  void releaseLargeInput();
+  // A fused pass's staging buffer of at least `bytes` (a pass holds at most
+  // BRAID_GROUP_FUSE_MAX_BYTES), not zeroed; asked for in the links' turn.
+  uint8_t* staging(size_t bytes);
+  // Once a PreMulSum's call or a fused pass is done: a scaled input larger than the one-shot
+  // exchange takes, or a staging buffer above kKeptStagingBytes, is not kept (a group of small
+  // calls each step reuses its staging buffer). Not after a failure: a link may still send from
+  // them until the links are gone.
+  void releaseLargeBuffers();
+  static constexpr size_t kKeptStagingBytes = 1 << 20;
   size_t scaledInputCapacity() const { return preMulSumInput_.capacity(); }
+  size_t stagingCapacity() const { return stagingBytes_; }
   size_t scratchBytes() const { return scratch_.size(); }
 
   uint64_t collectives() const { return collectives_; }
@@ -40,6 +50,8 @@ class HostWorkspace {
   size_t directMaxBytes_ = 0;
   std::vector<unsigned char> scratch_;
   std::vector<uint8_t> preMulSumInput_;
+  std::unique_ptr<uint8_t[]> staging_;
+  size_t stagingBytes_ = 0;
   SlotStoreChooser slotStores_;
   uint64_t collectives_ = 0;
 };

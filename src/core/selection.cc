@@ -1,6 +1,7 @@
 #include "core/selection.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -9,7 +10,7 @@
 #include "base/log.h"
 #include "base/params.h"
 #include "base/recursive_pairing.h"
-#include "kernels/host_reduce.h"
+#include "coll/group_plan.h"
 #include "plan/host_graph.h"
 #include "plan/plan_file.h"
 
@@ -117,6 +118,7 @@ Selection::Selection(int rank, const std::vector<PeerInfo>& peers, const FifoGeo
   completeHostInput(peers, geometry, input);
   model_ = std::make_unique<plan::Model>(graph_, plan_, input);
   chooseHostAlgorithms(input.directMaxBytes);
+  priceHostCalls();
   if (rank == 0 && !param::PlanDumpFile().empty()) {
     const std::string path = log::expandPath(param::PlanDumpFile());
     std::ofstream out(path);
@@ -178,13 +180,31 @@ void Selection::useDeviceModel(const plan::ModelInput& input) {
   text_ = plan::describe(graph_, plan_) + model_->describe() + "\n";
 }
 
+void Selection::priceHostCalls() {
+  const size_t largest = static_cast<size_t>(std::max<int64_t>(1, param::GroupFuseMaxBytes()));
+  const size_t classes = std::min<size_t>(sizeClass(largest), 40) + 1;
+  for (size_t op = 0; op < callUsAtPowers_.size(); ++op)
+    for (size_t k = 0; k < classes; ++k)
+      callUsAtPowers_[op].push_back(
+          model_->best(static_cast<plan::Operation>(op), size_t{1} << k).us);
+}
+
+double Selection::hostCallUs(plan::Operation op, size_t bytes) const {
+  const std::vector<double>& at = callUsAtPowers_.at(static_cast<size_t>(op));
+  const size_t k = sizeClass(bytes);  // 2^(k-1) < bytes <= 2^k
+  if (k == 0) return at.front();
+  if (k >= at.size())
+    return at.back() * static_cast<double>(bytes) / std::ldexp(1.0, at.size() - 1);
+  const double low = std::ldexp(1.0, static_cast<int>(k) - 1);
+  return at[k - 1] + (at[k] - at[k - 1]) * (static_cast<double>(bytes) - low) / low;
+}
+
 ModelCall modelCallOf(const CollArgs& a, int nranks) {
-  const size_t bytes = a.count * kernels::typeSize(a.type);
-  const size_t n = static_cast<size_t>(nranks);
+  const size_t bytes = callSizeBytes(a, nranks);
   switch (a.coll) {
     case Collective::AllReduce: return {plan::Operation::AllReduce, bytes};
-    case Collective::ReduceScatter: return {plan::Operation::ReduceScatter, bytes * n};
-    case Collective::AllGather: return {plan::Operation::AllGather, bytes * n};
+    case Collective::ReduceScatter: return {plan::Operation::ReduceScatter, bytes};
+    case Collective::AllGather: return {plan::Operation::AllGather, bytes};
     case Collective::Broadcast: return {plan::Operation::Broadcast, bytes};
     case Collective::Reduce: return {plan::Operation::Reduce, bytes};
     case Collective::Gather:

@@ -5,6 +5,7 @@
 // settings (their hash is compared at init), so every rank chooses alike without talking.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -73,6 +74,10 @@ class Selection {
   plan::Prediction best(plan::Operation op, size_t bytes, plan::DeviceLaunch launch) const {
     return model_->best(op, bytes, launch);
   }
+  // The model's time of a host collective of `bytes` (nccl-tests' size), from a table of every
+  // power of two up to BRAID_GROUP_FUSE_MAX_BYTES priced at init, linear between: what a group's
+  // fusing weighs for each call, at a table's cost (best() prices every algorithm each time).
+  double hostCallUs(plan::Operation op, size_t bytes) const;
   // The plan and the model, as braidCommDescribePlan gives them.
   const std::string& description() const { return text_; }
 
@@ -80,6 +85,7 @@ class Selection {
   void completeHostInput(const std::vector<PeerInfo>& peers, const FifoGeometry& geometry,
                          plan::ModelInput& input) const;
   void chooseHostAlgorithms(size_t directLimit);
+  void priceHostCalls();
 
   plan::LinkGraph graph_;
   plan::Plan plan_;
@@ -90,6 +96,8 @@ class Selection {
   HostAllReduceTable allReduce_{};
   HostSizeClassFlags broadcastOnTree_{}, reduceOnTree_{}, allGatherBruck_{}, reduceScatterBruck_{};
   size_t directMaxBytes_ = 0, scratchBytes_ = 0;
+  // hostCallUs's table: per collective (plan::Operation up to Reduce), the time at 2^k bytes.
+  std::array<std::vector<double>, 5> callUsAtPowers_;
 };
 
 }  // namespace braid

@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "coll/call.h"
 #include "coll/schedule.h"
 #include "kernels/element_reduce.h"
 #include "multirank/grid_common.h"
@@ -17,6 +18,7 @@
 namespace braid_test {
 
 using braid::Collective;
+using braid::reduces;
 
 enum class Algorithm { Simple, LowLatency, Segmented, Direct };
 
@@ -64,10 +66,6 @@ inline const char* collectiveName(Collective c) {
     case Collective::Send: return "send/recv";
     default: return "?";
   }
-}
-
-inline bool reduces(Collective c) {
-  return c == Collective::AllReduce || c == Collective::ReduceScatter || c == Collective::Reduce;
 }
 
 inline std::string describe(const Case& c, const Shape& s) {

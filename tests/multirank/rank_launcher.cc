@@ -282,6 +282,11 @@ braidResult_t initRank(braidComm_t* comm, const RankEnv& env, int timeoutMs) {
   return braidCommInitRankConfig(comm, env.nranks, env.id, env.rank, &config);
 }
 
+std::string ranksParamName(const RanksParam& param) {
+  return std::string(param.how == Launch::Threads ? "threads_" : "processes_") +
+         std::to_string(param.nranks) + "ranks";
+}
+
 std::string describeResult(braidResult_t result, braidComm_t comm) {
   static const char* const kNames[] = {
       "braidSuccess",       "braidUnhandledCudaError", "braidSystemError",

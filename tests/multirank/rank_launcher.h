@@ -54,6 +54,14 @@ Failures launchRanks(Launch how, int nranks, const RankProgram& program,
 // braidCommInitRankConfig on the CPU device with the given per-operation timeout.
 braidResult_t initRank(braidComm_t* comm, const RankEnv& env, int timeoutMs = kOpTimeoutMs);
 
+// A parameterized test's launch: how and how many ranks; named "threads_2ranks",
+// "processes_4ranks".
+struct RanksParam {
+  Launch how;
+  int nranks;
+};
+std::string ranksParamName(const RanksParam& param);
+
 // "braidRemoteError (<error string>): <braidGetLastError(comm)>".
 std::string describeResult(braidResult_t result, braidComm_t comm);
 

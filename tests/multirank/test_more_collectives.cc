@@ -133,17 +133,11 @@ Failures splitThenReduce(const RankEnv& env) {
   return failures;
 }
 
-struct Param {
-  Launch how;
-  int nranks;
-};
-
-std::string paramName(const testing::TestParamInfo<Param>& info) {
-  return std::string(info.param.how == Launch::Threads ? "threads_" : "processes_") +
-         std::to_string(info.param.nranks) + "ranks";
+std::string paramName(const testing::TestParamInfo<RanksParam>& info) {
+  return ranksParamName(info.param);
 }
 
-class MoreCollectives : public testing::TestWithParam<Param> {};
+class MoreCollectives : public testing::TestWithParam<RanksParam> {};
 
 TEST_P(MoreCollectives, PreMulSumScalesEachRanksInput) {
   Failures failures = launchRanks(GetParam().how, GetParam().nranks, {preMulSumCases, nullptr},
@@ -157,12 +151,13 @@ TEST_P(MoreCollectives, CommSplitByColorAndKey) {
   EXPECT_TRUE(failures.empty()) << testing::PrintToString(failures);
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, MoreCollectives,
-                         testing::Values(Param{Launch::Threads, 1}, Param{Launch::Threads, 2},
-                                         Param{Launch::Threads, 3}, Param{Launch::Threads, 4},
-                                         Param{Launch::Processes, 2}, Param{Launch::Processes, 3},
-                                         Param{Launch::Processes, 4}),
-                         paramName);
+INSTANTIATE_TEST_SUITE_P(
+    Ranks, MoreCollectives,
+    testing::Values(RanksParam{Launch::Threads, 1}, RanksParam{Launch::Threads, 2},
+                    RanksParam{Launch::Threads, 3}, RanksParam{Launch::Threads, 4},
+                    RanksParam{Launch::Processes, 2}, RanksParam{Launch::Processes, 3},
+                    RanksParam{Launch::Processes, 4}),
+    paramName);
 
 // One thread drives four ranks (braidCommInitAll): their splits go in one group.
 TEST(CommSplit, OfRanksDrivenFromOneThreadInAGroup) {

@@ -1,6 +1,6 @@
 // What a communicator's host executor keeps between calls (core/host_workspace.h): the numbers
-// collectives are tagged with, the scratch every call is lent, and a PreMulSum's scaled input, kept
-// while small and let go once large.
+// collectives are tagged with, the scratch every call is lent, and a PreMulSum's scaled input and a
+// fused pass's staging buffer, kept while small and let go once large.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -49,13 +49,28 @@ TEST(HostWorkspace, AScaledInputIsKeptWhileSmallAndReleasedOnceLarge) {
   EXPECT_EQ(out[0], -2.0f);
   EXPECT_EQ(out[1], -5.0f);
   EXPECT_EQ(out[2], 6.0f);
-  workspace.releaseLargeInput();
+  workspace.releaseLargeBuffers();
   EXPECT_GE(workspace.scaledInputCapacity(), 3 * sizeof(float));  // small: kept for the next
   const std::vector<float> large(100, 0.5f);
   out = static_cast<const float*>(workspace.scaled(ops, op, large.data(), large.size()));
   EXPECT_EQ(out[99], -1.0f);
-  workspace.releaseLargeInput();
+  workspace.releaseLargeBuffers();
   EXPECT_EQ(workspace.scaledInputCapacity(), 0u);
+}
+
+TEST(HostWorkspace, AStagingBufferIsKeptWhileSmallAndReleasedOnceLarge) {
+  HostWorkspace workspace("cached");
+  workspace.setLimits(64, 256);
+  uint8_t* small = workspace.staging(48);
+  EXPECT_EQ(workspace.staging(16), small);  // large enough already: the same buffer
+  workspace.releaseLargeBuffers();
+  EXPECT_GE(workspace.stagingCapacity(), 48u);
+  workspace.staging(HostWorkspace::kKeptStagingBytes);
+  workspace.releaseLargeBuffers();
+  EXPECT_EQ(workspace.stagingCapacity(), HostWorkspace::kKeptStagingBytes);  // still kept
+  workspace.staging(HostWorkspace::kKeptStagingBytes + 1);
+  workspace.releaseLargeBuffers();
+  EXPECT_EQ(workspace.stagingCapacity(), 0u);
 }
 
 }  // namespace

@@ -63,6 +63,24 @@ TEST(Selection, OnlyTheRingAllowedPutsEveryClassOnTheRing) {
   EXPECT_EQ(s.directMaxBytes(), 0u);
 }
 
+// The table a group's fusing prices calls with: the model's own time at every power of two, and
+// between two powers a time between theirs.
+TEST(Selection, HostCallTimesAreTheModelsAtPowersOfTwoAndBetweenThem) {
+  const Selection s(0, peersOn(2, 2), kGeometry, {}, allowing(""));
+  for (plan::Operation op :
+       {plan::Operation::AllReduce, plan::Operation::AllGather, plan::Operation::ReduceScatter,
+        plan::Operation::Broadcast, plan::Operation::Reduce})
+    for (size_t bytes = 1; bytes <= (16u << 20); bytes *= 2) {
+      const double at = s.best(op, bytes, plan::DeviceLaunch::Together).us;
+      EXPECT_DOUBLE_EQ(s.hostCallUs(op, bytes), at) << static_cast<int>(op) << " " << bytes;
+      if (bytes < 4) continue;
+      const double below = s.best(op, bytes / 2, plan::DeviceLaunch::Together).us;
+      const double between = s.hostCallUs(op, bytes / 4 * 3);
+      EXPECT_GE(between, std::min(below, at));
+      EXPECT_LE(between, std::max(below, at));
+    }
+}
+
 // Two ranks on one host: the one-shot exchange wins the small classes, up to one FIFO slot's
 // payload at most, and its scratch is the largest class it takes.
 TEST(Selection, OneShotClassesBoundTheScratch) {

@@ -110,10 +110,10 @@ class BraidBenchComm : public BenchComm {
     if (onDevice_ && o_.blocking && locals_.size() == 1) complete();
   }
   void startGroup() override {
-    if (locals_.size() > 1) call("braidGroupStart", braidGroupStart());
+    if (grouped()) call("braidGroupStart", braidGroupStart());
   }
   void endGroup() override {
-    if (locals_.size() == 1) return;
+    if (!grouped()) return;
     call("braidGroupEnd", braidGroupEnd());
     if (onDevice_ && o_.blocking) complete();
   }
@@ -221,6 +221,9 @@ class BraidBenchComm : public BenchComm {
     void* deviceScratch = nullptr;         // ... and on a CUDA communicator, in device memory
     std::map<void*, void*> registrations;  // -R: each buffer's handle or window
   };
+
+  // Calls go in a group where one thread drives several ranks, or where -m aggregates them.
+  bool grouped() const { return locals_.size() > 1 || o_.aggIters > 1; }
 
   // The stream of the tool's own exchanges: a CPU communicator's NULL (the call completes before
   // it returns, or at the group's end), a CUDA communicator's own.

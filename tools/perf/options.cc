@@ -74,6 +74,8 @@ void validate(const Options& o) {
   if (o.stepFactor == 1 && o.stepBytes == 0)
     throw UsageError("-i 0: the step must be at least one byte (or use -f 2 or more)");
   if (o.iters < 1) throw UsageError(fmt::format("-n {}: need at least one iteration", o.iters));
+  if (o.aggIters < 1)
+    throw UsageError(fmt::format("-m {}: need at least one call per group", o.aggIters));
   if (o.warmupIters < 0)
     throw UsageError(fmt::format("-w {}: warm-up iterations cannot be negative", o.warmupIters));
   if (o.threadsPerProcess < 1)
@@ -196,6 +198,9 @@ std::optional<Options> parseOptions(int argc, char** argv) {
   app.add_option("-f,--stepfactor", o.stepFactor, "size multiplier between rows (default 1)");
   app.add_option("-n,--iters", o.iters, "timed iterations per row (default 20)");
   app.add_option("-w,--warmup_iters", o.warmupIters, "warm-up iterations (default 5)");
+  app.add_option("-m,--agg_iters", o.aggIters,
+                 "calls aggregated in one group per timed iteration, each on its own part of the "
+                 "buffers where they hold several (default 1)");
   app.add_option("-c,--check", check, "1: check every element of one more run per row (default 1)")
       ->check(CLI::IsMember({0, 1}));
   app.add_option("-d,--datatype", datatype,

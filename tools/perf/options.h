@@ -20,6 +20,7 @@ struct Options {
   int stepFactor = 1;  // > 1: sizes grow by this factor; otherwise by stepBytes
   int iters = 20;
   int warmupIters = 5;
+  int aggIters = 1;  // -m: calls of each rank in one group per timed iteration
   bool check = true;
   std::vector<braidDataType_t> datatypes{braidFloat32};
   std::vector<braidRedOp_t> ops{braidSum};

@@ -78,11 +78,12 @@ void Reporter::printHeader() {
   fmt::print(out_,
              "# nThread {} nGpus {} nProcs {} nRanks {} minBytes {} maxBytes {} step: {}({}) "
              "warmup iters: "
-             "{} iters: {} validation: {} blocking: {} device: {} launch: {} registration: {}\n",
+             "{} iters: {} agg iters: {} validation: {} blocking: {} device: {} launch: {} "
+             "registration: {}\n",
              o.threadsPerProcess, o.ranksPerThread, run_.processes, run_.nranks, o.minBytes,
              o.maxBytes, o.stepFactor > 1 ? o.stepFactor : o.stepBytes,
-             o.stepFactor > 1 ? "factor" : "bytes", o.warmupIters, o.iters, o.check ? 1 : 0,
-             o.blocking ? 1 : 0, o.device, run_.launch, o.registration);
+             o.stepFactor > 1 ? "factor" : "bytes", o.warmupIters, o.iters, o.aggIters,
+             o.check ? 1 : 0, o.blocking ? 1 : 0, o.device, run_.launch, o.registration);
   if (o.blocking)
     fmt::print(out_, "# Blocking Enabled: NULL stream, every call completes before it returns\n");
   if (!run_.binding.empty()) fmt::print(out_, "# Binding: {}\n", run_.binding);
@@ -219,6 +220,7 @@ void Reporter::writeJson() const {
         {"stepfactor", o.stepFactor},
         {"iters", o.iters},
         {"warmup_iters", o.warmupIters},
+        {"agg_iters", o.aggIters},
         {"check", o.check},
         {"blocking", o.blocking},
         {"registration", o.registration},

@@ -123,14 +123,20 @@ class Sweeps {
     return s.buffers.recv() + (inPlace ? l.recvInPlaceOffset * s.rank * typeSize : 0);
   }
 
-  // One call of every rank of the thread, together.
-  void launch(const Layout& l, braidDataType_t type, braidRedOp_t op, bool inPlace) {
+  // `calls` calls of every rank of the thread, together; as nccl-tests, the k-th is shifted by k
+  // times the row's bytes while the buffers hold that many rows (then it starts over).
+  void launch(const Layout& l, braidDataType_t type, braidRedOp_t op, bool inPlace, int calls = 1) {
     const size_t typeSize = datatypeInfo(type).size;
+    const size_t rowBytes = l.bytes(typeSize);
+    const size_t rows = std::max<size_t>(1, rowBytes == 0 ? 1 : o_.maxBytes / rowBytes);
     comm_.startGroup();
-    for (size_t local = 0; local < slots_.size(); ++local) {
-      const RankSlot& s = *slots_[local];
-      comm_.launch(static_cast<int>(local), sendPointer(s, l, typeSize, inPlace),
-                   recvPointer(s, l, typeSize, inPlace), l.paramCount, type, op);
+    for (int k = 0; k < calls; ++k) {
+      const size_t shift = rowBytes * (static_cast<size_t>(k) % rows);
+      for (size_t local = 0; local < slots_.size(); ++local) {
+        const RankSlot& s = *slots_[local];
+        comm_.launch(static_cast<int>(local), sendPointer(s, l, typeSize, inPlace) + shift,
+                     recvPointer(s, l, typeSize, inPlace) + shift, l.paramCount, type, op);
+      }
     }
     comm_.endGroup();
   }
@@ -167,10 +173,11 @@ class Sweeps {
   Measurement benchTime(const Layout& l, braidDataType_t type, braidRedOp_t op, bool inPlace) {
     comm_.barrier();
     const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < o_.iters; ++i) launch(l, type, op, inPlace);
+    for (int i = 0; i < o_.iters; ++i) launch(l, type, op, inPlace, o_.aggIters);
     comm_.complete();
     const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / o_.iters;
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+        (o_.iters * o_.aggIters);
 
     int64_t wrong = -1;
     if (o_.check && (!inPlace || coll_.checksInPlace)) wrong = checkedRun(l, type, op, inPlace);
@@ -192,7 +199,7 @@ class Sweeps {
 
   void warmUp(size_t bytes, braidDataType_t type, braidRedOp_t op) {
     const Layout l = coll_.layout(bytes / datatypeInfo(type).size, nranks_);
-    for (int i = 0; i < o_.warmupIters; ++i) launch(l, type, op, false);
+    for (int i = 0; i < o_.warmupIters; ++i) launch(l, type, op, false, o_.aggIters);
     comm_.complete();
   }
 

@@ -31,7 +31,8 @@ class BenchComm {
   virtual std::vector<RankInfo> rankInfo() = 0;
   // One call of the options' collective by one of the thread's ranks on a Layout's paramCount;
   // it may complete later. The calls of every local rank come between startGroup() and
-  // endGroup() (they wait for each other, so one thread must issue them together).
+  // endGroup() (they wait for each other, so one thread must issue them together); with -m, each
+  // rank's -m calls too.
   virtual void launch(int local, const void* send, void* recv, size_t count, braidDataType_t type,
                       braidRedOp_t op) = 0;
   virtual void startGroup() {}

@@ -1,0 +1,203 @@
+#include "coll/group_plan.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <set>
+
+#include "kernels/host_reduce.h"
+
+namespace braid {
+namespace {
+
+bool fusable(const CollArgs& call, int nranks, const GroupFuseLimits& limits) {
+  const bool collective = call.coll == Collective::AllReduce ||
+                          call.coll == Collective::ReduceScatter ||
+                          call.coll == Collective::AllGather ||
+                          call.coll == Collective::Broadcast || call.coll == Collective::Reduce;
+  const size_t bytes = callSizeBytes(call, nranks);
+  // A PreMulSum operator carries each rank's own scalar per call: it runs alone.
+  return collective && (!reduces(call.coll) || call.op < braidNumOps) && bytes > 0 &&
+         bytes <= limits.callMaxBytes;
+}
+
+// Whether `next` may join a fused pass that `first` began.
+bool agrees(const CollArgs& first, const CollArgs& next) {
+  return first.coll == next.coll && first.type == next.type &&
+         (!reduces(first.coll) || first.op == next.op) &&
+         (!hasRoot(first.coll) || first.root == next.root);
+}
+
+// The bytes a fused pass copies for a member, in and out (the rooted ones' as on their root).
+size_t copiedBytes(const CollArgs& call, int nranks) {
+  const size_t own = call.count * kernels::typeSize(call.type);
+  return countsPerRank(call.coll) ? own * (static_cast<size_t>(nranks) + 1) : 2 * own;
+}
+
+// Whether the run of calls costs less fused than one by one, as `limits` prices them.
+bool worthFusing(std::span<const CollArgs> run, int nranks, const GroupFuseLimits& limits) {
+  if (!limits.callUs || !limits.copyUs) return true;
+  CollArgs fused = run.front();
+  fused.count = 0;
+  double alone = 0;
+  size_t copied = 0;
+  for (const CollArgs& call : run) {
+    alone += limits.callUs(call);
+    fused.count += call.count;
+    copied += copiedBytes(call, nranks);
+  }
+  return limits.callUs(fused) + limits.copyUs(copied) < alone;
+}
+
+// The fused call's tag digest of its members' number and counts (FNV-1a), never 0.
+uint64_t digestOf(std::span<const CollArgs> members) {
+  uint64_t h = 14695981039346656037ull;
+  auto mix = [&h](uint64_t v) {
+    for (int b = 0; b < 8; ++b) h = (h ^ ((v >> (8 * b)) & 0xff)) * 1099511628211ull;
+  };
+  mix(members.size());
+  for (const CollArgs& m : members) mix(m.count);
+  return h | 1;
+}
+
+// The bytes a member reads (or writes) in its own buffer: [first, last) as addresses, empty
+// where this rank reads (writes) none. Each member's reads are contiguous, and so are its writes.
+struct Extent {
+  uintptr_t first = 0, last = 0;
+  size_t member = 0;
+  bool empty() const { return first >= last; }
+};
+std::vector<Extent> extentsOf(std::span<const CollArgs> members,
+                              const std::vector<StagedCopy>& copies, bool inputs) {
+  std::vector<Extent> extents(members.size());
+  for (size_t i = 0; i < members.size(); ++i) extents[i].member = i;
+  for (const StagedCopy& c : copies) {
+    const void* base = inputs ? members[c.member].sendbuff : members[c.member].recvbuff;
+    const uintptr_t from = reinterpret_cast<uintptr_t>(base) + c.own;
+    Extent& e = extents[c.member];
+    if (e.empty()) e.first = e.last = from;
+    e.first = std::min(e.first, from);
+    e.last = std::max(e.last, from + c.bytes);
+  }
+  std::erase_if(extents, [](const Extent& e) { return e.empty(); });
+  return extents;
+}
+
+}  // namespace
+
+size_t callSizeBytes(const CollArgs& call, int nranks) {
+  const size_t bytes = call.count * kernels::typeSize(call.type);
+  return countsPerRank(call.coll) ? bytes * static_cast<size_t>(nranks) : bytes;
+}
+
+std::vector<GroupPass> planGroup(std::span<const CollArgs> calls, int nranks,
+                                 const GroupFuseLimits& limits) {
+  std::vector<GroupPass> passes;
+  for (size_t i = 0; i < calls.size();) {
+    size_t end = i + 1;
+    if (isSendOrRecv(calls[i].coll)) {
+      while (end < calls.size() && isSendOrRecv(calls[end].coll)) ++end;
+      passes.push_back({GroupPass::Kind::SendRecv, i, end - i});
+    } else if (fusable(calls[i], nranks, limits)) {
+      size_t bytes = callSizeBytes(calls[i], nranks);
+      while (end < calls.size() && fusable(calls[end], nranks, limits) &&
+             agrees(calls[i], calls[end]) &&
+             bytes + callSizeBytes(calls[end], nranks) <= limits.passMaxBytes)
+        bytes += callSizeBytes(calls[end++], nranks);
+      if (end - i > 1 && worthFusing(calls.subspan(i, end - i), nranks, limits))
+        passes.push_back({GroupPass::Kind::Fused, i, end - i});
+      else
+        for (size_t k = i; k < end; ++k) passes.push_back({GroupPass::Kind::Alone, k, 1});
+    } else {
+      passes.push_back({GroupPass::Kind::Alone, i, 1});
+    }
+    i = end;
+  }
+  return passes;
+}
+
+FusedPass fusedPass(std::span<const CollArgs> members, int nranks, int rank) {
+  const CollArgs& first = members.front();
+  const size_t elem = kernels::typeSize(first.type);
+  size_t total = 0;  // elements of the fused call's count
+  for (const CollArgs& m : members) total += m.count;
+  FusedPass pass;
+  pass.call = first;
+  pass.call.count = total;
+  pass.call.sendbuff = pass.call.recvbuff = nullptr;
+  pass.call.fusedCalls = digestOf(members);
+  const size_t n = static_cast<size_t>(nranks), self = static_cast<size_t>(rank);
+  const size_t block = total * elem;  // the fused call's block of one rank
+  size_t at = 0;                      // a member's place in every block
+  for (size_t i = 0; i < members.size(); ++i) {
+    const size_t bytes = members[i].count * elem;
+    switch (first.coll) {
+      case Collective::AllGather:  // input into this rank's block, then every block out
+        pass.inputs.push_back({i, 0, self * block + at, bytes});
+        for (size_t r = 0; r < n; ++r)
+          pass.outputs.push_back({i, r * bytes, r * block + at, bytes});
+        break;
+      case Collective::ReduceScatter:  // every rank's block in, then this rank's block out
+        for (size_t r = 0; r < n; ++r) pass.inputs.push_back({i, r * bytes, r * block + at, bytes});
+        pass.outputs.push_back({i, 0, self * block + at, bytes});
+        break;
+      default:  // all-reduce, broadcast, reduce: one buffer
+        if (first.coll != Collective::Broadcast || rank == first.root)
+          pass.inputs.push_back({i, 0, at, bytes});
+        if (first.coll != Collective::Reduce || rank == first.root)
+          pass.outputs.push_back({i, 0, at, bytes});
+    }
+    at += bytes;
+  }
+  pass.stagingBytes = countsPerRank(first.coll) ? n * block : block;
+  // In place as NCCL's in-place forms have it: an all-gather's input is its rank's block of the
+  // output, a reduce-scatter's output its rank's block of the input.
+  pass.sendOffset = first.coll == Collective::AllGather ? self * block : 0;
+  pass.recvOffset = first.coll == Collective::ReduceScatter ? self * block : 0;
+  return pass;
+}
+
+std::optional<std::pair<size_t, size_t>> laterReadsEarlierOutput(std::span<const CollArgs> members,
+                                                                 const FusedPass& pass) {
+  const std::vector<Extent> reads = extentsOf(members, pass.inputs, true);
+  const std::vector<Extent> writes = extentsOf(members, pass.outputs, false);
+  // A few members: every pair (a pass of every group of a training step runs this).
+  constexpr size_t kEveryPairUpTo = 16;
+  if (members.size() <= kEveryPairUpTo) {
+    for (const Extent& r : reads)
+      for (const Extent& w : writes)
+        if (w.member < r.member && r.first < w.last && w.first < r.last)
+          return std::pair{w.member, r.member};
+    return std::nullopt;
+  }
+  // Many: one sweep over the extents by address. A read overlaps the writes still open where it
+  // begins, and a write the reads still open where it begins; either way the pair counts where
+  // the writer comes first. k log k for k members.
+  struct Event {
+    Extent extent;
+    bool write;
+  };
+  std::vector<Event> events;
+  for (const Extent& e : reads) events.push_back({e, false});
+  for (const Extent& e : writes) events.push_back({e, true});
+  std::sort(events.begin(), events.end(),
+            [](const Event& a, const Event& b) { return a.extent.first < b.extent.first; });
+  std::multiset<std::pair<uintptr_t, size_t>> open[2];  // (last, member) of reads, of writes
+  std::multiset<size_t> openMembers[2];
+  for (const Event& ev : events) {
+    for (int kind = 0; kind < 2; ++kind)
+      while (!open[kind].empty() && open[kind].begin()->first <= ev.extent.first) {
+        openMembers[kind].erase(openMembers[kind].find(open[kind].begin()->second));
+        open[kind].erase(open[kind].begin());
+      }
+    const size_t member = ev.extent.member;
+    if (!ev.write && !openMembers[1].empty() && *openMembers[1].begin() < member)
+      return std::pair{*openMembers[1].begin(), member};
+    if (ev.write && !openMembers[0].empty() && *openMembers[0].rbegin() > member)
+      return std::pair{member, *openMembers[0].rbegin()};
+    open[ev.write].insert({ev.extent.last, member});
+    openMembers[ev.write].insert(member);
+  }
+  return std::nullopt;
+}
+
+}  // namespace braid
