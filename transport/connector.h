@@ -34,7 +34,7 @@ struct FifoControl {
 // different calls get an error instead of a wrong result (coll/call_tag.h).
 struct CallTag {
   uint64_t sequence = 0;  // the communicator's collective number; 0 for send/recv
-  uint64_t count = 0;     // the call's count argument
+  uint64_t count = 0;     // the call's count argument (a fused pass: its calls' digest)
   int32_t root = 0;
   uint8_t collective = 0;
   uint8_t datatype = 0;

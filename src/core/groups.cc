@@ -22,8 +22,15 @@ void runBatch(braidComm* comm, std::span<const CollArgs> ops) {
   // plan: they run at once, with nothing allocated before their operation begins (its failures
   // reach the peers at once; one before it, only as a timeout).
   if (ops.size() == 1 && !isSendOrRecv(ops[0].coll)) return comm->run(ops[0]);
-  if (std::all_of(ops.begin(), ops.end(), [](const CollArgs& a) { return isSendOrRecv(a.coll); }))
-    return comm->runSendRecv(ops);
+  // A gather's or scatter's marker (its roots' agreement) heads its sends and receives.
+  const size_t marker =
+      ops[0].coll == Collective::Gather || ops[0].coll == Collective::Scatter ? 1 : 0;
+  if (std::all_of(ops.begin() + marker, ops.end(),
+                  [](const CollArgs& a) { return isSendOrRecv(a.coll); })) {
+    if (marker == 1) comm->run(ops[0]);
+    if (ops.size() > marker) comm->runSendRecv(ops.subspan(marker));
+    return;
+  }
   for (const braid::GroupPass& pass : braid::planGroup(ops, comm->nranks(), comm->groupFusing())) {
     const std::span<const CollArgs> calls = ops.subspan(pass.first, pass.count);
     switch (pass.kind) {

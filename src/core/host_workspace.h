@@ -35,11 +35,12 @@ class HostWorkspace {
   // BRAID_GROUP_FUSE_MAX_BYTES), not zeroed; asked for in the links' turn.
   uint8_t* staging(size_t bytes);
   // Once a PreMulSum's call or a fused pass is done: a scaled input larger than the one-shot
-  // exchange takes, or a staging buffer above kKeptStagingBytes, is not kept (a group of small
-  // calls each step reuses its staging buffer). Not after a failure: a link may still send from
-  // them until the links are gone.
+  // exchange takes, or a staging buffer above kKeptStagingBytes, is not kept. Up to the default
+  // BRAID_GROUP_FUSE_MAX_BYTES it is: a training step's groups reuse it, rather than fault in
+  // fresh pages each time. Not after a failure: a link may still send from them until the links
+  // are gone.
   void releaseLargeBuffers();
-  static constexpr size_t kKeptStagingBytes = 1 << 20;
+  static constexpr size_t kKeptStagingBytes = 16 << 20;
   size_t scaledInputCapacity() const { return preMulSumInput_.capacity(); }
   size_t stagingCapacity() const { return stagingBytes_; }
   size_t scratchBytes() const { return scratch_.size(); }

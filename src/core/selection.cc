@@ -194,7 +194,8 @@ double Selection::hostCallUs(plan::Operation op, size_t bytes) const {
   const size_t k = sizeClass(bytes);  // 2^(k-1) < bytes <= 2^k
   if (k == 0) return at.front();
   if (k >= at.size())
-    return at.back() * static_cast<double>(bytes) / std::ldexp(1.0, at.size() - 1);
+    return at.back() * static_cast<double>(bytes) /
+           std::ldexp(1.0, static_cast<int>(at.size()) - 1);
   const double low = std::ldexp(1.0, static_cast<int>(k) - 1);
   return at[k - 1] + (at[k] - at[k - 1]) * (static_cast<double>(bytes) - low) / low;
 }
