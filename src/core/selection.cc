@@ -118,7 +118,6 @@ Selection::Selection(int rank, const std::vector<PeerInfo>& peers, const FifoGeo
   completeHostInput(peers, geometry, input);
   model_ = std::make_unique<plan::Model>(graph_, plan_, input);
   chooseHostAlgorithms(input.directMaxBytes);
-  priceHostCalls();
   if (rank == 0 && !param::PlanDumpFile().empty()) {
     const std::string path = log::expandPath(param::PlanDumpFile());
     std::ofstream out(path);
@@ -155,22 +154,31 @@ void Selection::completeHostInput(const std::vector<PeerInfo>& peers, const Fifo
 // Each size class of all-reduce gets the algorithm the model gives its largest size; the one-shot
 // exchange's scratch holds the largest it takes, and the largest reduce-scatter on Bruck's
 // algorithm.
+// Also fills hostCallUs's table from the same predictions, up to BRAID_GROUP_FUSE_MAX_BYTES.
 void Selection::chooseHostAlgorithms(size_t directLimit) {
   directMaxBytes_ = scratchBytes_ = 0;
-  auto runs = [&](plan::Operation op, size_t bytes, plan::Algorithm algorithm) {
-    return model_->best(op, bytes).algorithm == algorithm;
+  for (std::vector<double>& table : callUsAtPowers_) table.clear();
+  const size_t largest = static_cast<size_t>(std::max<int64_t>(1, param::GroupFuseMaxBytes()));
+  const size_t priced = std::min<size_t>(sizeClass(largest), 47) + 1;  // classes hostCallUs keeps
+  auto predict = [&](plan::Operation op, size_t k) {
+    const plan::Prediction p = model_->best(op, size_t{1} << std::min<size_t>(k, 47));
+    if (k < priced) callUsAtPowers_.at(static_cast<size_t>(op)).push_back(p.us);
+    return p.algorithm;
+  };
+  auto runs = [&](plan::Operation op, size_t k, plan::Algorithm algorithm) {
+    return predict(op, k) == algorithm;
   };
   for (size_t k = 0; k < allReduce_.size(); ++k) {
     const size_t bytes = size_t{1} << std::min<size_t>(k, 47);
-    const plan::Algorithm algorithm = model_->best(plan::Operation::AllReduce, bytes).algorithm;
+    const plan::Algorithm algorithm = predict(plan::Operation::AllReduce, k);
     allReduce_[k] = {hostAllReduce(algorithm),
                      static_cast<uint8_t>(model_->halvingLevels(algorithm, bytes))};
     if (allReduce_[k].algorithm == HostAllReduce::OneShot && bytes <= directLimit)
       directMaxBytes_ = bytes;
-    broadcastOnTree_[k] = runs(plan::Operation::Broadcast, bytes, plan::Algorithm::Tree);
-    reduceOnTree_[k] = runs(plan::Operation::Reduce, bytes, plan::Algorithm::Tree);
-    allGatherBruck_[k] = runs(plan::Operation::AllGather, bytes, plan::Algorithm::Bruck);
-    reduceScatterBruck_[k] = runs(plan::Operation::ReduceScatter, bytes, plan::Algorithm::Bruck);
+    broadcastOnTree_[k] = runs(plan::Operation::Broadcast, k, plan::Algorithm::Tree);
+    reduceOnTree_[k] = runs(plan::Operation::Reduce, k, plan::Algorithm::Tree);
+    allGatherBruck_[k] = runs(plan::Operation::AllGather, k, plan::Algorithm::Bruck);
+    reduceScatterBruck_[k] = runs(plan::Operation::ReduceScatter, k, plan::Algorithm::Bruck);
     if (reduceScatterBruck_[k]) scratchBytes_ = bytes;
   }
 }
@@ -178,15 +186,6 @@ void Selection::chooseHostAlgorithms(size_t directLimit) {
 void Selection::useDeviceModel(const plan::ModelInput& input) {
   model_ = std::make_unique<plan::Model>(graph_, plan_, input);
   text_ = plan::describe(graph_, plan_) + model_->describe() + "\n";
-}
-
-void Selection::priceHostCalls() {
-  const size_t largest = static_cast<size_t>(std::max<int64_t>(1, param::GroupFuseMaxBytes()));
-  const size_t classes = std::min<size_t>(sizeClass(largest), 40) + 1;
-  for (size_t op = 0; op < callUsAtPowers_.size(); ++op)
-    for (size_t k = 0; k < classes; ++k)
-      callUsAtPowers_[op].push_back(
-          model_->best(static_cast<plan::Operation>(op), size_t{1} << k).us);
 }
 
 double Selection::hostCallUs(plan::Operation op, size_t bytes) const {

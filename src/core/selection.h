@@ -75,8 +75,9 @@ class Selection {
     return model_->best(op, bytes, launch);
   }
   // The model's time of a host collective of `bytes` (nccl-tests' size), from a table of every
-  // power of two up to BRAID_GROUP_FUSE_MAX_BYTES priced at init, linear between: what a group's
-  // fusing weighs for each call, at a table's cost (best() prices every algorithm each time).
+  // power of two up to BRAID_GROUP_FUSE_MAX_BYTES kept at init (the predictions that chose each
+  // size class's algorithm), linear between: what a group's fusing weighs for each call, at a
+  // table's cost (best() prices every algorithm each time).
   double hostCallUs(plan::Operation op, size_t bytes) const;
   // The plan and the model, as braidCommDescribePlan gives them.
   const std::string& description() const { return text_; }
@@ -85,7 +86,6 @@ class Selection {
   void completeHostInput(const std::vector<PeerInfo>& peers, const FifoGeometry& geometry,
                          plan::ModelInput& input) const;
   void chooseHostAlgorithms(size_t directLimit);
-  void priceHostCalls();
 
   plan::LinkGraph graph_;
   plan::Plan plan_;
