@@ -10,14 +10,10 @@ namespace braid {
 namespace {
 
 bool fusable(const CollArgs& call, int nranks, const GroupFuseLimits& limits) {
-  const bool collective = call.coll == Collective::AllReduce ||
-                          call.coll == Collective::ReduceScatter ||
-                          call.coll == Collective::AllGather ||
-                          call.coll == Collective::Broadcast || call.coll == Collective::Reduce;
   const size_t bytes = callSizeBytes(call, nranks);
   // A PreMulSum operator carries each rank's own scalar per call: it runs alone.
-  return collective && (!reduces(call.coll) || call.op < braidNumOps) && bytes > 0 &&
-         bytes <= limits.callMaxBytes;
+  return !isPointToPoint(call.coll) && (!reduces(call.coll) || call.op < braidNumOps) &&
+         bytes > 0 && bytes <= limits.callMaxBytes;
 }
 
 // Whether `next` may join a fused pass that `first` began.
@@ -27,10 +23,10 @@ bool agrees(const CollArgs& first, const CollArgs& next) {
          (!hasRoot(first.coll) || first.root == next.root);
 }
 
-// The bytes a fused pass copies for a member, in and out (the rooted ones' as on their root).
+// The bytes a fused pass copies for a member, in and out (the rooted ones' as on their root): its
+// size, and its count's worth once more (the all-gather's input, the reduce-scatter's output).
 size_t copiedBytes(const CollArgs& call, int nranks) {
-  const size_t own = call.count * kernels::typeSize(call.type);
-  return countsPerRank(call.coll) ? own * (static_cast<size_t>(nranks) + 1) : 2 * own;
+  return callSizeBytes(call, nranks) + call.count * kernels::typeSize(call.type);
 }
 
 // Whether the run of calls costs less fused than one by one, as `limits` prices them.

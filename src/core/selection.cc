@@ -56,8 +56,6 @@ int ranksOnMachine(const std::vector<PeerInfo>& peers, uint64_t machine) {
       peers.begin(), peers.end(), [&](const PeerInfo& p) { return p.machineHash == machine; }));
 }
 
-// Cores of a machine: every CPU any of its ranks may run on (ranks bound to one core each still
-// share the machine's other cores with nobody).
 namespace {
 
 // The CPUs a PeerInfo::cpus mask names (at least 1: a rank runs somewhere).
@@ -69,6 +67,8 @@ int cpusIn(const uint64_t (&mask)[16]) {
 
 }  // namespace
 
+// Cores of a machine: every CPU any of its ranks may run on (ranks bound to one core each still
+// share the machine's other cores with nobody).
 int machineCores(const std::vector<PeerInfo>& peers, uint64_t machine) {
   uint64_t all[16] = {};
   for (const PeerInfo& p : peers)
@@ -153,8 +153,7 @@ void Selection::completeHostInput(const std::vector<PeerInfo>& peers, const Fifo
 
 // Each size class of all-reduce gets the algorithm the model gives its largest size; the one-shot
 // exchange's scratch holds the largest it takes, and the largest reduce-scatter on Bruck's
-// algorithm.
-// Also fills hostCallUs's table from the same predictions, up to BRAID_GROUP_FUSE_MAX_BYTES.
+// algorithm. The same predictions, up to BRAID_GROUP_FUSE_MAX_BYTES, are hostCallUs's table.
 void Selection::chooseHostAlgorithms(size_t directLimit) {
   directMaxBytes_ = scratchBytes_ = 0;
   for (std::vector<double>& table : callUsAtPowers_) table.clear();
@@ -190,11 +189,9 @@ void Selection::useDeviceModel(const plan::ModelInput& input) {
 
 double Selection::hostCallUs(plan::Operation op, size_t bytes) const {
   const std::vector<double>& at = callUsAtPowers_.at(static_cast<size_t>(op));
-  const size_t k = sizeClass(bytes);  // 2^(k-1) < bytes <= 2^k
+  // 2^(k-1) < bytes <= 2^k; a group never prices more than a pass holds, the table's end.
+  const size_t k = std::min(sizeClass(bytes), at.size() - 1);
   if (k == 0) return at.front();
-  if (k >= at.size())
-    return at.back() * static_cast<double>(bytes) /
-           std::ldexp(1.0, static_cast<int>(at.size()) - 1);
   const double low = std::ldexp(1.0, static_cast<int>(k) - 1);
   return at[k - 1] + (at[k] - at[k - 1]) * (static_cast<double>(bytes) - low) / low;
 }
