@@ -79,7 +79,7 @@
     "its ranks, at most 4, within BRAID_MIN_NCHANNELS..BRAID_MAX_NCHANNELS")                       \
   X(HostChannelMinBytes, "BRAID_HOST_CHANNEL_MIN_BYTES", int64_t, 2 << 20,                         \
     "host ring calls whose output is at least this large run on every CPU channel")                \
-  X(GroupFuseBytes, "BRAID_GROUP_FUSE_BYTES", int64_t, 64 << 10,                                   \
+  X(GroupFuseBytes, "BRAID_GROUP_FUSE_BYTES", int64_t, 16 << 10,                                   \
     "consecutive collectives of a group that agree (collective, datatype, operator, root), each "  \
     "of at most this many bytes, run as one call over a staging buffer where the model prices "    \
     "that below the calls one by one; 0: each call alone")                                         \

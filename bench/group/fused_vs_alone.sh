@@ -9,7 +9,8 @@
 # per-call time (out of place) of each and their ratio (fused / alone: below 1 is faster).
 # Usage: bench/group/fused_vs_alone.sh BUILD_DIR [ROUNDS (5)] [OUTPUT]
 #   MIN_BYTES, MAX_BYTES and FACTOR (8, 1M, 4) set the sizes; FUSE_BYTES the fused side's
-#   BRAID_GROUP_FUSE_BYTES in bytes (braid's default where unset); KEEP_WORK=1 keeps the runs' outputs.
+#   BRAID_GROUP_FUSE_BYTES in bytes (braid's default where unset); ITERS (500) the timed groups per
+#   size: 20 groups of 1 us calls are timer noise; KEEP_WORK=1 keeps the runs' outputs.
 # braid-perf's -c checks one call of each row, not a group: the fused results are checked by
 # tests/multirank/test_group_passes.cc.
 set -euo pipefail
@@ -33,7 +34,7 @@ output="${3:-$repo/bench/results/group_fusion.txt}"
 perf="$build/tools/braid-perf"
 work="$(mktemp -d)"
 [ -n "${KEEP_WORK:-}" ] || trap 'rm -rf "$work"' EXIT
-args=(allreduce -b "${MIN_BYTES:-8}" -e "${MAX_BYTES:-1M}" -f "${FACTOR:-4}" -m 8 -n 20 -w 5 -c 1)
+args=(allreduce -b "${MIN_BYTES:-8}" -e "${MAX_BYTES:-1M}" -f "${FACTOR:-4}" -m 8 -n "${ITERS:-500}" -w 50 -c 1)
 
 run() {  # config fuse(0 or default) round
   local out="$work/$1.$2.$3" setting=()
