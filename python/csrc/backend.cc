@@ -211,10 +211,16 @@ class BraidBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts) override {
+    TORCH_CHECK(outputs.size() == inputs.size(),
+                "braid backend: all_gather_into_tensor_coalesced of ", inputs.size(),
+                " inputs into ", outputs.size(), " outputs (expected one each)");
     return run("all_gather_into_tensor_coalesced", outputs, inputs, opts.asyncOp,
-               [=, this](const Where& on) mutable {
+               [=, this](const Where& on) {
+                 std::vector<FlatPair> pairs;
                  for (size_t i = 0; i < outputs.size(); ++i)
-                   allGatherInto(outputs[i], inputs[i], on);
+                   pairs.push_back(allGatherPair(outputs[i], inputs[i]));
+                 inOneGroup(pairs, "braidAllGather", on,
+                            [&](const FlatPair& p, size_t) { return allGatherCall(p, on); });
                });
   }
 
@@ -256,10 +262,28 @@ class BraidBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::ReduceScatterOptions& opts) override {
+    TORCH_CHECK(outputs.size() == inputs.size(),
+                "braid backend: reduce_scatter_tensor_coalesced of ", inputs.size(),
+                " inputs into ", outputs.size(), " outputs (expected one each)");
     return run("reduce_scatter_tensor_coalesced", outputs, inputs, opts.asyncOp,
-               [=, this](const Where& on) mutable {
-                 for (size_t i = 0; i < outputs.size(); ++i)
-                   reduceScatterInto(outputs[i], inputs[i], opts.reduceOp, on);
+               [=, this](const Where& on) {
+                 // A bitwise operator or PREMUL_SUM is more than one braid call: one by one.
+                 const c10d::ReduceOp& op = opts.reduceOp;
+                 if (isBitwise(op) || op.op_ == c10d::ReduceOp::PREMUL_SUM) {
+                   for (size_t i = 0; i < outputs.size(); ++i)
+                     reduceScatterInto(outputs[i], inputs[i], op, on);
+                   return;
+                 }
+                 std::vector<FlatPair> pairs;
+                 std::vector<braidRedOp_t> ops;
+                 for (size_t i = 0; i < outputs.size(); ++i) {
+                   pairs.push_back(reduceScatterPair(outputs[i], inputs[i]));
+                   ops.push_back(builtinOp(outputs[i].scalar_type(), op));
+                 }
+                 inOneGroup(pairs, "braidReduceScatter", on, [&](const FlatPair& p, size_t i) {
+                   return braidReduceScatter(p.in.data(), p.out.data(), p.out.count(),
+                                             braidType(p.out.flat), ops[i], on.comm, on.stream);
+                 });
                });
   }
 
@@ -783,49 +807,54 @@ class BraidBackend : public c10d::Backend {
     return reduced;
   }
 
-  // A reducing call with torch's operator: PREMUL_SUM as braid's PreMulSum operator with the
-  // factor in the tensor's type, read on the host when the operator is made.
-  template <typename Call>
-  void reduceCall(const at::Tensor& t, const c10d::ReduceOp& op, const Where& on, Call&& call) {
-    if (t.scalar_type() == at::kBool) {  // as bytes 0 and 1: sum is any (max), product all (min)
+  // torch's operator as one of braid's built-in ones; bool tensors as bytes 0 and 1, where sum is
+  // any (max) and product all (min).
+  static braidRedOp_t builtinOp(at::ScalarType type, const c10d::ReduceOp& op) {
+    if (type == at::kBool) {
       switch (op.op_) {
         case c10d::ReduceOp::SUM:
-        case c10d::ReduceOp::MAX: return checkOn(on, call(braidMax), "reduction");
+        case c10d::ReduceOp::MAX: return braidMax;
         case c10d::ReduceOp::PRODUCT:
-        case c10d::ReduceOp::MIN: return checkOn(on, call(braidMin), "reduction");
+        case c10d::ReduceOp::MIN: return braidMin;
         default:
           TORCH_CHECK(false, "braid backend: reduce op ", static_cast<int>(op.op_),
                       " on a bool tensor (expected SUM, PRODUCT, MIN, MAX or a bitwise op)");
       }
     }
     switch (op.op_) {
-      case c10d::ReduceOp::SUM: return checkOn(on, call(braidSum), "reduction");
-      case c10d::ReduceOp::AVG: return checkOn(on, call(braidAvg), "reduction");
-      case c10d::ReduceOp::PRODUCT: return checkOn(on, call(braidProd), "reduction");
-      case c10d::ReduceOp::MIN: return checkOn(on, call(braidMin), "reduction");
-      case c10d::ReduceOp::MAX: return checkOn(on, call(braidMax), "reduction");
-      case c10d::ReduceOp::PREMUL_SUM: {
-        // NCCLPreMulSumSupplement: torch 2.11's name, which newer torch keeps as an alias.
-        auto* supplement = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
-        TORCH_CHECK(supplement != nullptr, "braid backend: PREMUL_SUM without its factor");
-        at::Tensor factor =
-            supplement->tensor_factor.defined()
-                ? supplement->tensor_factor.to(at::kCPU, t.scalar_type())
-                : at::scalar_tensor(supplement->double_factor, t.options().device(at::kCPU));
-        braidRedOp_t premul;
-        checkOn(on,
-                braidRedOpCreatePreMulSum(&premul, factor.data_ptr(), braidType(t),
-                                          braidScalarHostImmediate, on.comm),
-                "braidRedOpCreatePreMulSum");
-        const braidResult_t result = call(premul);
-        braidRedOpDestroy(premul, on.comm);
-        return checkOn(on, result, "reduction");
-      }
+      case c10d::ReduceOp::SUM: return braidSum;
+      case c10d::ReduceOp::AVG: return braidAvg;
+      case c10d::ReduceOp::PRODUCT: return braidProd;
+      case c10d::ReduceOp::MIN: return braidMin;
+      case c10d::ReduceOp::MAX: return braidMax;
       default:
         TORCH_CHECK(false, "braid backend: reduce op ", static_cast<int>(op.op_),
                     " is not supported (expected SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM, BAND, "
                     "BOR or BXOR)");
     }
+  }
+
+  // A reducing call with torch's operator: PREMUL_SUM as braid's PreMulSum operator with the
+  // factor in the tensor's type, read on the host when the operator is made.
+  template <typename Call>
+  void reduceCall(const at::Tensor& t, const c10d::ReduceOp& op, const Where& on, Call&& call) {
+    if (op.op_ != c10d::ReduceOp::PREMUL_SUM || t.scalar_type() == at::kBool)
+      return checkOn(on, call(builtinOp(t.scalar_type(), op)), "reduction");
+    // NCCLPreMulSumSupplement: torch 2.11's name, which newer torch keeps as an alias.
+    auto* supplement = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
+    TORCH_CHECK(supplement != nullptr, "braid backend: PREMUL_SUM without its factor");
+    at::Tensor factor =
+        supplement->tensor_factor.defined()
+            ? supplement->tensor_factor.to(at::kCPU, t.scalar_type())
+            : at::scalar_tensor(supplement->double_factor, t.options().device(at::kCPU));
+    braidRedOp_t premul;
+    checkOn(on,
+            braidRedOpCreatePreMulSum(&premul, factor.data_ptr(), braidType(t),
+                                      braidScalarHostImmediate, on.comm),
+            "braidRedOpCreatePreMulSum");
+    const braidResult_t result = call(premul);
+    braidRedOpDestroy(premul, on.comm);
+    return checkOn(on, result, "reduction");
   }
 
   // A dense tensor all-reduced in place.
@@ -868,32 +897,66 @@ class BraidBackend : public c10d::Backend {
     });
   }
 
+  // A call's flat input and output.
+  struct FlatPair {
+    Flat in, out;
+  };
+
+  FlatPair allGatherPair(const at::Tensor& output, const at::Tensor& input) const {
+    FlatPair p{Flat(input), Flat(output)};
+    TORCH_CHECK(p.out.count() == p.in.count() * size_,
+                "braid backend: all_gather_into_tensor output has ", p.out.count(),
+                " elements (expected ", p.in.count() * size_, ")");
+    return p;
+  }
+
+  static braidResult_t allGatherCall(const FlatPair& p, const Where& on) {
+    return braidAllGather(p.in.data(), p.out.data(), p.in.count(), braidType(p.in.flat), on.comm,
+                          on.stream);
+  }
+
   void allGatherInto(const at::Tensor& output, const at::Tensor& input, const Where& on) {
-    Flat in(input), out(output);
-    TORCH_CHECK(out.count() == in.count() * size_,
-                "braid backend: all_gather_into_tensor output has ", out.count(),
-                " elements (expected ", in.count() * size_, ")");
-    checkOn(on,
-            braidAllGather(in.data(), out.data(), in.count(), braidType(input), on.comm, on.stream),
-            "braidAllGather");
-    out.writeBack();
+    FlatPair p = allGatherPair(output, input);
+    checkOn(on, allGatherCall(p, on), "braidAllGather");
+    p.out.writeBack();
+  }
+
+  FlatPair reduceScatterPair(const at::Tensor& output, const at::Tensor& input) const {
+    FlatPair p{Flat(input), Flat(output)};
+    TORCH_CHECK(p.in.count() == p.out.count() * size_, "braid backend: reduce_scatter input has ",
+                p.in.count(), " elements (expected ", p.out.count() * size_, ")");
+    return p;
   }
 
   void reduceScatterInto(const at::Tensor& output, const at::Tensor& input,
                          const c10d::ReduceOp& op, const Where& on) {
-    Flat in(input), out(output);
-    TORCH_CHECK(in.count() == out.count() * size_, "braid backend: reduce_scatter input has ",
-                in.count(), " elements (expected ", out.count() * size_, ")");
+    FlatPair p = reduceScatterPair(output, input);
     if (isBitwise(op)) {
-      const int64_t n = out.flat.numel();
-      out.flat.copy_(bitwiseOverRanks(in.flat, op, on).narrow(0, rank_ * n, n).view_as(out.flat));
+      const int64_t n = p.out.flat.numel();
+      p.out.flat.copy_(
+          bitwiseOverRanks(p.in.flat, op, on).narrow(0, rank_ * n, n).view_as(p.out.flat));
     } else {
       reduceCall(output, op, on, [&](braidRedOp_t o) {
-        return braidReduceScatter(in.data(), out.data(), out.count(), braidType(output), o, on.comm,
-                                  on.stream);
+        return braidReduceScatter(p.in.data(), p.out.data(), p.out.count(), braidType(output), o,
+                                  on.comm, on.stream);
       });
     }
-    out.writeBack();
+    p.out.writeBack();
+  }
+
+  // The pairs' calls (`call(pair, i)`, the i-th) as one braid group, so that the communicator may
+  // run the small ones as one pass (BRAID_GROUP_FUSE_BYTES, NCCL's coalescing); every pair was
+  // checked before, so a rank issues all of its calls or, refusing one, none.
+  template <typename Call>
+  static void inOneGroup(std::vector<FlatPair>& pairs, const char* what, const Where& on,
+                         Call call) {
+    checkOn(on, braidGroupStart(), "braidGroupStart");
+    braidResult_t issued = braidSuccess;
+    for (size_t i = 0; i < pairs.size() && issued == braidSuccess; ++i) issued = call(pairs[i], i);
+    const braidResult_t ended = braidGroupEnd();
+    checkOn(on, issued, what);
+    checkOn(on, ended, "braidGroupEnd");
+    for (FlatPair& p : pairs) p.out.writeBack();
   }
 
   // Pieces of different sizes: padded to the largest, in one reduce-scatter, unless that moves

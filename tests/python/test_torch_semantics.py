@@ -211,6 +211,52 @@ def test_each_operation_of_a_coalesced_batch_returns_a_work_that_completes(run_r
     run_ranks(2, coalesced_works, timeout_s=20)
 
 
+def coalesced_gather_and_scatter(rank, size):
+    """all_gather_into_tensor and reduce_scatter_tensor calls in torch's _coalescing_manager reach
+    the backend as one *_coalesced call each, which braid issues as one group (small calls that
+    agree run as one pass, larger ones alone): pieces of 12 B to 80 KB on both sides of
+    BRAID_GROUP_FUSE_BYTES, two dtypes, outputs that are not contiguous (written back after the
+    group), SUM, MAX and BOR (issued one by one). Outputs poisoned; references computed here."""
+    f32, i32 = torch.float32, torch.int32
+    counts, dtypes = [3, 1000, 5, 20000, 7, 4, 6], [f32, f32, i32, f32, f32, i32, i32]
+
+    def piece(r, i):  # rank r's i-th input (all-gather), or its i-th input's block (reduce-scatter)
+        return (torch.arange(counts[i]) % 97 * (r + 1) + 3 * i).to(dtypes[i])
+
+    def strided(n, dtype):  # every other element of a poisoned buffer
+        return torch.full((2 * n,), POISON).to(dtype)[::2]
+
+    outs = [strided(size * n, t) if i % 2 else torch.full((size * n,), POISON).to(t)
+            for i, (n, t) in enumerate(zip(counts, dtypes))]
+    with dist._coalescing_manager(device=torch.device("cpu")):
+        for i, out in enumerate(outs):
+            dist.all_gather_into_tensor(out, piece(rank, i))
+    for i, out in enumerate(outs):
+        want = torch.cat([piece(r, i) for r in range(size)])
+        assert torch.equal(out, want), f"rank {rank}: all-gather {i} ({counts[i]} x {dtypes[i]})"
+
+    for op, combine in ((dist.ReduceOp.SUM, torch.add), (dist.ReduceOp.MAX, torch.maximum),
+                        (dist.ReduceOp.BOR, torch.bitwise_or)):
+        kept = [i for i in range(len(counts)) if op != dist.ReduceOp.BOR or dtypes[i] == torch.int32]
+        # Rank r's input for call i: block b is piece(r * size + b, i).
+        inputs = {i: torch.cat([piece(rank * size + b, i) for b in range(size)]) for i in kept}
+        outs = {i: strided(counts[i], dtypes[i]) if i % 2 else
+                torch.full((counts[i],), POISON).to(dtypes[i]) for i in kept}
+        with dist._coalescing_manager(device=torch.device("cpu")):
+            for i in kept:
+                dist.reduce_scatter_tensor(outs[i], inputs[i], op=op)
+        for i in kept:
+            want = piece(rank, i)
+            for r in range(1, size):
+                want = combine(want, piece(r * size + rank, i))
+            assert torch.equal(outs[i], want), f"rank {rank}: {op} reduce-scatter {i}"
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_coalesced_all_gathers_and_reduce_scatters_run_as_one_group(run_ranks, size):
+    run_ranks(size, coalesced_gather_and_scatter, timeout_s=60)
+
+
 def monitored_barrier_absent_ranks(rank, size):
     """Ranks 1 and 2 never come to rank 0's monitored barrier: rank 0 names both
     (wait_all_ranks), each after the whole timeout; then every rank meets in a plain barrier."""
