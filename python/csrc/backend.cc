@@ -211,16 +211,15 @@ class BraidBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts) override {
-    TORCH_CHECK(outputs.size() == inputs.size(),
-                "braid backend: all_gather_into_tensor_coalesced of ", inputs.size(),
-                " inputs into ", outputs.size(), " outputs (expected one each)");
+    checkCoalesced(outputs, inputs, true, "all_gather_into_tensor_coalesced");
     return run("all_gather_into_tensor_coalesced", outputs, inputs, opts.asyncOp,
                [=, this](const Where& on) {
                  std::vector<FlatPair> pairs;
                  for (size_t i = 0; i < outputs.size(); ++i)
                    pairs.push_back(allGatherPair(outputs[i], inputs[i]));
-                 inOneGroup(pairs, "braidAllGather", on,
-                            [&](const FlatPair& p, size_t) { return allGatherCall(p, on); });
+                 inOneGroup(pairs.size(), "braidAllGather", on,
+                            [&](size_t i) { return allGatherCall(pairs[i], on); });
+                 for (FlatPair& p : pairs) p.out.writeBack();
                });
   }
 
@@ -262,28 +261,28 @@ class BraidBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::ReduceScatterOptions& opts) override {
-    TORCH_CHECK(outputs.size() == inputs.size(),
-                "braid backend: reduce_scatter_tensor_coalesced of ", inputs.size(),
-                " inputs into ", outputs.size(), " outputs (expected one each)");
-    return run("reduce_scatter_tensor_coalesced", outputs, inputs, opts.asyncOp,
-               [=, this](const Where& on) {
-                 // A bitwise operator or PREMUL_SUM is more than one braid call: one by one.
-                 const c10d::ReduceOp& op = opts.reduceOp;
-                 if (isBitwise(op) || op.op_ == c10d::ReduceOp::PREMUL_SUM) {
+    checkCoalesced(outputs, inputs, false, "reduce_scatter_tensor_coalesced");
+    const c10d::ReduceOp op = opts.reduceOp;
+    // A bitwise operator or PREMUL_SUM is more than one braid call: one by one.
+    if (isBitwise(op) || op.op_ == c10d::ReduceOp::PREMUL_SUM)
+      return run("reduce_scatter_tensor_coalesced", outputs, inputs, opts.asyncOp,
+                 [=, this](const Where& on) {
                    for (size_t i = 0; i < outputs.size(); ++i)
                      reduceScatterInto(outputs[i], inputs[i], op, on);
-                   return;
-                 }
-                 std::vector<FlatPair> pairs;
-                 std::vector<braidRedOp_t> ops;
-                 for (size_t i = 0; i < outputs.size(); ++i) {
-                   pairs.push_back(reduceScatterPair(outputs[i], inputs[i]));
-                   ops.push_back(builtinOp(outputs[i].scalar_type(), op));
-                 }
-                 inOneGroup(pairs, "braidReduceScatter", on, [&](const FlatPair& p, size_t i) {
-                   return braidReduceScatter(p.in.data(), p.out.data(), p.out.count(),
-                                             braidType(p.out.flat), ops[i], on.comm, on.stream);
                  });
+    std::vector<braidRedOp_t> ops;
+    for (const at::Tensor& output : outputs) ops.push_back(builtinOp(output.scalar_type(), op));
+    return run("reduce_scatter_tensor_coalesced", outputs, inputs, opts.asyncOp,
+               [=, this](const Where& on) {
+                 std::vector<FlatPair> pairs;
+                 for (size_t i = 0; i < outputs.size(); ++i)
+                   pairs.push_back(reduceScatterPair(outputs[i], inputs[i]));
+                 inOneGroup(pairs.size(), "braidReduceScatter", on, [&](size_t i) {
+                   const FlatPair& p = pairs[i];
+                   return braidReduceScatter(p.in.data(), p.out.data(), p.out.count(), p.type,
+                                             ops[i], on.comm, on.stream);
+                 });
+                 for (FlatPair& p : pairs) p.out.writeBack();
                });
   }
 
@@ -751,23 +750,18 @@ class BraidBackend : public c10d::Backend {
     }
   }
 
-  // One braid group of sends and receives, everything about them worked out before it opens (a
-  // failure then leaves no group open on this thread), every call's result checked.
-  struct Transfer {
-    bool send;
-    void* data;
-    size_t count;
-    braidDataType_t type;
-    int peer;
-  };
-  void exchange(const std::vector<Transfer>& transfers, const char* what, const Where& on) {
+  // `calls` braid calls (`issue(i)`, the i-th) as one group: the communicator may run small
+  // collectives of it as one pass (BRAID_GROUP_FUSE_BYTES), as ProcessGroupNCCL's coalescing.
+  // Everything about the calls is worked out before the group opens, so `issue` throws nothing and
+  // no group is left open on this thread; the first failed call's error (a rank that refused a call
+  // still runs the others it issued), else the group end's, is thrown.
+  template <typename Issue>
+  static void inOneGroup(size_t calls, const char* what, const Where& on, Issue issue) {
     checkOn(on, braidGroupStart(), "braidGroupStart");
     braidResult_t first = braidSuccess;
     std::string firstError;
-    for (const Transfer& t : transfers) {
-      const braidResult_t r = t.send
-                                  ? braidSend(t.data, t.count, t.type, t.peer, on.comm, on.stream)
-                                  : braidRecv(t.data, t.count, t.type, t.peer, on.comm, on.stream);
+    for (size_t i = 0; i < calls; ++i) {
+      const braidResult_t r = issue(i);
       if (r != braidSuccess && first == braidSuccess) {
         first = r;
         firstError = braidGetLastError(on.comm);
@@ -778,6 +772,22 @@ class BraidBackend : public c10d::Backend {
       throw std::runtime_error(std::string("braid backend: ") + what +
                                " failed: " + braidGetErrorString(first) + ": " + firstError);
     checkOn(on, ended, what);
+  }
+
+  // Sends and receives of one group.
+  struct Transfer {
+    bool send;
+    void* data;
+    size_t count;
+    braidDataType_t type;
+    int peer;
+  };
+  static void exchange(const std::vector<Transfer>& transfers, const char* what, const Where& on) {
+    inOneGroup(transfers.size(), what, on, [&](size_t i) {
+      const Transfer& t = transfers[i];
+      return t.send ? braidSend(t.data, t.count, t.type, t.peer, on.comm, on.stream)
+                    : braidRecv(t.data, t.count, t.type, t.peer, on.comm, on.stream);
+    });
   }
 
   static bool isBitwise(const c10d::ReduceOp& op) {
@@ -897,22 +907,42 @@ class BraidBackend : public c10d::Backend {
     });
   }
 
-  // A call's flat input and output.
+  // A call's flat input and output, and their braid datatype.
   struct FlatPair {
     Flat in, out;
+    braidDataType_t type;
   };
 
+  // The pair of a coalesced list's call, on the caller's thread, before anything moves: in torch's
+  // _coalescing_manager(device=...) the Work that would carry the body's failure is replaced by the
+  // block's, so a failure there would go unseen. `gather`: the output holds every rank's input.
+  void checkCoalesced(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs,
+                      bool gather, const char* what) const {
+    TORCH_CHECK(outputs.size() == inputs.size(), "braid backend: ", what, " of ", inputs.size(),
+                " inputs into ", outputs.size(), " outputs (expected one each)");
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      braidType(inputs[i]);
+      checkPairShape(outputs[i], inputs[i], gather, what);
+    }
+  }
+
+  void checkPairShape(const at::Tensor& output, const at::Tensor& input, bool gather,
+                      const char* what) const {
+    TORCH_CHECK(output.scalar_type() == input.scalar_type(), "braid backend: ", what, " output ",
+                output.scalar_type(), " and input ", input.scalar_type(), " differ");
+    const int64_t whole = gather ? output.numel() : input.numel();
+    const int64_t piece = gather ? input.numel() : output.numel();
+    TORCH_CHECK(whole == piece * size_, "braid backend: ", what, " ", gather ? "output" : "input",
+                " has ", whole, " elements (expected ", piece * size_, ")");
+  }
+
   FlatPair allGatherPair(const at::Tensor& output, const at::Tensor& input) const {
-    FlatPair p{Flat(input), Flat(output)};
-    TORCH_CHECK(p.out.count() == p.in.count() * size_,
-                "braid backend: all_gather_into_tensor output has ", p.out.count(),
-                " elements (expected ", p.in.count() * size_, ")");
-    return p;
+    checkPairShape(output, input, true, "all_gather_into_tensor");
+    return {Flat(input), Flat(output), braidType(input)};
   }
 
   static braidResult_t allGatherCall(const FlatPair& p, const Where& on) {
-    return braidAllGather(p.in.data(), p.out.data(), p.in.count(), braidType(p.in.flat), on.comm,
-                          on.stream);
+    return braidAllGather(p.in.data(), p.out.data(), p.in.count(), p.type, on.comm, on.stream);
   }
 
   void allGatherInto(const at::Tensor& output, const at::Tensor& input, const Where& on) {
@@ -922,10 +952,8 @@ class BraidBackend : public c10d::Backend {
   }
 
   FlatPair reduceScatterPair(const at::Tensor& output, const at::Tensor& input) const {
-    FlatPair p{Flat(input), Flat(output)};
-    TORCH_CHECK(p.in.count() == p.out.count() * size_, "braid backend: reduce_scatter input has ",
-                p.in.count(), " elements (expected ", p.out.count() * size_, ")");
-    return p;
+    checkPairShape(output, input, false, "reduce_scatter");
+    return {Flat(input), Flat(output), braidType(output)};
   }
 
   void reduceScatterInto(const at::Tensor& output, const at::Tensor& input,
@@ -942,21 +970,6 @@ class BraidBackend : public c10d::Backend {
       });
     }
     p.out.writeBack();
-  }
-
-  // The pairs' calls (`call(pair, i)`, the i-th) as one braid group, so that the communicator may
-  // run the small ones as one pass (BRAID_GROUP_FUSE_BYTES, NCCL's coalescing); every pair was
-  // checked before, so a rank issues all of its calls or, refusing one, none.
-  template <typename Call>
-  static void inOneGroup(std::vector<FlatPair>& pairs, const char* what, const Where& on,
-                         Call call) {
-    checkOn(on, braidGroupStart(), "braidGroupStart");
-    braidResult_t issued = braidSuccess;
-    for (size_t i = 0; i < pairs.size() && issued == braidSuccess; ++i) issued = call(pairs[i], i);
-    const braidResult_t ended = braidGroupEnd();
-    checkOn(on, issued, what);
-    checkOn(on, ended, "braidGroupEnd");
-    for (FlatPair& p : pairs) p.out.writeBack();
   }
 
   // Pieces of different sizes: padded to the largest, in one reduce-scatter, unless that moves

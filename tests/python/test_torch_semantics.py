@@ -257,6 +257,41 @@ def test_coalesced_all_gathers_and_reduce_scatters_run_as_one_group(run_ranks, s
     run_ranks(size, coalesced_gather_and_scatter, timeout_s=60)
 
 
+def coalesced_calls_as_one_pass_and_refusals(rank, size):
+    """The block's calls are one braid group: the second all-gather, whose input is the first's
+    output, reads it as it was before the block (they run as one pass, as docs/core.md says; one
+    by one it would read the first's result). A block braid refuses (an output of the wrong size,
+    an output and input of different dtypes, a dtype braid lacks) fails on the caller's thread on
+    every rank, and leaves no group open: a later all_reduce is right."""
+    n = 4
+    first_in = torch.full((n,), float(rank + 1))
+    first_out = torch.full((size * n,), POISON)
+    second_out = torch.full((size * n,), POISON)
+    with dist._coalescing_manager(device=torch.device("cpu")):
+        dist.all_gather_into_tensor(first_out, first_in)
+        dist.all_gather_into_tensor(second_out, first_out[:n])
+    want = torch.cat([torch.full((n,), float(r + 1)) for r in range(size)])
+    assert torch.equal(first_out, want), first_out
+    assert torch.equal(second_out, torch.full((size * n,), POISON)), second_out
+
+    refused = [(torch.zeros(size * n + 1), torch.ones(n), "elements"),
+               (torch.zeros(size * n, dtype=torch.float64), torch.ones(n), "differ"),
+               (torch.zeros(size * n, dtype=torch.int16), torch.ones(n, dtype=torch.int16), "tensors of type")]
+    for out, inp, words in refused:
+        with pytest.raises((RuntimeError, ValueError), match=words):
+            with dist._coalescing_manager(device=torch.device("cpu")):
+                dist.all_gather_into_tensor(torch.zeros(size * n), torch.ones(n))
+                dist.all_gather_into_tensor(out, inp)
+    total = torch.tensor([float(rank + 1)])
+    dist.all_reduce(total)
+    assert total.item() == size * (size + 1) / 2, total
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_coalesced_calls_run_as_one_pass_and_refusals_leave_no_group_open(run_ranks, size):
+    run_ranks(size, coalesced_calls_as_one_pass_and_refusals, timeout_s=60)
+
+
 def monitored_barrier_absent_ranks(rank, size):
     """Ranks 1 and 2 never come to rank 0's monitored barrier: rank 0 names both
     (wait_all_ranks), each after the whole timeout; then every rank meets in a plain barrier."""
