@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <set>
+#include <utility>
 
 #include "kernels/host_reduce.h"
 
@@ -85,29 +86,61 @@ size_t callSizeBytes(const CollArgs& call, int nranks) {
   return countsPerRank(call.coll) ? bytes * static_cast<size_t>(nranks) : bytes;
 }
 
+namespace {
+
+// The collectives' passes, in order (`collectives`: their places among the group's calls): each
+// run of fusable ones that agree, consecutive among the collectives whatever sends and receives
+// lie between them, as one pass where worth it; every other alone.
+std::vector<GroupPass> collectivePasses(std::span<const CollArgs> calls,
+                                        const std::vector<size_t>& collectives, int nranks,
+                                        const GroupFuseLimits& limits) {
+  std::vector<GroupPass> passes;
+  for (size_t i = 0; i < collectives.size();) {
+    const CollArgs& first = calls[collectives[i]];
+    std::vector<CollArgs> run = {first};
+    if (fusable(first, nranks, limits)) {
+      size_t bytes = callSizeBytes(first, nranks);
+      for (size_t k = i + 1; k < collectives.size(); ++k) {
+        const CollArgs& next = calls[collectives[k]];
+        if (!fusable(next, nranks, limits) || !agrees(first, next) ||
+            bytes + callSizeBytes(next, nranks) > limits.passMaxBytes)
+          break;
+        bytes += callSizeBytes(next, nranks);
+        run.push_back(next);
+      }
+    }
+    const auto members = std::span(collectives).subspan(i, run.size());
+    if (run.size() > 1 && worthFusing(run, nranks, limits))
+      passes.push_back({GroupPass::Kind::Fused, {members.begin(), members.end()}});
+    else
+      for (size_t member : members) passes.push_back({GroupPass::Kind::Alone, {member}});
+    i += run.size();
+  }
+  return passes;
+}
+
+}  // namespace
+
 std::vector<GroupPass> planGroup(std::span<const CollArgs> calls, int nranks,
                                  const GroupFuseLimits& limits) {
+  std::vector<size_t> collectives;
+  for (size_t i = 0; i < calls.size(); ++i)
+    if (!isSendOrRecv(calls[i].coll)) collectives.push_back(i);
+  const std::vector<GroupPass> collective = collectivePasses(calls, collectives, nranks, limits);
+  // Each collective pass runs where its first call stands, the sends and receives before it
+  // together ahead of it; those among a fused pass's later calls go after it.
   std::vector<GroupPass> passes;
-  for (size_t i = 0; i < calls.size();) {
-    size_t end = i + 1;
+  GroupPass sendRecv{GroupPass::Kind::SendRecv, {}};
+  size_t next = 0;
+  for (size_t i = 0; i < calls.size(); ++i) {
     if (isSendOrRecv(calls[i].coll)) {
-      while (end < calls.size() && isSendOrRecv(calls[end].coll)) ++end;
-      passes.push_back({GroupPass::Kind::SendRecv, i, end - i});
-    } else if (fusable(calls[i], nranks, limits)) {
-      size_t bytes = callSizeBytes(calls[i], nranks);
-      while (end < calls.size() && fusable(calls[end], nranks, limits) &&
-             agrees(calls[i], calls[end]) &&
-             bytes + callSizeBytes(calls[end], nranks) <= limits.passMaxBytes)
-        bytes += callSizeBytes(calls[end++], nranks);
-      if (end - i > 1 && worthFusing(calls.subspan(i, end - i), nranks, limits))
-        passes.push_back({GroupPass::Kind::Fused, i, end - i});
-      else
-        for (size_t k = i; k < end; ++k) passes.push_back({GroupPass::Kind::Alone, k, 1});
-    } else {
-      passes.push_back({GroupPass::Kind::Alone, i, 1});
+      sendRecv.calls.push_back(i);
+    } else if (next < collective.size() && collective[next].calls.front() == i) {
+      if (!sendRecv.calls.empty()) passes.push_back(std::exchange(sendRecv, {sendRecv.kind, {}}));
+      passes.push_back(collective[next++]);
     }
-    i = end;
   }
+  if (!sendRecv.calls.empty()) passes.push_back(std::move(sendRecv));
   return passes;
 }
 

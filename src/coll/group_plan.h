@@ -1,11 +1,13 @@
 // A group's calls of one communicator (braidGroupStart/End) as the passes that run them (NCCL's
-// task -> plan step): each run of sends and receives together; each run of consecutive small
-// collectives that agree (collective, datatype, built-in operator, root) as one call over a
-// staging buffer where the communicator's model prices that below the calls one by one (k
-// all-reduces of a few KiB then pay one call's latency instead of k, the copies in and out
-// costing less); every other collective alone. The plan reads only what every rank's calls share
-// (collective, count, datatype, operator, root) and the model, which every rank builds alike,
-// never a buffer's address: every rank plans the same passes.
+// task -> plan step): each run of consecutive small collectives that agree (collective, datatype,
+// built-in operator, root) as one call over a staging buffer where the communicator's model prices
+// that below the calls one by one (k all-reduces of a few KiB then pay one call's latency instead
+// of k, the copies in and out costing less); every other collective alone; the sends and receives
+// between two collective passes together. The collectives alone decide their passes, from what
+// every rank's collectives share (collective, count, datatype, operator, root) and the model, which
+// every rank builds alike, never a buffer's address: every rank plans the same collective passes,
+// while its sends and receives, which differ from rank to rank, fall between them (those among a
+// fused run's calls after it: a group's calls have no order).
 #pragma once
 
 #include <cstddef>
@@ -32,8 +34,7 @@ struct GroupFuseLimits {
 struct GroupPass {
   enum class Kind { Alone, SendRecv, Fused };
   Kind kind = Kind::Alone;
-  size_t first = 0;  // the group's calls [first, first + count)
-  size_t count = 1;
+  std::vector<size_t> calls;  // the group's calls it runs, by place, in order
 };
 
 // nccl-tests' size of a call, alike on every rank: the all-reduce, broadcast and reduce buffer,

@@ -4,6 +4,7 @@
 #include <iterator>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -32,7 +33,8 @@ void runBatch(braidComm* comm, std::span<const CollArgs> ops) {
     return;
   }
   for (const braid::GroupPass& pass : braid::planGroup(ops, comm->nranks(), comm->groupFusing())) {
-    const std::span<const CollArgs> calls = ops.subspan(pass.first, pass.count);
+    std::vector<CollArgs> calls;
+    for (size_t k : pass.calls) calls.push_back(ops[k]);
     switch (pass.kind) {
       case braid::GroupPass::Kind::Alone: comm->run(calls.front()); break;
       case braid::GroupPass::Kind::SendRecv: comm->runSendRecv(calls); break;

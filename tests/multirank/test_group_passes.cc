@@ -158,6 +158,36 @@ Failures chainedGroup(const RankEnv& env) {
   return failures;
 }
 
+// Sends and receives that only some ranks make, at different places among the same collectives:
+// rank 0 sends between two small all-reduces, rank 1 receives after them, the others neither.
+// Every rank still runs the same collective passes (the two all-reduces as one), and every output
+// is right; a plan that let the sends split the run failed here with "groups hold different calls".
+Failures sendsAmongCollectives(const RankEnv& env) {
+  braidComm_t comm = nullptr;
+  braidResult_t r = initRank(&comm, env);
+  if (r != braidSuccess) return {"init: " + describeResult(r, nullptr)};
+  const int n = env.nranks, rank = env.rank;
+  std::vector<int32_t> x(16, rank + 1), y(16, 10 * (rank + 1));
+  std::vector<int32_t> message(8, rank == 0 ? 77 : kPoison);
+  braidGroupStart();
+  braidAllReduce(x.data(), x.data(), x.size(), braidInt32, braidSum, comm, nullptr);
+  if (rank == 0 && n > 1) braidSend(message.data(), message.size(), braidInt32, 1, comm, nullptr);
+  braidAllReduce(y.data(), y.data(), y.size(), braidInt32, braidSum, comm, nullptr);
+  if (rank == 1) braidRecv(message.data(), message.size(), braidInt32, 0, comm, nullptr);
+  r = braidGroupEnd();
+  Failures failures;
+  const int32_t sum = n * (n + 1) / 2;
+  if (r != braidSuccess)
+    failures.push_back("group: " + describeResult(r, comm));
+  else if (x != std::vector<int32_t>(16, sum) || y != std::vector<int32_t>(16, 10 * sum))
+    failures.push_back("x[0] " + std::to_string(x[0]) + ", y[0] " + std::to_string(y[0]) +
+                       ", expected " + std::to_string(sum) + " and " + std::to_string(10 * sum));
+  else if (rank == 1 && message != std::vector<int32_t>(8, 77))
+    failures.push_back("message[0] " + std::to_string(message[0]) + ", expected 77");
+  braidCommDestroy(comm);
+  return failures;
+}
+
 // Ranks whose groups differ though the fused calls' totals agree: rank 0 all-reduces 10 then 20
 // elements, the others 20 then 10 (or, with `oneCall`, one call of 30). Every rank fails, none
 // waits out its timeout, and the rank that sees the other's tag says the groups differ.
@@ -211,6 +241,10 @@ TEST_P(GroupPasses, EveryCallOfAMixedGroupOnAHostStreamGetsItsOwnResult) {
 
 TEST_P(GroupPasses, AFusedCallReadsItsInputAsItWasBeforeTheGroup) {
   expectNoFailures(chainedGroup);
+}
+
+TEST_P(GroupPasses, SendsAndReceivesOfSomeRanksLeaveEveryRankTheSameCollectivePasses) {
+  expectNoFailures(sendsAmongCollectives);
 }
 
 TEST_P(GroupPasses, RanksWhoseGroupsDifferFail) {

@@ -38,8 +38,7 @@ TEST(GroupPlan, ConsecutiveSmallCallsThatAgreeFuse) {
   const auto passes = braid::planGroup(calls, 4, kLimits);
   ASSERT_EQ(passes.size(), 1u);
   EXPECT_EQ(passes[0].kind, K::Fused);
-  EXPECT_EQ(passes[0].first, 0u);
-  EXPECT_EQ(passes[0].count, 3u);
+  EXPECT_EQ(passes[0].calls, (std::vector<size_t>{0, 1, 2}));
 }
 
 TEST(GroupPlan, CallsThatDisagreeOrAreLargeRunAlone) {
@@ -66,14 +65,31 @@ TEST(GroupPlan, APreMulSumOperatorRunsAlone) {
   EXPECT_EQ(kinds(braid::planGroup(calls, 2, kLimits)), (std::vector<K>{K::Alone, K::Alone}));
 }
 
-TEST(GroupPlan, SendsAndReceivesStayTogetherAndSplitFusedRuns) {
-  const std::vector<CollArgs> calls = {call(Collective::AllReduce, 10), call(Collective::Send, 10),
-                                       call(Collective::Recv, 10), call(Collective::AllReduce, 10),
-                                       call(Collective::AllReduce, 10)};
-  const auto passes = braid::planGroup(calls, 2, kLimits);
-  EXPECT_EQ(kinds(passes), (std::vector<K>{K::Alone, K::SendRecv, K::Fused}));
-  EXPECT_EQ(passes[1].count, 2u);
-  EXPECT_EQ(passes[2].first, 3u);
+// A group's sends and receives differ from rank to rank; its collectives do not. The collectives
+// alone decide their passes, so every rank runs the same ones whatever sends and receives lie
+// between its calls: those between two collective passes run together, those among a fused run's
+// calls after it.
+TEST(GroupPlan, SendsAndReceivesNeitherSplitNorMoveTheCollectivePasses) {
+  using C = Collective;
+  const CollArgs ar = call(C::AllReduce, 10), send = call(C::Send, 10), recv = call(C::Recv, 10);
+  auto plan = [](const std::vector<CollArgs>& calls) {
+    return braid::planGroup(calls, 2, kLimits);
+  };
+  const auto none = plan({ar, ar, ar});
+  const auto between = plan({ar, send, recv, ar, ar});
+  const auto around = plan({send, ar, ar, recv, ar, send});
+  EXPECT_EQ(kinds(none), (std::vector<K>{K::Fused}));
+  EXPECT_EQ(kinds(between), (std::vector<K>{K::Fused, K::SendRecv}));
+  EXPECT_EQ(between[0].calls, (std::vector<size_t>{0, 3, 4}));
+  EXPECT_EQ(between[1].calls, (std::vector<size_t>{1, 2}));
+  EXPECT_EQ(kinds(around), (std::vector<K>{K::SendRecv, K::Fused, K::SendRecv}));
+  EXPECT_EQ(around[1].calls, (std::vector<size_t>{1, 2, 4}));
+  EXPECT_EQ(around[2].calls, (std::vector<size_t>{3, 5}));
+  // Calls alone keep their order, the sends and receives between them in their place.
+  const CollArgs max = call(C::AllReduce, 10, braidFloat32, braidMax);
+  const auto alone = plan({ar, send, max, recv});
+  EXPECT_EQ(kinds(alone), (std::vector<K>{K::Alone, K::SendRecv, K::Alone, K::SendRecv}));
+  EXPECT_EQ(alone[2].calls, (std::vector<size_t>{2}));
 }
 
 TEST(GroupPlan, APassHoldsAtMostItsLimitAndGatheredBytesCountAllRanks) {
@@ -81,12 +97,12 @@ TEST(GroupPlan, APassHoldsAtMostItsLimitAndGatheredBytesCountAllRanks) {
   std::vector<CollArgs> calls(9, call(Collective::AllGather, 64));
   const auto passes = braid::planGroup(calls, 4, kLimits);
   EXPECT_EQ(kinds(passes), (std::vector<K>{K::Fused, K::Fused, K::Alone}));
-  EXPECT_EQ(passes[0].count, 4u);
-  EXPECT_EQ(passes[1].count, 4u);
+  EXPECT_EQ(passes[0].calls.size(), 4u);
+  EXPECT_EQ(passes[1].calls.size(), 4u);
   // On 5 ranks each gathers 1280 bytes: above the call limit, none fuses.
   EXPECT_EQ(braid::planGroup(calls, 5, kLimits).size(), 9u);
   // A limit of 0 fuses nothing.
-  EXPECT_EQ(braid::planGroup(calls, 4, {0, 4096}).size(), 9u);
+  EXPECT_EQ(braid::planGroup(calls, 4, {0, 4096, {}, {}}).size(), 9u);
 }
 
 // Priced as a model would: a fixed latency per call plus bytes at 1 GB/s, and copies at 10 GB/s.
@@ -109,8 +125,8 @@ TEST(GroupPlan, ARunFusesWhereTheModelPricesItBelowItsCallsOneByOne) {
   mixed.push_back(call(Collective::AllGather, 4));
   const auto passes = braid::planGroup(mixed, 2, priced(10));
   EXPECT_EQ(kinds(passes), (std::vector<K>{K::Alone, K::Alone, K::Alone, K::Alone, K::Fused}));
-  for (size_t k = 0; k < 4; ++k) EXPECT_EQ(passes[k].first, k);
-  EXPECT_EQ(passes[4].first, 4u);
+  for (size_t k = 0; k < 4; ++k) EXPECT_EQ(passes[k].calls, std::vector<size_t>{k});
+  EXPECT_EQ(passes[4].calls, (std::vector<size_t>{4, 5}));
 }
 
 // The collectives' meaning on every rank's arrays of floats (sum; root 1 for the rooted ones).
