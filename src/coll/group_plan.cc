@@ -30,19 +30,43 @@ size_t copiedBytes(const CollArgs& call, int nranks) {
   return callSizeBytes(call, nranks) + call.count * kernels::typeSize(call.type);
 }
 
-// Whether the run of calls costs less fused than one by one, as `limits` prices them.
-bool worthFusing(std::span<const CollArgs> run, int nranks, const GroupFuseLimits& limits) {
-  if (!limits.callUs || !limits.copyUs) return true;
-  CollArgs fused = run.front();
+// Whether the collectives among calls [first, end) cost less fused than one by one, as `limits`
+// prices them; false for fewer than two.
+bool worthFusing(std::span<const CollArgs> calls, size_t first, size_t end, int nranks,
+                 const GroupFuseLimits& limits) {
+  CollArgs fused = calls[first];
   fused.count = 0;
   double alone = 0;
-  size_t copied = 0;
-  for (const CollArgs& call : run) {
+  size_t copied = 0, members = 0;
+  for (size_t i = first; i < end; ++i) {
+    const CollArgs& call = calls[i];
+    if (isSendOrRecv(call.coll)) continue;
+    ++members;
+    if (!limits.callUs || !limits.copyUs) continue;
     alone += limits.callUs(call);
     fused.count += call.count;
     copied += copiedBytes(call, nranks);
   }
-  return limits.callUs(fused) + limits.copyUs(copied) < alone;
+  if (members < 2) return false;
+  return !limits.callUs || !limits.copyUs || limits.callUs(fused) + limits.copyUs(copied) < alone;
+}
+
+// One past the last call of the run of collectives that calls[first] begins: the fusable ones
+// that agree with it, consecutive among the group's collectives (its sends and receives, which
+// differ from rank to rank, do not end a run), within the pass's limit.
+size_t runEnd(std::span<const CollArgs> calls, size_t first, int nranks,
+              const GroupFuseLimits& limits) {
+  if (!fusable(calls[first], nranks, limits)) return first + 1;
+  size_t bytes = callSizeBytes(calls[first], nranks), end = first + 1;
+  for (; end < calls.size(); ++end) {
+    const CollArgs& next = calls[end];
+    if (isSendOrRecv(next.coll)) continue;
+    if (!fusable(next, nranks, limits) || !agrees(calls[first], next) ||
+        bytes + callSizeBytes(next, nranks) > limits.passMaxBytes)
+      break;
+    bytes += callSizeBytes(next, nranks);
+  }
+  return end;
 }
 
 // The fused call's tag digest of its members' number and counts (FNV-1a), never 0.
@@ -86,62 +110,41 @@ size_t callSizeBytes(const CollArgs& call, int nranks) {
   return countsPerRank(call.coll) ? bytes * static_cast<size_t>(nranks) : bytes;
 }
 
-namespace {
-
-// The collectives' passes, in order (`collectives`: their places among the group's calls): each
-// run of fusable ones that agree, consecutive among the collectives whatever sends and receives
-// lie between them, as one pass where worth it; every other alone.
-std::vector<GroupPass> collectivePasses(std::span<const CollArgs> calls,
-                                        const std::vector<size_t>& collectives, int nranks,
-                                        const GroupFuseLimits& limits) {
-  std::vector<GroupPass> passes;
-  for (size_t i = 0; i < collectives.size();) {
-    const CollArgs& first = calls[collectives[i]];
-    std::vector<CollArgs> run = {first};
-    if (fusable(first, nranks, limits)) {
-      size_t bytes = callSizeBytes(first, nranks);
-      for (size_t k = i + 1; k < collectives.size(); ++k) {
-        const CollArgs& next = calls[collectives[k]];
-        if (!fusable(next, nranks, limits) || !agrees(first, next) ||
-            bytes + callSizeBytes(next, nranks) > limits.passMaxBytes)
-          break;
-        bytes += callSizeBytes(next, nranks);
-        run.push_back(next);
-      }
-    }
-    const auto members = std::span(collectives).subspan(i, run.size());
-    if (run.size() > 1 && worthFusing(run, nranks, limits))
-      passes.push_back({GroupPass::Kind::Fused, {members.begin(), members.end()}});
-    else
-      for (size_t member : members) passes.push_back({GroupPass::Kind::Alone, {member}});
-    i += run.size();
-  }
-  return passes;
-}
-
-}  // namespace
-
-std::vector<GroupPass> planGroup(std::span<const CollArgs> calls, int nranks,
-                                 const GroupFuseLimits& limits) {
-  std::vector<size_t> collectives;
-  for (size_t i = 0; i < calls.size(); ++i)
-    if (!isSendOrRecv(calls[i].coll)) collectives.push_back(i);
-  const std::vector<GroupPass> collective = collectivePasses(calls, collectives, nranks, limits);
-  // Each collective pass runs where its first call stands, the sends and receives before it
-  // together ahead of it; those among a fused pass's later calls go after it.
-  std::vector<GroupPass> passes;
-  GroupPass sendRecv{GroupPass::Kind::SendRecv, {}};
-  size_t next = 0;
+GroupPlan planGroup(std::span<const CollArgs> calls, int nranks, const GroupFuseLimits& limits) {
+  GroupPlan plan;
+  plan.order.reserve(calls.size());
+  auto add = [&plan](GroupPass::Kind kind, size_t call) {
+    if (plan.passes.empty() || plan.passes.back().kind != kind || kind == GroupPass::Kind::Alone)
+      plan.passes.push_back({kind, plan.order.size(), 0});
+    plan.passes.back().count++;
+    plan.order.push_back(call);
+  };
+  // Sends and receives wait for the next collective pass, and go ahead of it together.
+  std::vector<size_t> sendRecv;
+  auto flush = [&] {
+    for (size_t call : sendRecv) add(GroupPass::Kind::SendRecv, call);
+    sendRecv.clear();
+  };
+  size_t fusedUntil = 0, aloneUntil = 0;  // collectives before these run fused, or alone
   for (size_t i = 0; i < calls.size(); ++i) {
     if (isSendOrRecv(calls[i].coll)) {
-      sendRecv.calls.push_back(i);
-    } else if (next < collective.size() && collective[next].calls.front() == i) {
-      if (!sendRecv.calls.empty()) passes.push_back(std::exchange(sendRecv, {sendRecv.kind, {}}));
-      passes.push_back(collective[next++]);
+      sendRecv.push_back(i);
+    } else if (i >= fusedUntil) {
+      const size_t end = i >= aloneUntil ? runEnd(calls, i, nranks, limits) : i + 1;
+      flush();
+      if (i >= aloneUntil && worthFusing(calls, i, end, nranks, limits)) {
+        plan.passes.push_back({GroupPass::Kind::Fused, plan.order.size(), 0});
+        for (size_t k = i; k < end; ++k)
+          if (!isSendOrRecv(calls[k].coll)) add(GroupPass::Kind::Fused, k);
+        fusedUntil = end;
+      } else {
+        add(GroupPass::Kind::Alone, i);
+        aloneUntil = std::max(aloneUntil, end);
+      }
     }
   }
-  if (!sendRecv.calls.empty()) passes.push_back(std::move(sendRecv));
-  return passes;
+  flush();
+  return plan;
 }
 
 FusedPass fusedPass(std::span<const CollArgs> members, int nranks, int rank) {

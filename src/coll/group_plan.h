@@ -34,15 +34,22 @@ struct GroupFuseLimits {
 struct GroupPass {
   enum class Kind { Alone, SendRecv, Fused };
   Kind kind = Kind::Alone;
-  std::vector<size_t> calls;  // the group's calls it runs, by place, in order
+  size_t first = 0;  // the plan's order [first, first + count)
+  size_t count = 1;
+};
+
+// The passes in the order they run, each a stretch of `order`: the group's calls by place, in the
+// group's own order unless sends or receives among a fused run's calls go after it.
+struct GroupPlan {
+  std::vector<size_t> order;
+  std::vector<GroupPass> passes;
 };
 
 // nccl-tests' size of a call, alike on every rank: the all-reduce, broadcast and reduce buffer,
 // the all-gather output, the reduce-scatter input, a send's or receive's message.
 size_t callSizeBytes(const CollArgs& call, int nranks);
 
-std::vector<GroupPass> planGroup(std::span<const CollArgs> calls, int nranks,
-                                 const GroupFuseLimits& limits);
+GroupPlan planGroup(std::span<const CollArgs> calls, int nranks, const GroupFuseLimits& limits);
 
 // One copy between a fused pass's staging buffer and a call's own buffer: `bytes` at `staged` in
 // the staging buffer and at `own` in member `member`'s sendbuff (an input) or recvbuff (an output).

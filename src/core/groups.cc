@@ -32,9 +32,15 @@ void runBatch(braidComm* comm, std::span<const CollArgs> ops) {
     if (ops.size() > marker) comm->runSendRecv(ops.subspan(marker));
     return;
   }
-  for (const braid::GroupPass& pass : braid::planGroup(ops, comm->nranks(), comm->groupFusing())) {
-    std::vector<CollArgs> calls;
-    for (size_t k : pass.calls) calls.push_back(ops[k]);
+  const braid::GroupPlan plan = braid::planGroup(ops, comm->nranks(), comm->groupFusing());
+  // The calls as the passes take them: the group's own order, unless sends or receives among a
+  // fused run's calls go after it.
+  std::vector<CollArgs> reordered;
+  if (!std::is_sorted(plan.order.begin(), plan.order.end()))
+    for (size_t k : plan.order) reordered.push_back(ops[k]);
+  const std::span<const CollArgs> ordered = reordered.empty() ? ops : reordered;
+  for (const braid::GroupPass& pass : plan.passes) {
+    const std::span<const CollArgs> calls = ordered.subspan(pass.first, pass.count);
     switch (pass.kind) {
       case braid::GroupPass::Kind::Alone: comm->run(calls.front()); break;
       case braid::GroupPass::Kind::SendRecv: comm->runSendRecv(calls); break;

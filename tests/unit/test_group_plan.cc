@@ -23,10 +23,17 @@ CollArgs call(Collective c, size_t count, braidDataType_t type = braidFloat32,
   return CollArgs{c, nullptr, nullptr, count, type, op, root};
 }
 
-std::vector<GroupPass::Kind> kinds(const std::vector<GroupPass>& passes) {
+std::vector<GroupPass::Kind> kinds(const braid::GroupPlan& plan) {
   std::vector<GroupPass::Kind> out;
-  for (const GroupPass& p : passes) out.push_back(p.kind);
+  for (const GroupPass& p : plan.passes) out.push_back(p.kind);
   return out;
+}
+
+// The group's calls pass `k` of `plan` runs, by place.
+std::vector<size_t> callsOf(const braid::GroupPlan& plan, size_t k) {
+  const GroupPass& pass = plan.passes.at(k);
+  return {plan.order.begin() + static_cast<ptrdiff_t>(pass.first),
+          plan.order.begin() + static_cast<ptrdiff_t>(pass.first + pass.count)};
 }
 
 using K = GroupPass::Kind;
@@ -35,10 +42,10 @@ TEST(GroupPlan, ConsecutiveSmallCallsThatAgreeFuse) {
   const std::vector<CollArgs> calls = {call(Collective::AllReduce, 10),
                                        call(Collective::AllReduce, 20),
                                        call(Collective::AllReduce, 30)};
-  const auto passes = braid::planGroup(calls, 4, kLimits);
-  ASSERT_EQ(passes.size(), 1u);
-  EXPECT_EQ(passes[0].kind, K::Fused);
-  EXPECT_EQ(passes[0].calls, (std::vector<size_t>{0, 1, 2}));
+  const auto plan = braid::planGroup(calls, 4, kLimits);
+  ASSERT_EQ(plan.passes.size(), 1u);
+  EXPECT_EQ(plan.passes[0].kind, K::Fused);
+  EXPECT_EQ(callsOf(plan, 0), (std::vector<size_t>{0, 1, 2}));
 }
 
 TEST(GroupPlan, CallsThatDisagreeOrAreLargeRunAlone) {
@@ -80,29 +87,36 @@ TEST(GroupPlan, SendsAndReceivesNeitherSplitNorMoveTheCollectivePasses) {
   const auto around = plan({send, ar, ar, recv, ar, send});
   EXPECT_EQ(kinds(none), (std::vector<K>{K::Fused}));
   EXPECT_EQ(kinds(between), (std::vector<K>{K::Fused, K::SendRecv}));
-  EXPECT_EQ(between[0].calls, (std::vector<size_t>{0, 3, 4}));
-  EXPECT_EQ(between[1].calls, (std::vector<size_t>{1, 2}));
+  EXPECT_EQ(callsOf(between, 0), (std::vector<size_t>{0, 3, 4}));
+  EXPECT_EQ(callsOf(between, 1), (std::vector<size_t>{1, 2}));
   EXPECT_EQ(kinds(around), (std::vector<K>{K::SendRecv, K::Fused, K::SendRecv}));
-  EXPECT_EQ(around[1].calls, (std::vector<size_t>{1, 2, 4}));
-  EXPECT_EQ(around[2].calls, (std::vector<size_t>{3, 5}));
+  EXPECT_EQ(callsOf(around, 1), (std::vector<size_t>{1, 2, 4}));
+  EXPECT_EQ(callsOf(around, 2), (std::vector<size_t>{3, 5}));
   // Calls alone keep their order, the sends and receives between them in their place.
   const CollArgs max = call(C::AllReduce, 10, braidFloat32, braidMax);
   const auto alone = plan({ar, send, max, recv});
   EXPECT_EQ(kinds(alone), (std::vector<K>{K::Alone, K::SendRecv, K::Alone, K::SendRecv}));
-  EXPECT_EQ(alone[2].calls, (std::vector<size_t>{2}));
+  EXPECT_EQ(callsOf(alone, 2), (std::vector<size_t>{2}));
+  // A run not worth fusing keeps its calls alone, each in its place.
+  const std::vector<CollArgs> spaced = {ar, send, ar, recv, ar};
+  const braid::GroupFuseLimits copiesCostMore = {1024, 4096, [](const CollArgs&) { return 0.0; },
+                                                 [](size_t) { return 1.0; }};
+  const auto apart = braid::planGroup(spaced, 2, copiesCostMore);
+  EXPECT_EQ(kinds(apart), (std::vector<K>{K::Alone, K::SendRecv, K::Alone, K::SendRecv, K::Alone}));
+  EXPECT_EQ(apart.order, (std::vector<size_t>{0, 1, 2, 3, 4}));
 }
 
 TEST(GroupPlan, APassHoldsAtMostItsLimitAndGatheredBytesCountAllRanks) {
   // All-gathers of 64 floats on 4 ranks: 1024 gathered bytes each, 4 to a pass of 4096.
   std::vector<CollArgs> calls(9, call(Collective::AllGather, 64));
-  const auto passes = braid::planGroup(calls, 4, kLimits);
-  EXPECT_EQ(kinds(passes), (std::vector<K>{K::Fused, K::Fused, K::Alone}));
-  EXPECT_EQ(passes[0].calls.size(), 4u);
-  EXPECT_EQ(passes[1].calls.size(), 4u);
+  const auto plan = braid::planGroup(calls, 4, kLimits);
+  EXPECT_EQ(kinds(plan), (std::vector<K>{K::Fused, K::Fused, K::Alone}));
+  EXPECT_EQ(plan.passes[0].count, 4u);
+  EXPECT_EQ(plan.passes[1].count, 4u);
   // On 5 ranks each gathers 1280 bytes: above the call limit, none fuses.
-  EXPECT_EQ(braid::planGroup(calls, 5, kLimits).size(), 9u);
+  EXPECT_EQ(braid::planGroup(calls, 5, kLimits).passes.size(), 9u);
   // A limit of 0 fuses nothing.
-  EXPECT_EQ(braid::planGroup(calls, 4, {0, 4096, {}, {}}).size(), 9u);
+  EXPECT_EQ(braid::planGroup(calls, 4, {0, 4096, {}, {}}).passes.size(), 9u);
 }
 
 // Priced as a model would: a fixed latency per call plus bytes at 1 GB/s, and copies at 10 GB/s.
@@ -123,10 +137,10 @@ TEST(GroupPlan, ARunFusesWhereTheModelPricesItBelowItsCallsOneByOne) {
   std::vector<CollArgs> mixed = calls;
   mixed.push_back(call(Collective::AllGather, 4));
   mixed.push_back(call(Collective::AllGather, 4));
-  const auto passes = braid::planGroup(mixed, 2, priced(10));
-  EXPECT_EQ(kinds(passes), (std::vector<K>{K::Alone, K::Alone, K::Alone, K::Alone, K::Fused}));
-  for (size_t k = 0; k < 4; ++k) EXPECT_EQ(passes[k].calls, std::vector<size_t>{k});
-  EXPECT_EQ(passes[4].calls, (std::vector<size_t>{4, 5}));
+  const auto plan = braid::planGroup(mixed, 2, priced(10));
+  EXPECT_EQ(kinds(plan), (std::vector<K>{K::Alone, K::Alone, K::Alone, K::Alone, K::Fused}));
+  for (size_t k = 0; k < 4; ++k) EXPECT_EQ(callsOf(plan, k), std::vector<size_t>{k});
+  EXPECT_EQ(callsOf(plan, 4), (std::vector<size_t>{4, 5}));
 }
 
 // The collectives' meaning on every rank's arrays of floats (sum; root 1 for the rooted ones).
