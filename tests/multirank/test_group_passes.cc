@@ -160,8 +160,9 @@ Failures chainedGroup(const RankEnv& env) {
 
 // Sends and receives that only some ranks make, at different places among the same collectives:
 // rank 0 sends between two small all-reduces, rank 1 receives after them, the others neither.
-// Every rank still runs the same collective passes (the two all-reduces as one), and every output
-// is right; a plan that let the sends split the run failed here with "groups hold different calls".
+// Every rank still runs the same collective passes (the two small all-reduces as one: the send
+// and its receive then fall between the same passes, as they must), and every output is right; a
+// plan that let the sends split the run failed here with "groups hold different calls".
 Failures sendsAmongCollectives(const RankEnv& env) {
   braidComm_t comm = nullptr;
   braidResult_t r = initRank(&comm, env);

@@ -4,7 +4,9 @@
 // fusedPass's copies fill and empty; the two must agree to the byte.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "coll/call_tag.h"
@@ -104,6 +106,58 @@ TEST(GroupPlan, SendsAndReceivesNeitherSplitNorMoveTheCollectivePasses) {
   const auto apart = braid::planGroup(spaced, 2, copiesCostMore);
   EXPECT_EQ(kinds(apart), (std::vector<K>{K::Alone, K::SendRecv, K::Alone, K::SendRecv, K::Alone}));
   EXPECT_EQ(apart.order, (std::vector<size_t>{0, 1, 2, 3, 4}));
+}
+
+// The collective passes of `plan` as ordinals among the group's collectives: what every rank
+// must plan alike, whatever its sends and receives.
+std::vector<std::pair<K, std::vector<size_t>>> collectivePasses(const std::vector<CollArgs>& calls,
+                                                                const braid::GroupPlan& plan) {
+  std::vector<size_t> ordinal(calls.size());
+  for (size_t i = 0, k = 0; i < calls.size(); ++i)
+    if (!braid::isSendOrRecv(calls[i].coll)) ordinal[i] = k++;
+  std::vector<std::pair<K, std::vector<size_t>>> out;
+  for (size_t p = 0; p < plan.passes.size(); ++p) {
+    if (plan.passes[p].kind == K::SendRecv) continue;
+    std::vector<size_t> members;
+    for (size_t call : callsOf(plan, p)) members.push_back(ordinal[call]);
+    out.emplace_back(plan.passes[p].kind, members);
+  }
+  return out;
+}
+
+// A send before any subset of the collectives, and at the end (2^11 groups): the same collective
+// passes as without sends; every call once in the order; a send after every collective that came
+// before it in the group.
+TEST(GroupPlan, EveryPlacementOfSendsLeavesTheSameCollectivePasses) {
+  using C = Collective;
+  const CollArgs ar = call(C::AllReduce, 10), max = call(C::AllReduce, 10, braidFloat32, braidMax);
+  const std::vector<CollArgs> collectives = {
+      ar, ar, max, max, call(C::AllReduce, 300), ar, ar, call(C::Gather, 4), ar, ar};
+  const auto reference = collectivePasses(collectives, braid::planGroup(collectives, 2, kLimits));
+  EXPECT_EQ(kinds(braid::planGroup(collectives, 2, kLimits)),
+            (std::vector<K>{K::Fused, K::Fused, K::Alone, K::Fused, K::Alone, K::Fused}));
+  for (unsigned mask = 0; mask < (1u << (collectives.size() + 1)); ++mask) {
+    std::vector<CollArgs> calls;
+    for (size_t k = 0; k <= collectives.size(); ++k) {
+      if (mask & (1u << k)) calls.push_back(call(C::Send, 1));
+      if (k < collectives.size()) calls.push_back(collectives[k]);
+    }
+    const braid::GroupPlan plan = braid::planGroup(calls, 2, kLimits);
+    ASSERT_EQ(collectivePasses(calls, plan), reference) << "sends before mask " << mask;
+    std::vector<size_t> sorted = plan.order;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<size_t> every(calls.size());
+    for (size_t i = 0; i < every.size(); ++i) every[i] = i;
+    ASSERT_EQ(sorted, every) << "mask " << mask;
+    for (size_t at = 0; at < plan.order.size(); ++at) {
+      if (!braid::isSendOrRecv(calls[plan.order[at]].coll)) continue;
+      for (size_t before = 0; before < plan.order[at]; ++before)
+        ASSERT_NE(
+            std::find(plan.order.begin(), plan.order.begin() + static_cast<ptrdiff_t>(at), before),
+            plan.order.begin() + static_cast<ptrdiff_t>(at))
+            << "mask " << mask << ": call " << before << " runs after the send " << plan.order[at];
+    }
+  }
 }
 
 TEST(GroupPlan, APassHoldsAtMostItsLimitAndGatheredBytesCountAllRanks) {
