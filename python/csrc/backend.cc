@@ -545,10 +545,13 @@ class BraidBackend : public c10d::Backend {
     std::vector<at::Tensor> used = outputs;
     used.insert(used.end(), inputs.begin(), inputs.end());
     const c10::Device device = used.empty() ? c10::Device(c10::kCPU) : deviceOf(used, what);
-    noteCoalescedCollective(device);
     ++collectivesIssued_;
-    if (device.is_cuda()) return runOnCuda(device, std::move(outputs), used, std::move(body));
+    if (device.is_cuda()) {
+      noteCoalescedCollective(device);
+      return runOnCuda(device, std::move(outputs), used, std::move(body));
+    }
     auto work = c10::make_intrusive<AsyncWork>(std::move(outputs));
+    noteCoalescedCollective(device, work);
     std::function<void()> op = completing(work, [this, body = std::move(body)]() mutable {
       body(Where{comm_, nullptr});
     });
@@ -607,12 +610,13 @@ class BraidBackend : public c10d::Backend {
     return postAll(alone);
   }
 
-  // Sends and receives issued between startCoalescing and endCoalescing, whether collectives were
-  // too (torch's _coalescing_manager waits for endCoalescing's Work alone), and the batch's Work,
-  // made by its first operation for its device.
+  // Sends and receives issued between startCoalescing and endCoalescing, the collectives issued
+  // meanwhile (torch's _coalescing_manager(device=) waits for endCoalescing's Work alone: it must
+  // end after them, and fail with them), and the batch's Work, made by its first operation for its
+  // device.
   struct Batch {
     std::vector<PointToPoint> ops;
-    bool cpuCollectives = false;
+    std::vector<c10::intrusive_ptr<AsyncWork>> cpuCollectives;
     bool cudaCollectives = false;
     c10::intrusive_ptr<c10d::Work> work;
   };
@@ -626,10 +630,14 @@ class BraidBackend : public c10d::Backend {
 #endif
   }
 
-  void noteCoalescedCollective(c10::Device device) {
+  // `work`: a CPU collective's; none for a CUDA one, whose errors its caller sees at once.
+  void noteCoalescedCollective(c10::Device device, c10::intrusive_ptr<AsyncWork> work = {}) {
     std::lock_guard<std::mutex> lock(coalescingMutex_);
     if (!coalescing_) return;
-    (device.is_cuda() ? batch_.cudaCollectives : batch_.cpuCollectives) = true;
+    if (device.is_cuda())
+      batch_.cudaCollectives = true;
+    else
+      batch_.cpuCollectives.push_back(std::move(work));
   }
 
   // Posts every operation to its channel; the batch's Work completes with the operations' tensors
@@ -640,7 +648,8 @@ class BraidBackend : public c10d::Backend {
     for (const PointToPoint& op : ops) tensors.push_back(op.tensor);
     const bool cudaOps = !tensors.empty() && deviceOf(tensors, "batch_isend_irecv").is_cuda();
     const bool cpuOps = !tensors.empty() && !cudaOps;
-    TORCH_CHECK(!((cpuOps || batch.cpuCollectives) && (cudaOps || batch.cudaCollectives)),
+    const bool cpuCollectives = !batch.cpuCollectives.empty();
+    TORCH_CHECK(!((cpuOps || cpuCollectives) && (cudaOps || batch.cudaCollectives)),
                 "braid backend: one coalesced group of operations on CPU and on CUDA tensors "
                 "(expected one device)");
     if (cudaOps || batch.cudaCollectives) {
@@ -654,9 +663,14 @@ class BraidBackend : public c10d::Backend {
                            : c10::make_intrusive<AsyncWork>(std::vector<at::Tensor>{});
     work->setOutputs(tensors);
     auto group = std::make_shared<CompletesAfter<AsyncWork>>(work, ops.size() + 1);
-    // After the collectives queued while coalescing: the queue runs in order.
-    std::function<void()> issued = [group] { group->ended(nullptr); };
-    if (!batch.cpuCollectives || queue_->onQueueThread() || !queue_->push(issued)) issued();
+    // After the collectives queued while coalescing (the queue runs in order), with the first
+    // one's error.
+    std::function<void()> issued = [group, collectives = batch.cpuCollectives] {
+      for (const c10::intrusive_ptr<AsyncWork>& collective : collectives)
+        if (std::exception_ptr error = collective->exception()) return group->ended(error);
+      group->ended(nullptr);
+    };
+    if (!cpuCollectives || queue_->onQueueThread() || !queue_->push(issued)) issued();
     for (const PointToPoint& op : ops)
       postOne(*channels_, op, group, [this](const PointToPoint& p) {
         transfer(p, Where{channels_->comm(p.peer, p.send), nullptr});

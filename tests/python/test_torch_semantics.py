@@ -292,6 +292,29 @@ def test_coalesced_calls_run_as_one_pass_and_refusals_leave_no_group_open(run_ra
     run_ranks(size, coalesced_calls_as_one_pass_and_refusals, timeout_s=60)
 
 
+def coalesced_failure(rank, size):
+    """torch's _coalescing_manager(device=...) waits on the block's Work alone (it drops the
+    coalesced call's): a collective of the block that fails where it runs (a bitwise operator on a
+    float tensor, refused on every rank before anything moves) fails that Work too, instead of
+    leaving its outputs untouched behind a wait that succeeds. Waited at once and with async_ops."""
+    t = torch.full((4,), 2.0)
+    with pytest.raises(RuntimeError, match="bitwise reduce op on a Float tensor"):
+        with dist._coalescing_manager(device=torch.device("cpu")):
+            dist.all_reduce(t, op=dist.ReduceOp.BAND)
+    with dist._coalescing_manager(device=torch.device("cpu"), async_ops=True) as manager:
+        dist.all_reduce(t, op=dist.ReduceOp.BAND)
+    with pytest.raises(RuntimeError, match="bitwise reduce op on a Float tensor"):
+        manager.wait()
+    ok = torch.full((4,), float(rank))
+    with dist._coalescing_manager(device=torch.device("cpu")):
+        dist.all_reduce(ok)
+    assert torch.equal(ok, torch.full((4,), float(sum(range(size))))), ok
+
+
+def test_a_failed_collective_of_a_coalesced_block_fails_the_blocks_work(run_ranks):
+    run_ranks(2, coalesced_failure, timeout_s=60)
+
+
 def monitored_barrier_absent_ranks(rank, size):
     """Ranks 1 and 2 never come to rank 0's monitored barrier: rank 0 names both
     (wait_all_ranks), each after the whole timeout; then every rank meets in a plain barrier."""
