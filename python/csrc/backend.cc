@@ -979,8 +979,8 @@ class BraidBackend : public c10d::Backend {
           bitwiseOverRanks(p.in.flat, op, on).narrow(0, rank_ * n, n).view_as(p.out.flat));
     } else {
       reduceCall(output, op, on, [&](braidRedOp_t o) {
-        return braidReduceScatter(p.in.data(), p.out.data(), p.out.count(), braidType(output), o,
-                                  on.comm, on.stream);
+        return braidReduceScatter(p.in.data(), p.out.data(), p.out.count(), p.type, o, on.comm,
+                                  on.stream);
       });
     }
     p.out.writeBack();

@@ -34,6 +34,7 @@ size_t copiedBytes(const CollArgs& call, int nranks) {
 // prices them; false for fewer than two.
 bool worthFusing(std::span<const CollArgs> calls, size_t first, size_t end, int nranks,
                  const GroupFuseLimits& limits) {
+  const bool priced = limits.callUs && limits.copyUs;
   CollArgs fused = calls[first];
   fused.count = 0;
   double alone = 0;
@@ -42,13 +43,12 @@ bool worthFusing(std::span<const CollArgs> calls, size_t first, size_t end, int 
     const CollArgs& call = calls[i];
     if (isSendOrRecv(call.coll)) continue;
     ++members;
-    if (!limits.callUs || !limits.copyUs) continue;
+    if (!priced) continue;
     alone += limits.callUs(call);
     fused.count += call.count;
     copied += copiedBytes(call, nranks);
   }
-  if (members < 2) return false;
-  return !limits.callUs || !limits.copyUs || limits.callUs(fused) + limits.copyUs(copied) < alone;
+  return members >= 2 && (!priced || limits.callUs(fused) + limits.copyUs(copied) < alone);
 }
 
 // One past the last call of the run of collectives that calls[first] begins: the fusable ones
@@ -113,16 +113,19 @@ size_t callSizeBytes(const CollArgs& call, int nranks) {
 GroupPlan planGroup(std::span<const CollArgs> calls, int nranks, const GroupFuseLimits& limits) {
   GroupPlan plan;
   plan.order.reserve(calls.size());
-  auto add = [&plan](GroupPass::Kind kind, size_t call) {
-    if (plan.passes.empty() || plan.passes.back().kind != kind || kind == GroupPass::Kind::Alone)
-      plan.passes.push_back({kind, plan.order.size(), 0});
+  auto open = [&plan](GroupPass::Kind kind) {
+    plan.passes.push_back({kind, plan.order.size(), 0});
+  };
+  auto add = [&plan](size_t call) {
     plan.passes.back().count++;
     plan.order.push_back(call);
   };
   // Sends and receives wait for the next collective pass, and go ahead of it together.
   std::vector<size_t> sendRecv;
   auto flush = [&] {
-    for (size_t call : sendRecv) add(GroupPass::Kind::SendRecv, call);
+    if (sendRecv.empty()) return;
+    open(GroupPass::Kind::SendRecv);
+    for (size_t call : sendRecv) add(call);
     sendRecv.clear();
   };
   size_t fusedUntil = 0, aloneUntil = 0;  // collectives before these run fused, or alone
@@ -133,12 +136,13 @@ GroupPlan planGroup(std::span<const CollArgs> calls, int nranks, const GroupFuse
       const size_t end = i >= aloneUntil ? runEnd(calls, i, nranks, limits) : i + 1;
       flush();
       if (i >= aloneUntil && worthFusing(calls, i, end, nranks, limits)) {
-        plan.passes.push_back({GroupPass::Kind::Fused, plan.order.size(), 0});
+        open(GroupPass::Kind::Fused);
         for (size_t k = i; k < end; ++k)
-          if (!isSendOrRecv(calls[k].coll)) add(GroupPass::Kind::Fused, k);
+          if (!isSendOrRecv(calls[k].coll)) add(k);
         fusedUntil = end;
       } else {
-        add(GroupPass::Kind::Alone, i);
+        open(GroupPass::Kind::Alone);
+        add(i);
         aloneUntil = std::max(aloneUntil, end);
       }
     }
