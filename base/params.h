@@ -14,7 +14,8 @@
   X(DebugFile, "BRAID_DEBUG_FILE", std::string, "",                                                \
     "log to this file instead of stderr; %h is replaced by the host name, %p by the pid")          \
   X(TimeoutMs, "BRAID_TIMEOUT", int64_t, 600000,                                                   \
-    "milliseconds an operation waits for a peer before failing with braidTimeout")                 \
+    "milliseconds an operation waits for a peer before failing with braidTimeout (on a GPU, from " \
+    "its kernel's start: a group's work list shares one)")                                         \
   X(Device, "BRAID_DEVICE", std::string, "auto", "communicator device: auto, cpu or cuda")         \
   X(CommId, "BRAID_COMM_ID", std::string, "",                                                      \
     "host:port of the rendezvous; every rank derives the same unique id from it")                  \
@@ -92,6 +93,9 @@
   X(SpinCount, "BRAID_SPIN_COUNT", int64_t, 4000, "busy-poll iterations before a wait yields")     \
   X(YieldCount, "BRAID_YIELD_COUNT", int64_t, 200,                                                 \
     "sched_yield rounds before a wait sleeps (unset: 2000 where ranks drive network links)")       \
+  X(DeviceLaunchWorks, "BRAID_DEVICE_LAUNCH_WORKS", int64_t, 32,                                   \
+    "the most consecutive ring collectives of a group one kernel launch of a CUDA communicator's " \
+    "rank carries (a work list, docs/core.md; at most 32); 1: each collective alone")              \
   X(LaunchInRounds, "BRAID_LAUNCH_ROUNDS", int64_t, 1,                                             \
     "0: ranks that share a GPU from threads of one process queue collectives without waiting "     \
     "for each other's rounds (for diagnosis only: see docs/cuda.md)")                              \

@@ -143,6 +143,15 @@ for ranks in 2 8; do
   BRAID_PROTO=segmented perf "perf-allreduce-${ranks}ranks-float-threads-segmented" -t "$ranks" \
     -b 8 -e 64M -f 4
 done | tee -a "$out/perf.txt"
+# A group of 8 all-reduces per rank (-m 8) in one work-list launch against a launch each
+# (BRAID_DEVICE_LAUNCH_WORKS=1), 2 ranks as threads, 8 B - 64 KiB, interleaved twice: the time
+# a group's lists save (docs/core.md).
+for round in 1 2; do
+  for works in 32 1; do
+    BRAID_DEVICE_LAUNCH_WORKS=$works perf \
+      "perf-allreduce-2ranks-float-threads-m8-works$works-round$round" -t 2 -m 8 -b 8 -e 64K -f 4
+  done
+done | tee -a "$out/perf.txt"
 # The device tree's all-reduce beside the chosen algorithms above: 8 ranks as threads, to 4 MiB.
 BRAID_ALGO=tree perf perf-allreduce-8ranks-float-threads-tree -t 8 -b 8 -e 4M -f 4 \
   | tee -a "$out/perf.txt"

@@ -2,10 +2,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <set>
 #include <type_traits>
+#include <vector>
 
 #include "base/error.h"
 #include "coll/device_kernels.cuh"
@@ -64,32 +66,46 @@ void checkSegmentedLaunch(const DeviceRankCall& r) {
          r.ctx->links->rank(), r.ctx->threads, segmentBytes);
 }
 
+// A launch's ranks: each one's calls, next to each other in the launch's list.
+using RankCalls = std::span<const DeviceRankCall>;
+
+// Each rank's calls are works of the launch, and each of its channels a block that runs them in
+// order.
 template <class T, class Ports>
-void launchRing(std::span<const DeviceRankCall> ranks, DeviceProtocol protocol, const void* kernel,
+void launchRing(std::span<const RankCalls> ranks, DeviceProtocol protocol, const void* kernel,
                 void* stream) {
+  static_assert(sizeof(RingLaunch<T, Ports>) <= 8192, "kMaxLaunchWorks's promise");
   RingLaunch<T, Ports> params{};
-  params.timeoutNs = ranks.front().ctx->timeoutNs;
-  int blocks = 0;
-  for (const DeviceRankCall& r : ranks) {
+  params.timeoutNs = ranks.front().front().ctx->timeoutNs;
+  int blocks = 0, works = 0;
+  for (const RankCalls& calls : ranks) {
+    const DeviceRankCall& r = calls.front();
     const P2pLinks& links = *r.ctx->links;
     const int n = links.nranks(), rank = links.rank(), channels = links.geometry().channels;
+    const int firstWork = works;
+    for (const DeviceRankCall& call : calls) {
+      RingWork<T>& work = params.works[works++];
+      work.call = ringCallOf<T>(call.args, n, rank, nullptr);
+      takeScale(work, call.scale);
+    }
     for (int ch = 0; ch < channels; ++ch) {
-      RingBlock<T, Ports>& block = params.blocks[blocks++];
-      block.call = ringCallOf<T>(r.args, n, rank, links.ringOrder(ch));
+      RingBlock<Ports>& block = params.blocks[blocks++];
+      block.firstWork = firstWork;
+      block.nWorks = static_cast<int>(calls.size());
       block.channel = ch;
       block.nChannels = channels;
+      block.ringOrder = links.ringOrder(ch);
       block.ports.in = links.ringRecv(ch, protocol).recvView();
       block.ports.out = links.ringSend(ch, protocol).sendView();
       if constexpr (std::is_same_v<Ports, SegmentPorts>) {
         if (ch == 0) checkSegmentedLaunch(r);
         block.ports.segmentBytes = links.geometry().segmentBytes;
       }
-      takeScale(block, r.scale);
       block.failed = r.ctx->failed + ch;
     }
   }
-  launch(kernel, blocks, ranks.front().ctx->threads, &params, stream, "collective",
-         ranks.front().ctx->links->rank());
+  const DeviceCollContext& ctx = *ranks.front().front().ctx;
+  launch(kernel, blocks, ctx.threads, &params, stream, "collective", ctx.links->rank());
 }
 
 // The all-reduce on the trees: each tree channel of each rank a block with its share of the
@@ -185,6 +201,58 @@ void launchDirect(std::span<const DeviceRankCall> ranks, const void* kernel, voi
          anyLinks.rank());
 }
 
+// The operator of a rank's calls' kernel: the one every call that reduces names; Sum where none
+// does (a call that only moves runs under any).
+braidRedOp_t kernelOp(RankCalls calls) {
+  for (const DeviceRankCall& c : calls)
+    if (reduces(c.args.coll)) return c.args.op;
+  return braidSum;
+}
+
+// The launch's calls by rank (each rank's next to each other), checked: every rank makes the same
+// calls, all of them in one kernel, a ring's works and every rank's blocks within the launch's
+// parameters, one call per rank for the tree and direct engines.
+std::vector<RankCalls> checkLaunch(std::span<const DeviceRankCall> calls,
+                                   DeviceAlgorithm algorithm) {
+  std::vector<RankCalls> ranks;
+  for (size_t i = 0, begin = 0; i < calls.size(); ++i)
+    if (i + 1 == calls.size() || calls[i + 1].ctx != calls[i].ctx) {
+      ranks.push_back(calls.subspan(begin, i + 1 - begin));
+      begin = i + 1;
+    }
+  const int rank = calls.front().ctx->links->rank();
+  const bool tree =
+      algorithm == DeviceAlgorithm::Tree || algorithm == DeviceAlgorithm::TreeLowLatency;
+  if (tree && calls.front().args.coll != Collective::AllReduce)
+    fail(braidInternalError, "rank {}: the device tree runs all-reduces only", rank);
+  const RankCalls& model = ranks.front();
+  std::vector<RingKernelCall> kernel;
+  for (const DeviceRankCall& c : model) {
+    const RingKernelCall call = ringKernelCallOf(c.args, c.scale != nullptr, algorithm);
+    if (!kernel.empty() && !runsInRingKernelOf(kernel, call))
+      fail(braidInternalError,
+           "rank {}: calls of one launch need different kernels (only a ring launch runs several "
+           "calls of a rank, of one datatype and operator)",
+           rank);
+    kernel.push_back(call);
+  }
+  int blocks = 0;
+  for (const RankCalls& r : ranks) {
+    const P2pLinks& links = *r.front().ctx->links;
+    blocks += tree ? links.treeChannels() : links.geometry().channels;
+    bool same = r.size() == model.size();
+    for (size_t k = 0; same && k < r.size(); ++k)
+      same = sameCollective(r[k].args, model[k].args) &&
+             (r[k].scale == nullptr) == (model[k].scale == nullptr);
+    if (!same)
+      fail(braidInternalError, "rank {}: ranks of one launch make different calls", links.rank());
+  }
+  if (blocks > kMaxLaunchBlocks || calls.size() > static_cast<size_t>(kMaxLaunchWorks))
+    fail(braidInternalError, "rank {}: {} blocks and {} calls in one launch (at most {} and {})",
+         rank, blocks, calls.size(), kMaxLaunchBlocks, kMaxLaunchWorks);
+  return ranks;
+}
+
 }  // namespace
 
 void loadDeviceKernels(int device) {
@@ -213,39 +281,26 @@ int deviceLaunchBlocks() {
   return kMaxLaunchBlocks;
 }
 
-void launchCollective(std::span<const DeviceRankCall> ranks, DeviceAlgorithm algorithm,
+void launchCollective(std::span<const DeviceRankCall> calls, DeviceAlgorithm algorithm,
                       void* stream) {
-  const DeviceRankCall& first = ranks.front();
-  const CollArgs& a = first.args;
-  int blocks = 0;
-  const bool tree =
-      algorithm == DeviceAlgorithm::Tree || algorithm == DeviceAlgorithm::TreeLowLatency;
-  if (tree && a.coll != Collective::AllReduce)
-    fail(braidInternalError, "rank {}: the device tree runs all-reduces only",
-         first.ctx->links->rank());
-  for (const DeviceRankCall& r : ranks) {
-    const P2pLinks& links = *r.ctx->links;
-    blocks += tree ? links.treeChannels() : links.geometry().channels;
-    if (!sameCollective(r.args, a) || (r.scale == nullptr) != (first.scale == nullptr))
-      fail(braidInternalError, "rank {}: ranks of one launch make different calls",
-           r.ctx->links->rank());
-  }
-  if (blocks > kMaxLaunchBlocks)
-    fail(braidInternalError, "rank {}: {} blocks in one launch (at most {})",
-         first.ctx->links->rank(), blocks, kMaxLaunchBlocks);
-  if (a.count == 0) return;  // every rank skips it alike; the FIFOs are untouched
-  const void* kernel = deviceKernel(algorithm, a.type, a.op, first.scale != nullptr);
+  const std::vector<RankCalls> ranks = checkLaunch(calls, algorithm);
+  const bool anyElements = std::any_of(calls.begin(), calls.end(),
+                                       [](const DeviceRankCall& c) { return c.args.count > 0; });
+  if (!anyElements) return;  // every rank skips it alike; the FIFOs are untouched
+  const DeviceRankCall& first = calls.front();
+  const braidRedOp_t op = kernelOp(ranks.front());
+  const void* kernel = deviceKernel(algorithm, first.args.type, op, first.scale != nullptr);
   if (kernel == nullptr)
     fail(braidInvalidArgument, "rank {}: no device kernel for datatype {} and op {}",
-         first.ctx->links->rank(), static_cast<int>(a.type), static_cast<int>(a.op));
-  withStorage(a.type, [&](auto element) {
+         first.ctx->links->rank(), static_cast<int>(first.args.type), static_cast<int>(op));
+  withStorage(first.args.type, [&](auto element) {
     using T = decltype(element);
     switch (algorithm) {
-      case DeviceAlgorithm::Direct: return launchDirect<T>(ranks, kernel, stream);
+      case DeviceAlgorithm::Direct: return launchDirect<T>(calls, kernel, stream);
       case DeviceAlgorithm::Tree:
-        return launchTree<T, FifoViewPorts>(ranks, DeviceProtocol::Simple, kernel, stream);
+        return launchTree<T, FifoViewPorts>(calls, DeviceProtocol::Simple, kernel, stream);
       case DeviceAlgorithm::TreeLowLatency:
-        return launchTree<T, LlPorts>(ranks, DeviceProtocol::LowLatency, kernel, stream);
+        return launchTree<T, LlPorts>(calls, DeviceProtocol::LowLatency, kernel, stream);
       case DeviceAlgorithm::LowLatency:
         return launchRing<T, LlPorts>(ranks, DeviceProtocol::LowLatency, kernel, stream);
       case DeviceAlgorithm::Segmented:
@@ -265,22 +320,25 @@ void launchSendRecv(const DeviceCollContext& ctx, std::span<const CollArgs> ops,
   if (ops.size() > static_cast<size_t>(kMaxLaunchBlocks))
     fail(braidInternalError, "rank {}: {} sends and receives in one launch (at most {})", rank,
          ops.size(), kMaxLaunchBlocks);
+  static_assert(kMaxLaunchWorks >= kMaxLaunchBlocks, "a block's send or receive is a work");
   RingLaunch<uint8_t, FifoViewPorts> params{};
   params.timeoutNs = ctx.timeoutNs;
   for (size_t i = 0; i < ops.size(); ++i) {
     const CollArgs& a = ops[i];
     const size_t bytes = a.count * kernels::typeSize(a.type);
-    RingBlock<uint8_t, FifoViewPorts>& block = params.blocks[i];
+    params.works[i].call = {a.coll,
+                            n,
+                            rank,
+                            a.root,
+                            static_cast<const uint8_t*>(a.sendbuff),
+                            static_cast<uint8_t*>(a.recvbuff),
+                            bytes,
+                            bytes,
+                            1};
+    RingBlock<FifoViewPorts>& block = params.blocks[i];
     const bool send = a.coll == Collective::Send;
-    block.call = {a.coll,
-                  n,
-                  rank,
-                  a.root,
-                  static_cast<const uint8_t*>(a.sendbuff),
-                  static_cast<uint8_t*>(a.recvbuff),
-                  bytes,
-                  bytes,
-                  1};
+    block.firstWork = static_cast<int>(i);
+    block.nWorks = 1;
     block.channel = 0;
     block.nChannels = 1;
     block.failed = ctx.failed + i;

@@ -2,13 +2,15 @@
 // coll/tree_engine.h, coll/direct_engine.h) with a thread block as the thread group. One launch
 // covers every block the call needs: a channel of one rank per block, and may carry several ranks
 // (CUDA does not promise that separately launched kernels run at the same time, and these blocks
-// wait for each other; a CUDA communicator launches a kernel per rank so far: docs/cuda.md). Each
+// wait for each other; a CUDA communicator launches a kernel per rank so far: docs/cuda.md). A
+// ring launch may carry several calls of a group, each block running its rank's in order. Each
 // block's work comes in the launch's parameters (__grid_constant__), so a call allocates nothing
 // and copies nothing before it runs, and a CUDA graph can capture it.
 #pragma once
 
 #include <cuda/std/cstdint>
 
+#include "coll/device_launch.h"
 #include "coll/direct_engine.h"
 #include "coll/ring_engine.h"
 #include "coll/tree_engine.h"
@@ -63,21 +65,22 @@ class BlockGroup {
 };
 #endif
 
-// One block of a ring launch: a rank's call on one channel, through its FIFO ends.
-template <class T, class Ports>
+// One block of a ring launch: a rank's calls (works [firstWork, firstWork + nWorks) of the launch)
+// on one channel, through its FIFO ends.
+template <class Ports>
 struct RingBlock {
-  RingCall<T> call;
+  int firstWork, nWorks;
   int channel, nChannels;
+  const int* ringOrder;  // the channel's, in device memory
   Ports ports;
-  const T* scale;  // PreMulSum: the rank's scalar where the kernel reads it (device memory)
-  T scaleValue;    // ... or its value, when scale is null
-  int* failed;     // set when a wait of this block gave up (abort or timeout): its rank's word
+  int* failed;  // set when a wait of this block gave up (abort or timeout): its rank's word
 };
 
 template <class T, class Ports>
 struct RingLaunch {
   uint64_t timeoutNs;
-  RingBlock<T, Ports> blocks[kMaxLaunchBlocks];
+  RingWork<T> works[kMaxLaunchWorks];
+  RingBlock<Ports> blocks[kMaxLaunchBlocks];
 };
 
 // One block of a tree launch: a rank's share of an all-reduce on one tree channel, through the
@@ -86,7 +89,7 @@ template <class T, class Ports>
 struct TreeBlock {
   TreeCall<T> call;
   TreePorts<Ports> ports;
-  const T* scale;  // PreMulSum, as in RingBlock
+  const T* scale;  // PreMulSum, as in RingWork
   T scaleValue;
   int* failed;
 };
@@ -127,9 +130,9 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock, 1)
     ringKernel(const __grid_constant__ RingLaunch<typename R::Storage, Ports> launch) {
   const auto& block = launch.blocks[blockIdx.x];
   BlockGroup group(launch.timeoutNs);
-  const typename R::Storage scale = block.scale != nullptr ? *block.scale : block.scaleValue;
-  if (!runChannelOnViews<R, kPrescaled>(group, block.call, block.channel, block.nChannels,
-                                        block.ports, scale) &&
+  if (!runWorksOnViews<R, kPrescaled>(group, launch.works + block.firstWork, block.nWorks,
+                                      block.ringOrder, block.channel, block.nChannels,
+                                      block.ports) &&
       threadIdx.x == 0)
     *block.failed = kGaveUp;
 }

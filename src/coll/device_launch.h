@@ -1,12 +1,16 @@
 // The device kernels (coll/device_kernels.cu) by what they compute, for host code that launches
 // them with cudaLaunchKernel: one parameter, the launch's RingLaunch<T, Ports>, TreeLaunch<T,
-// Ports> or DirectLaunch<T> (coll/device_kernels.cuh), and one block per entry of its `blocks`.
-// Built only where nvcc is.
+// Ports> or DirectLaunch<T> (coll/device_kernels.cuh), and one block per entry of its `blocks`;
+// and which calls one ring launch can carry. The kernels are built only where nvcc is.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "braid/braid.h"
+#include "coll/call.h"
 
 namespace braid {
 
@@ -23,5 +27,38 @@ enum class DeviceAlgorithm : uint8_t {
 // Null for a datatype or op out of range.
 const void* deviceKernel(DeviceAlgorithm algorithm, braidDataType_t type, braidRedOp_t op,
                          bool prescaled);
+
+// The most calls one ring launch carries for all its blocks (RingLaunch's works): a group's
+// collectives of one rank (or of its ranks launched together) that share a kernel, each block
+// running its rank's one after another, as NCCL's work list. With the blocks, a ring launch's
+// parameters stay under 8 KiB.
+constexpr int kMaxLaunchWorks = 32;
+
+// A collective as a ring launch sees it: the kernel's algorithm and datatype, and the operator
+// it reduces with (PreMulSum: `prescaled`, op braidSum), or none for a call that only moves.
+struct RingKernelCall {
+  DeviceAlgorithm algorithm = DeviceAlgorithm::Simple;
+  braidDataType_t type = braidFloat32;
+  braidRedOp_t op = braidSum;
+  bool reduces = false;
+  bool prescaled = false;
+};
+
+// `a` as a ring launch sees it, `algorithm` its engine: PreMulSum (an operator past the built-in
+// ones, or `scaled`: a launch's call whose operator was rewritten to Sum beside its scalar)
+// reduces with Sum over prescaled inputs.
+RingKernelCall ringKernelCallOf(const CollArgs& a, bool scaled, DeviceAlgorithm algorithm);
+
+// Whether `next` runs in the ring kernel of `run` (calls of one kernel, at least one), so that one
+// launch can carry them all: a ring algorithm, the same one, datatype and PreMulSum or not; where
+// both reduce, one operator (a call that only moves runs under any; a PreMulSum kernel moves
+// nothing: its calls reduce); never Avg, whose kernels run one call (coll/ring_engine.h's
+// kOneWorkPerList).
+bool runsInRingKernelOf(std::span<const RingKernelCall> run, const RingKernelCall& next);
+
+// A rank's collectives in order, cut into launches: each run of consecutive calls of one ring
+// kernel (runsInRingKernelOf) at most `maxCalls` long, every call of another engine (the tree,
+// the direct engine) alone. The number of calls of each launch, in order.
+std::vector<size_t> ringLaunchSizes(std::span<const RingKernelCall> calls, size_t maxCalls);
 
 }  // namespace braid

@@ -552,15 +552,56 @@ BRAID_HD bool runChannel(G& group, const M& move, const RingCall<typename M::Sto
   return runRing(group, move, part, ports);
 }
 
-// The device form: element reduction R (with kPrescaled, PreMulSum's: each input element times
-// `scale`, then Sum) over the FIFO views, with the Simple protocol (FifoViewPorts), the
-// low-latency one (LlPorts) or the segmented one (SegmentPorts), their counters taken up from the
-// FIFO words.
+// Whether a work list of reduction R holds one call: Avg's division leaves no room for the loop
+// over a list within the 128 registers a thread of a 512-thread block has (ptxas spilled 9 of
+// its ring kernels, every protocol's of some datatypes), so its calls keep a launch each
+// (coll/device_launch.h's runsInRingKernelOf).
+template <class R>
+constexpr bool kOneWorkPerList = R::kOperator == braidAvg;
+
+// One call of a block's work list: the call (its ring order the block's channel's) and, for
+// PreMulSum, the rank's scalar where the block reads it, or its value when `scale` is null.
+template <class T>
+struct RingWork {
+  RingCall<T> call;
+  const T* scale = nullptr;
+  T scaleValue{};
+};
+
+// The device form: a block's work list, the calls of one rank run one after another on one channel
+// (NCCL's work list: a group's collectives in one launch), each with element reduction R (with
+// kPrescaled, PreMulSum's: each input element times its work's scalar, then Sum) over the FIFO
+// views, with the Simple protocol (FifoViewPorts), the low-latency one (LlPorts) or the segmented
+// one (SegmentPorts). The counters are taken up from the FIFO words once; from one call to the
+// next every thread carries its own copy on, as from one step of a call to the next (each thread
+// keeps the counters the leader stores), so no barrier stands between the calls. Calls that
+// reduce and calls that only move (all-gather, broadcast) share a list: moving ignores R's
+// operator. Avg's lists hold one call (kOneWorkPerList).
+template <class R, bool kPrescaled = false, class G, class Ports>
+BRAID_HD bool runWorksOnViews(G& group, const RingWork<typename R::Storage>* works, int nWorks,
+                              const int* ringOrder, int channel, int nChannels, Ports ports) {
+  // Avg: no loop at all, as before lists; no launch holds a longer list of it (checkLaunch in
+  // coll/device_executor.cc refuses one; checking here too cost Avg's kernels 2 registers, which
+  // some did not have).
+  const int calls = kOneWorkPerList<R> ? 1 : nWorks;
+  ports.resume(group);
+  for (int w = 0; w < calls; ++w) {
+    const RingWork<typename R::Storage>& work = works[w];
+    RingCall<typename R::Storage> call = work.call;
+    call.ringOrder = ringOrder;
+    ElementMover<R, kPrescaled> move{};
+    if constexpr (kPrescaled) move.scale = work.scale != nullptr ? *work.scale : work.scaleValue;
+    if (!runChannel(group, move, call, channel, nChannels, ports)) return false;
+  }
+  return true;
+}
+
+// One call on the views: a work list of one.
 template <class R, bool kPrescaled = false, class G, class Ports>
 BRAID_HD bool runChannelOnViews(G& group, const RingCall<typename R::Storage>& call, int channel,
                                 int nChannels, Ports ports, typename R::Storage scale = {}) {
-  ports.resume(group);
-  return runChannel(group, ElementMover<R, kPrescaled>{scale}, call, channel, nChannels, ports);
+  const RingWork<typename R::Storage> work{call, nullptr, scale};
+  return runWorksOnViews<R, kPrescaled>(group, &work, 1, call.ringOrder, channel, nChannels, ports);
 }
 
 }  // namespace braid

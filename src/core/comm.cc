@@ -277,15 +277,8 @@ void braidComm::launch(std::span<const braid::CollArgs> ops, braidStream_t strea
 
 std::vector<std::span<const braid::CollArgs>> braidComm::launchesOf(
     std::span<const braid::CollArgs> ops) {
-  std::vector<std::span<const braid::CollArgs>> launches;
-  for (size_t i = 0; i < ops.size();) {
-    size_t end = i + 1;
-    if (isPointToPoint(ops[i].coll))
-      while (end < ops.size() && isPointToPoint(ops[end].coll)) ++end;
-    launches.push_back(ops.subspan(i, end - i));
-    i = end;
-  }
-  return launches;
+  waitReady();
+  return device_->launchesOf(ops);
 }
 
 namespace {

@@ -86,10 +86,10 @@ struct braidComm : public braid::Watchdog {
   bool onDevice() const { return options_.cuda; }
   int cudaDevice();
   void launch(std::span<const braid::CollArgs> ops, braidStream_t stream);
-  // The launches `ops` make, in order: each collective alone, each run of sends and receives
-  // together. launchOne makes one of them once this rank's turn has come (launchRounds).
-  static std::vector<std::span<const braid::CollArgs>> launchesOf(
-      std::span<const braid::CollArgs> ops);
+  // The launches `ops` make, in order (braid::DeviceSide::launchesOf: runs of sends and receives,
+  // runs of collectives one ring kernel runs, other collectives alone). launchOne makes one of
+  // them once this rank's turn has come (launchRounds).
+  std::vector<std::span<const braid::CollArgs>> launchesOf(std::span<const braid::CollArgs> ops);
   void launchOne(std::span<const braid::CollArgs> launch, braidStream_t stream);
   // Where other ranks of this communicator share this rank's GPU from threads of this process,
   // the rounds their collectives are queued in (core/launch_rounds.h); nullptr otherwise. Known

@@ -323,19 +323,23 @@ std::unique_ptr<CudaComm> CudaComm::connect(const CudaCommSetup& setup) {
 
 // The launch goes on the first rank's stream: every other rank's stream joins it before (its
 // queued work precedes the call) and waits for it after (its later work follows the call), by
-// events, which a graph capture turns into edges.
+// events, which a graph capture turns into edges. A rank's calls are next to each other, on its
+// one stream.
 void launchCollectives(std::span<const CudaCall> calls) {
   auto& first = static_cast<CudaCommImpl&>(*calls.front().comm);
   const OnDevice on(first.device_, first.rank_);
   const auto firstStream = static_cast<cudaStream_t>(calls.front().stream);
   std::vector<DeviceScale> scales(calls.size());
   std::vector<DeviceRankCall> ranks;
-  std::vector<bool> captured;
+  std::vector<bool> captured;  // by rank: the first call of each
+  auto firstOfRank = [&](size_t i) { return i == 0 || calls[i].comm != calls[i - 1].comm; };
   for (size_t i = 0; i < calls.size(); ++i) {
     auto& comm = static_cast<CudaCommImpl&>(*calls[i].comm);
-    if (comm.device_ != first.device_ || calls[i].algorithm != calls.front().algorithm)
+    if (comm.device_ != first.device_ || calls[i].algorithm != calls.front().algorithm ||
+        (!firstOfRank(i) && calls[i].stream != calls[i - 1].stream))
       fail(braidInternalError,
-           "rank {}: ranks of one launch are on different devices or chose different algorithms",
+           "rank {}: calls of one launch are on different devices, chose different algorithms, "
+           "or one rank's are on different streams",
            comm.rank_);
     if (calls[i].scalar != nullptr) scales[i] = {calls[i].scalar->onDevice, calls[i].scalar->bits};
     const WindowCall* window = calls[i].window;
@@ -343,6 +347,7 @@ void launchCollectives(std::span<const CudaCall> calls) {
                      window != nullptr ? window->signature : directSignature(calls[i].args),
                      window != nullptr ? window->inputs.data() : nullptr,
                      window != nullptr ? window->outputs.data() : nullptr});
+    if (!firstOfRank(i)) continue;
     captured.push_back(comm.afterLastCall(calls[i].stream));
     const auto stream = static_cast<cudaStream_t>(calls[i].stream);
     if (stream == firstStream) continue;
@@ -352,16 +357,17 @@ void launchCollectives(std::span<const CudaCall> calls) {
               fmt::format("rank {}: cudaStreamWaitEvent", comm.rank_));
   }
   launchCollective(ranks, calls.front().algorithm, firstStream);
-  if (calls.size() > 1)
+  if (captured.size() > 1)
     checkCuda(cudaEventRecord(first.join_, firstStream),
               fmt::format("rank {}: cudaEventRecord", first.rank_));
-  for (size_t i = 0; i < calls.size(); ++i) {
+  for (size_t i = 0, rank = 0; i < calls.size(); ++i) {
+    if (!firstOfRank(i)) continue;
     auto& comm = static_cast<CudaCommImpl&>(*calls[i].comm);
     const auto stream = static_cast<cudaStream_t>(calls[i].stream);
     if (stream != firstStream)
       checkCuda(cudaStreamWaitEvent(stream, first.join_, 0),
                 fmt::format("rank {}: cudaStreamWaitEvent", comm.rank_));
-    comm.recordCall(calls[i].stream, captured[i]);
+    comm.recordCall(calls[i].stream, captured[rank++]);
   }
 }
 

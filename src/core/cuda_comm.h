@@ -82,11 +82,13 @@ struct CudaCall {
   const WindowCall* window = nullptr;
 };
 
-// Queues the same collective of one rank, or of several ranks of one communicator in this process
-// on one GPU, in one launch (their blocks wait for each other, and CUDA does not promise that
-// kernels launched apart run together); each stays ordered on its own stream. The direct engine
-// needs every rank of the communicator in the launch, or one rank's call with its `window`.
-// Returns without waiting for the device.
+// Queues the same collectives of one rank, or of several ranks of one communicator in this
+// process on one GPU, in one launch (their blocks wait for each other, and CUDA does not promise
+// that kernels launched apart run together); each rank stays ordered on its own stream. A rank's
+// calls are next to each other, on one stream; several of them share a ring kernel
+// (coll/device_executor.h's launchCollective). The direct engine needs every rank of the
+// communicator in the launch, or one rank's call with its `window`. Returns without waiting for
+// the device.
 void launchCollectives(std::span<const CudaCall> calls);
 
 // The calling thread's current CUDA device (where a communicator made now goes, as in NCCL).

@@ -14,12 +14,13 @@ namespace braid {
 
 namespace {
 
-// Counts a launch in its ranks' rounds once it was made, or failed after their turn came: a
-// failure must not hold the other ranks of the GPU back.
+// Counts a launch's collectives in its ranks' rounds once it was made, or failed after their turn
+// came: a failure must not hold the other ranks of the GPU back.
 struct CountedInRounds {
   std::vector<LaunchRounds*> rounds;
+  size_t collectives = 1;
   ~CountedInRounds() {
-    for (LaunchRounds* r : rounds) r->markQueued();
+    for (LaunchRounds* r : rounds) r->markQueued(collectives);
   }
 };
 
@@ -103,24 +104,58 @@ std::vector<LaunchRounds*> DeviceSide::awaitTurns(std::span<DeviceSide* const> s
   return rounds;
 }
 
+std::vector<std::span<const CollArgs>> DeviceSide::launchesOf(std::span<const CollArgs> ops) const {
+  std::vector<std::span<const CollArgs>> launches;
+  for (size_t i = 0; i < ops.size();) {
+    size_t end = i;
+    if (isPointToPoint(ops[i].coll)) {
+      while (end < ops.size() && isPointToPoint(ops[end].coll)) ++end;
+    } else {
+      std::vector<RingKernelCall> collectives;
+      for (; end < ops.size() && !isPointToPoint(ops[end].coll); ++end) {
+        std::optional<WindowCall> window;
+        const DeviceAlgorithm algorithm = algorithmAlone(ops[end], window);
+        collectives.push_back(ringKernelCallOf(ops[end], false, algorithm));
+      }
+      const auto maxCalls =
+          static_cast<size_t>(std::clamp<int64_t>(param::DeviceLaunchWorks(), 1, kMaxLaunchWorks));
+      for (size_t size : ringLaunchSizes(collectives, maxCalls)) {
+        launches.push_back(ops.subspan(i, size));
+        i += size;
+      }
+      continue;
+    }
+    launches.push_back(ops.subspan(i, end - i));
+    i = end;
+  }
+  return launches;
+}
+
 void DeviceSide::launchOne(std::span<const CollArgs> launch, braidStream_t stream,
                            const char* operation) {
   DeviceSide* self = this;
   std::vector<LaunchRounds*> rounds =
       awaitTurns(std::span(&self, 1), std::span(&stream, 1), operation);
-  const CollArgs& a = launch.front();
-  if (isPointToPoint(a.coll)) return cuda_->launchSendRecv(launch, stream);  // not counted
-  const CountedInRounds counted{std::move(rounds)};
-  // The other ranks launch apart: the direct engine reaches their buffers through windows only
-  // (PreMulSum's scalars, one per rank, would not reach the peers).
-  CudaScalar scalar;
-  CudaCall call = callOf(a, stream, scalar);
-  const std::optional<WindowCall> window =
-      windows_ != nullptr && a.op < braidNumOps ? windows_->locate(a) : std::nullopt;
-  call.algorithm =
-      algorithmOf(a, window ? plan::DeviceLaunch::Windowed : plan::DeviceLaunch::Apart);
-  if (call.algorithm == DeviceAlgorithm::Direct) call.window = &*window;
-  launchCollectives(std::span(&call, 1));
+  if (isPointToPoint(launch.front().coll))
+    return cuda_->launchSendRecv(launch, stream);  // not counted
+  const CountedInRounds counted{std::move(rounds), launch.size()};
+  std::vector<CudaScalar> scalars(launch.size());
+  std::vector<std::optional<WindowCall>> windows(launch.size());
+  std::vector<CudaCall> calls;
+  for (size_t i = 0; i < launch.size(); ++i) {
+    calls.push_back(callOf(launch[i], stream, scalars[i]));
+    calls.back().algorithm = algorithmAlone(launch[i], windows[i]);
+    if (calls.back().algorithm == DeviceAlgorithm::Direct) calls.back().window = &*windows[i];
+  }
+  launchCollectives(calls);
+}
+
+// The other ranks launch apart: the direct engine reaches their buffers through windows only
+// (PreMulSum's scalars, one per rank, would not reach the peers).
+DeviceAlgorithm DeviceSide::algorithmAlone(const CollArgs& a,
+                                           std::optional<WindowCall>& window) const {
+  if (windows_ != nullptr && a.op < braidNumOps) window = windows_->locate(a);
+  return algorithmOf(a, window ? plan::DeviceLaunch::Windowed : plan::DeviceLaunch::Apart);
 }
 
 CudaCall DeviceSide::callOf(const CollArgs& a, braidStream_t stream, CudaScalar& scalar) const {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -48,8 +49,14 @@ class DeviceSide {
   // the rounds their collectives are queued in; nullptr otherwise.
   LaunchRounds* rounds() const { return rounds_.get(); }
 
-  // A group's sends and receives, or one collective of this rank launched on its own (once its
-  // turn has come): the direct engine only where its buffers lie in windows.
+  // The launches `ops` (this rank's, in order) make: each run of sends and receives together,
+  // each run of collectives that one ring kernel runs together (coll/device_launch.h's
+  // ringLaunchSizes: NCCL's work list), every other collective alone. Ranks need not cut alike:
+  // the FIFOs carry calls, not launches, and the rounds count collectives. launchOne makes one of
+  // them once this rank's turn has come.
+  std::vector<std::span<const CollArgs>> launchesOf(std::span<const CollArgs> ops) const;
+  // A group's sends and receives, or collectives of this rank launched on their own: the direct
+  // engine only where its buffers lie in windows.
   void launchOne(std::span<const CollArgs> launch, braidStream_t stream, const char* operation);
   // Collectives of several ranks (sides[i] calls[i] on streams[i]): whether one launch can hold
   // them (ranks of one communicator on one GPU, the same collective, no sends or receives, few
@@ -76,6 +83,9 @@ class DeviceSide {
   // for the way its ranks are launched.
   CudaCall callOf(const CollArgs& args, braidStream_t stream, CudaScalar& scalar) const;
   DeviceAlgorithm algorithmOf(const CollArgs& args, plan::DeviceLaunch launch) const;
+  // The algorithm of a call of this rank launched without its peers, and the window its buffers
+  // lie in, if any.
+  DeviceAlgorithm algorithmAlone(const CollArgs& args, std::optional<WindowCall>& window) const;
   // Blocks until the rounds let each of `sides` launch on its stream; the rounds a collective is
   // to be counted in (none for a stream being captured: it queues nothing).
   static std::vector<LaunchRounds*> awaitTurns(std::span<DeviceSide* const> sides,

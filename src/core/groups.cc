@@ -103,7 +103,7 @@ void launchApartInRounds(const std::vector<Batch>& device) {
   std::vector<std::vector<std::span<const CollArgs>>> launches;
   for (const Batch& b : device) {
     b.comm->waitReady();  // its rounds are known once ready
-    launches.push_back(braidComm::launchesOf(b.ops));
+    launches.push_back(b.comm->launchesOf(b.ops));
   }
   std::vector<braid::RankLaunches> ranks;
   for (size_t i = 0; i < device.size(); ++i) {

@@ -122,10 +122,10 @@ void LaunchRounds::awaitTurn(std::chrono::milliseconds timeout, std::string_view
   }
 }
 
-void LaunchRounds::markQueued() {
+void LaunchRounds::markQueued(uint64_t collectives) {
   {
     const std::lock_guard<std::mutex> lock(shared_->mutex);
-    ++shared_->queued[seat_];
+    shared_->queued[seat_] += collectives;
   }
   shared_->changed.notify_all();
 }

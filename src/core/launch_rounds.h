@@ -1,13 +1,15 @@
 // Ranks of one CUDA communicator that share a GPU from threads of one process queue their
-// collectives in rounds: a rank's collective k goes to CUDA only after every one of them has
-// queued collective k - 1. CUDA feeds the streams of a device through a few hardware queues
+// collectives in rounds: a rank's launch whose first collective is k goes to CUDA only after every
+// one of them has queued collective k - 1 (a launch may carry several: a group's work list). CUDA
+// feeds the streams of a device through a few hardware queues
 // (CUDA_DEVICE_MAX_CONNECTIONS), and a kernel at the head of a queue holds back whatever is behind
 // it: a rank's call k waits in its stream for its own call k - 1, which spins for the peers' call
 // k - 1; if one of those sits behind call k in a shared queue, neither ever runs. In rounds, no
-// call k is queued before any peer's call k - 1, so what is ahead of a call in a queue never waits
-// for what is behind it. Sends and receives (and the collectives made of them: all-to-all, gather,
-// scatter) are not counted, since ranks need not make the same number, but wait for their rank's
-// turn all the same. Host code only (no CUDA type): docs/cuda.md, "Shared hardware queues".
+// launch starting at call k is queued before any peer's call k - 1, so what is ahead of a launch
+// in a queue never waits for what is behind it. Sends and receives (and the collectives made of
+// them: all-to-all, gather, scatter) are not counted, since ranks need not make the same number,
+// but wait for their rank's turn all the same. Host code only (no CUDA type): docs/cuda.md, "Shared
+// hardware queues".
 #pragma once
 
 #include <chrono>
@@ -46,9 +48,14 @@ class LaunchRounds {
   // once a member failed or was aborted (release), with braidInvalidUsage where a member behind
   // this rank left.
   void awaitTurn(std::chrono::milliseconds timeout, std::string_view operation) const;
-  // This rank's next collective is queued: the members waiting for it may go on. Called whatever
-  // became of the launch once its turn came, so a failure cannot hold the others back.
-  void markQueued();
+  // This rank's next `collectives` collectives are queued (a launch may carry several: a work
+  // list): the members waiting for them may go on. Called whatever became of the launch once its
+  // turn came, so a failure cannot hold the others back. A launch of several is as safe as a
+  // launch of one waiting its turn for the first: what it waits for in its stream (the rank's
+  // earlier collectives) waits for peers' collectives queued before it, and counting each of its
+  // collectives keeps every rank's count the same however ranks cut their collectives into
+  // launches (their groups and sends differ from rank to rank).
+  void markQueued(uint64_t collectives = 1);
   // Every wait of every member, now and later, fails with braidRemoteError and `why` (one of
   // them failed or called braidCommAbort: the collectives the others wait for may never come).
   void release(const std::string& why);
@@ -63,8 +70,8 @@ class LaunchRounds {
   size_t seat_;  // this rank's index in the members
 };
 
-// One rank's part of a group on a CUDA device, as a series of launches in the rank's order: a
-// collective, or a run of sends and receives.
+// One rank's part of a group on a CUDA device, as a series of launches in the rank's order:
+// collectives (one, or a work list), or a run of sends and receives.
 struct RankLaunches {
   const LaunchRounds* rounds = nullptr;  // nullptr: the rank launches without waiting
   size_t count = 0;

@@ -62,6 +62,7 @@ struct ElementOf<braidBfloat16> {
 template <braidDataType_t kTypeOf, braidRedOp_t kOp>
 struct ElementReduce {
   static constexpr braidDataType_t kType = kTypeOf;
+  static constexpr braidRedOp_t kOperator = kOp;
   using Element = ElementOf<kType>;
   using Storage = typename Element::Storage;
   using Compute = typename Element::Compute;

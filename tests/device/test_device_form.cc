@@ -463,6 +463,195 @@ TEST(DeviceElementReduce, EveryFp8PairMatchesTheReference) {
   check(std::integral_constant<braidDataType_t, braidFloat8e5m2>{}, e5m2ToFloat, floatToE5m2);
 }
 
+// A block's work list (runWorksOnViews: a group's ring collectives in one launch): every rank's
+// blocks run a list of mixed collectives of one datatype and operator (all-reduce, all-gather,
+// reduce-scatter, broadcast and reduce; PreMulSum: the reducing ones), in place and not, at counts
+// 0 to beyond the FIFO, one call after another with no barrier between them, then the same list
+// again as the next launch (fresh buffers), the FIFOs carrying their counters throughout; odd
+// channels run their ring in reverse (each block's ring order applies to its whole list). Every
+// call has its own buffers, poisoned first, each checked against the grid's reference once all
+// ran: a call that read or wrote another's slots, or started from stale counters, fails.
+class WorkListGrid {
+ public:
+  static constexpr int kRounds = 2;
+
+  WorkListGrid(const Shape& shape, braidDataType_t type, braidRedOp_t op)
+      : shape_(shape),
+        fifoWords_(static_cast<size_t>(shape.ranks * shape.channels)),
+        slots_(fifoWords_.size()),
+        blocks_(shape.ranks * shape.channels, shape.threads),
+        gridBarrier_(shape.ranks * shape.channels * shape.threads) {
+    for (auto& s : slots_) s.assign(kSlotBytes * shape.slots + 64, 0);
+    for (int r = shape.ranks - 1; r >= 0; --r) reversed_.push_back(r);
+    const size_t beyondFifo = 3 * kSlotBytes * shape.slots + 5;
+    const int last = shape.ranks - 1;
+    const bool premul = op == kPreMulSum;
+    for (int round = 0; round < kRounds; ++round) {
+      std::vector<Case> list;
+      auto add = [&](Collective c, size_t count, int root, bool inPlace) {
+        if (premul && !reduces(c)) return;  // its kernel scales what it reads
+        list.push_back({c, type, reduces(c) ? op : braidSum, count, root,
+                        braid_test::mixBits(11, static_cast<uint64_t>(round), list.size()),
+                        inPlace});
+      };
+      add(Collective::AllReduce, 1031, 0, false);
+      add(Collective::AllGather, 7, 0, false);
+      add(Collective::ReduceScatter, 1031, 0, true);
+      add(Collective::Broadcast, beyondFifo, last, false);
+      add(Collective::Reduce, 1, 0, false);
+      add(Collective::AllReduce, 0, 0, false);
+      add(Collective::AllGather, beyondFifo, 0, true);
+      add(Collective::Reduce, 1031, last, true);
+      add(Collective::AllReduce, 7, 0, true);
+      lists_.push_back(std::move(list));
+    }
+    buffers_.assign(kRounds, std::vector<std::vector<RankBuffers>>(shape.ranks));
+  }
+
+  std::vector<std::string> run() {
+    for (int round = 0; round < kRounds; ++round)
+      for (int rank = 0; rank < shape_.ranks; ++rank) {
+        std::vector<RankBuffers>& mine = buffers_[round][rank];
+        mine.resize(lists_[round].size());
+        for (size_t k = 0; k < mine.size(); ++k)
+          layoutRank(lists_[round][k], rank, shape_.ranks, mine[k]);
+      }
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < shape_.ranks; ++rank)
+      for (int channel = 0; channel < shape_.channels; ++channel)
+        for (int t = 0; t < shape_.threads; ++t)
+          threads.emplace_back([this, rank, channel, t] {
+            for (int round = 0; round < kRounds; ++round) {
+              if (!runBlock(round, rank, channel, t) && t == 0) {
+                const std::lock_guard<std::mutex> lock(failuresMutex_);
+                failures_.push_back("round " + std::to_string(round) + " rank " +
+                                    std::to_string(rank) + " channel " + std::to_string(channel) +
+                                    ": a wait gave up");
+              }
+              gridBarrier_.arrive_and_wait();  // launches of one stream, one after another
+            }
+          });
+    for (auto& t : threads) t.join();
+    for (int round = 0; round < kRounds; ++round)
+      for (int rank = 0; rank < shape_.ranks; ++rank)
+        for (size_t k = 0; k < lists_[round].size(); ++k) {
+          const Case& c = lists_[round][k];
+          const std::string wrong = checkRank(c, rank, shape_.ranks, buffers_[round][rank][k]);
+          if (!wrong.empty())
+            failures_.push_back("round " + std::to_string(round) + " call " + std::to_string(k) +
+                                " " + describe(c, shape_) + ": " + wrong);
+        }
+    return failures_;
+  }
+
+ private:
+  size_t fifoIndex(int rank, int channel) const {
+    return static_cast<size_t>(rank * shape_.channels + channel);
+  }
+  uint8_t* slotsOf(size_t fifo) {
+    return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(slots_[fifo].data()) + 63) / 64 *
+                                      64);
+  }
+
+  // Channel c's ring: the ranks in order on even channels (no ring order: rank r sends to r + 1),
+  // reversed on odd ones, as a plan's rings may run; each block applies its channel's order to
+  // every call of its list.
+  const int* ringOrderOf(int channel) const {
+    return channel % 2 == 0 ? nullptr : reversed_.data();
+  }
+  int nextOnRing(int rank, int channel) const {
+    const int n = shape_.ranks;
+    return channel % 2 == 0 ? (rank + 1) % n : (rank + n - 1) % n;
+  }
+
+  bool runBlock(int round, int rank, int channel, int t) {
+    const int n = shape_.ranks;
+    const size_t mine = fifoIndex(rank, channel),
+                 theirs = fifoIndex(nextOnRing(rank, channel), channel);
+    const auto slotCount = static_cast<uint32_t>(shape_.slots);
+    const braid::FifoRecvView in{&fifoWords_[mine], slotsOf(mine), kSlotBytes, slotCount};
+    const braid::FifoSendView out{&fifoWords_[theirs], slotsOf(theirs), kSlotBytes, slotCount};
+    CpuGroup group = blocks_.group(static_cast<int>(mine), t, Clock::now() + kDeadline);
+    const std::vector<Case>& list = lists_[round];
+    bool ok = false;
+    withReduction(list.front().type, list.front().op, [&](auto reduction, auto prescaled) {
+      using R = decltype(reduction);
+      using T = typename R::Storage;
+      constexpr bool kPrescaled = decltype(prescaled)::value;
+      T scale{};  // the rank's scalar in the datatype's bits (the storage type holds them)
+      visitDtype(list.front().type, [&](auto element) {
+        const auto value = premulScalar<decltype(element)>(rank);
+        if constexpr (sizeof value == sizeof scale) std::memcpy(&scale, &value, sizeof scale);
+      });
+      std::vector<braid::RingWork<T>> works;
+      for (size_t k = 0; k < list.size(); ++k) {
+        const Case& c = list[k];
+        const RankBuffers& b = buffers_[round][rank][k];
+        braid::RingWork<T> work{{c.collective, n, rank, c.root, reinterpret_cast<const T*>(b.input),
+                                 reinterpret_cast<T*>(b.output), c.count, c.count,
+                                 c.op == braidAvg ? n : 1}};
+        if (k % 2 == 0)  // the scalar read where the block finds it, or given by value
+          work.scale = &scale;
+        else
+          work.scaleValue = scale;
+        works.push_back(work);
+      }
+      const int size = static_cast<int>(works.size());
+      const int* order = ringOrderOf(channel);
+      if (shape_.algorithm == Algorithm::LowLatency)
+        ok = braid::runWorksOnViews<R, kPrescaled>(group, works.data(), size, order, channel,
+                                                   shape_.channels, braid::LlPorts{in, out});
+      else if (shape_.algorithm == Algorithm::Segmented)
+        ok = braid::runWorksOnViews<R, kPrescaled>(group, works.data(), size, order, channel,
+                                                   shape_.channels,
+                                                   braid::SegmentPorts{in, out, kSegmentBytes});
+      else
+        ok = braid::runWorksOnViews<R, kPrescaled>(group, works.data(), size, order, channel,
+                                                   shape_.channels, braid::FifoViewPorts{in, out});
+    });
+    return ok;
+  }
+
+  Shape shape_;
+  std::vector<std::vector<Case>> lists_;                        // by round
+  std::vector<std::vector<std::vector<RankBuffers>>> buffers_;  // by round, rank, call
+  std::vector<braid::FifoWords> fifoWords_;
+  std::vector<std::vector<uint8_t>> slots_;
+  std::vector<int> reversed_;  // the odd channels' ring order
+  CpuBlocks blocks_;
+  std::barrier<> gridBarrier_;
+  std::mutex failuresMutex_;
+  std::vector<std::string> failures_;
+};
+
+class DeviceWorkList : public testing::TestWithParam<Shape> {};
+
+TEST_P(DeviceWorkList, MixedCollectivesInOneListMatchTheReference) {
+  const std::pair<braidDataType_t, braidRedOp_t> kinds[] = {
+      {braidFloat32, braidSum}, {braidInt8, braidMax},      {braidFloat16, kPreMulSum},
+      {braidFloat64, braidMin}, {braidBfloat16, braidProd}, {braidUint32, braidSum}};
+  for (const auto& [type, op] : kinds) {
+    WorkListGrid grid(GetParam(), type, op);
+    for (const std::string& failure : grid.run())
+      ADD_FAILURE() << dtypeName(type) << " " << opName(op) << ": " << failure;
+  }
+}
+
+// Each ring protocol at 1-4 ranks, one channel and two, 1 and 4 threads per block.
+std::vector<Shape> workListShapes() {
+  std::vector<Shape> all;
+  for (Algorithm algorithm : {Algorithm::Simple, Algorithm::LowLatency, Algorithm::Segmented})
+    for (int ranks : {1, 2, 3, 4})
+      for (int channels : {1, 2})
+        for (int threads : {1, 4}) all.push_back({ranks, channels, threads, 2, algorithm});
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(Lists, DeviceWorkList, testing::ValuesIn(workListShapes()),
+                         [](const testing::TestParamInfo<Shape>& info) {
+                           return shapeName(info.param);
+                         });
+
 class DeviceForm : public testing::TestWithParam<Shape> {};
 
 TEST_P(DeviceForm, EveryCollectiveMatchesTheReference) {

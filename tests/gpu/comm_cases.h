@@ -56,13 +56,13 @@ inline void closeCudaRank(CudaRank& rank) {
   if (rank.stream != nullptr) cudaStreamDestroy(rank.stream);
 }
 
-// One case's call on this rank's device buffers, on the stream, the stream waited for: "" or
-// what failed. Every rank of the communicator calls it with the same case.
-inline std::string callCase(const Case& c, int rank, int n, braidComm_t comm, cudaStream_t stream,
-                            const DeviceRank& dev) {
-  braidRedOp_t op = c.op;
-  bool premul = c.op == kPreMulSum;
-  if (premul) {
+// One case's call on this rank's device buffers, queued on the stream (a send to the next rank
+// and a receive from the previous one in a group of their own, where none is open): its result.
+// PreMulSum's operator is made in `op`, for the caller to destroy.
+inline braidResult_t issueCase(const Case& c, int rank, int n, braidComm_t comm,
+                               cudaStream_t stream, const DeviceRank& dev, braidRedOp_t& op) {
+  op = c.op;
+  if (c.op == kPreMulSum) {
     visitDtype(c.type, [&](auto element) {
       using T = decltype(element);
       T scalar = premulScalar<T>(rank);
@@ -93,6 +93,16 @@ inline std::string callCase(const Case& c, int rank, int n, braidComm_t comm, cu
       braidRecv(dev.output, c.count, c.type, prev, comm, stream);
       r = braidGroupEnd();
   }
+  return r;
+}
+
+// One case's call (issueCase), the stream waited for: "" or what failed. Every rank of the
+// communicator calls it with the same case.
+inline std::string callCase(const Case& c, int rank, int n, braidComm_t comm, cudaStream_t stream,
+                            const DeviceRank& dev) {
+  braidRedOp_t op = braidSum;
+  const braidResult_t r = issueCase(c, rank, n, comm, stream, dev, op);
+  const bool premul = c.op == kPreMulSum;
   const std::string what = describe(c, Shape{n, 0, 0, 0, Algorithm::Simple});
   if (r != braidSuccess) return what + ": " + describe(r, comm);
   if (cudaStreamSynchronize(stream) != cudaSuccess) return what + ": cudaStreamSynchronize failed";

@@ -263,6 +263,89 @@ TEST_F(CudaComm, RanksLaunchedApartReachEachOthersWindows) {
   }
 }
 
+// A group's ring collectives of one kernel share a launch (a work list, docs/core.md): each rank,
+// a thread, issues in one group mixed collectives of one datatype and operator (all-reduce,
+// all-gather, reduce-scatter, broadcast, reduce; in place and not; sizes for LL, Simple and in
+// between, so the model cuts the run where the protocol changes), then 40 small all-reduces in
+// one group (two launches: kMaxLaunchWorks, then the rest). Every call has its own buffers and is
+// checked against the reference.
+TEST_F(CudaComm, AGroupsCollectivesShareALaunch) {
+  const std::pair<braidDataType_t, braidRedOp_t> kinds[] = {
+      {braidFloat32, braidSum},
+      {braidBfloat16, braidMax},
+      {braidFloat32, kPreMulSum},
+      {braidFloat64, braidAvg}};  // Avg: a launch per call that reduces
+  for (int n : {2, 4})
+    for (const auto& [type, op] : kinds) {
+      SCOPED_TRACE(std::to_string(n) + " ranks, " + dtypeName(type) + " " + opName(op));
+      std::vector<Case> mixed;
+      auto add = [&](Collective c, size_t count, int root, bool inPlace) {
+        if (op == kPreMulSum && !reduces(c)) return;
+        mixed.push_back({c, type, reduces(c) ? op : braidSum, count, root,
+                         mixBits(13, 0, mixed.size()), inPlace});
+      };
+      add(Collective::AllReduce, 1000, 0, false);
+      add(Collective::AllGather, 7, 0, false);
+      add(Collective::ReduceScatter, 1031, 0, true);
+      add(Collective::Reduce, 1, 0, false);
+      add(Collective::AllReduce, 0, 0, false);
+      add(Collective::Broadcast, 100'003, n - 1, false);
+      add(Collective::AllReduce, 1'000'003, 0, true);
+      add(Collective::AllGather, 4099, 0, true);
+      add(Collective::Reduce, 30'011, n - 1, true);
+      std::vector<Case> small;
+      for (size_t k = 0; k < 40; ++k)
+        small.push_back({Collective::AllReduce, type, op, 1 + k, 0, mixBits(17, 0, k), k % 3 == 0});
+      StepWatchdog watchdog(kStepLimit);
+      const auto failures = runRanks(n, [&](int rank, braidComm_t comm, cudaStream_t stream,
+                                            const std::function<void()>& ready,
+                                            std::vector<std::string>& failures) {
+        // Every group's buffers before the first call (an allocation may wait for the peers'
+        // kernels, which may wait for this rank's).
+        const std::vector<Case>* groups[] = {&mixed, &small};
+        std::vector<RankBuffers> hosts[2];
+        std::vector<DeviceRank> devs[2];
+        DeviceArena arena;
+        for (int g = 0; g < 2; ++g)
+          for (const Case& c : *groups[g]) {
+            layoutRank(c, rank, n, hosts[g].emplace_back());
+            if (!toDevice(hosts[g].back(), arena, devs[g].emplace_back()))
+              return failures.push_back("cudaMalloc or cudaMemcpy failed");
+          }
+        ready();
+        for (int g = 0; g < 2; ++g) {
+          const std::vector<Case>* group = groups[g];
+          std::vector<RankBuffers>& host = hosts[g];
+          std::vector<DeviceRank>& dev = devs[g];
+          if (rank == 0) watchdog.step(std::to_string(group->size()) + " calls in one group");
+          const size_t calls = group->size();
+          std::vector<braidRedOp_t> ops(calls, braidSum);
+          braidGroupStart();
+          for (size_t k = 0; k < calls; ++k)
+            if (const braidResult_t r =
+                    issueCase((*group)[k], rank, n, comm, stream, dev[k], ops[k]);
+                r != braidSuccess)
+              failures.push_back("call " + std::to_string(k) + ": " + describe(r, comm));
+          if (const braidResult_t r = braidGroupEnd(); r != braidSuccess)
+            return failures.push_back("braidGroupEnd: " + describe(r, comm));
+          braidResult_t async = braidSuccess;
+          if (cudaStreamSynchronize(stream) != cudaSuccess ||
+              braidCommGetAsyncError(comm, &async) != braidSuccess || async != braidSuccess)
+            return failures.push_back("the group failed: " + describe(async, comm));
+          for (size_t k = 0; k < calls; ++k) {
+            if ((*group)[k].op == kPreMulSum) braidRedOpDestroy(ops[k], comm);
+            const std::string what = "call " + std::to_string(k) + " " +
+                                     describe((*group)[k], Shape{n, 0, 0, 0, Algorithm::Simple});
+            if (!toHost(dev[k], host[k])) return failures.push_back(what + ": cudaMemcpy failed");
+            if (const std::string wrong = checkRank((*group)[k], rank, n, host[k]); !wrong.empty())
+              failures.push_back(what + ": " + wrong);
+          }
+        }
+      });
+      for (const std::string& f : failures) ADD_FAILURE() << f;
+    }
+}
+
 // Work queued before a call is seen by it, and work queued after it sees its result: rounds of
 // copy in, all-reduce, copy out with no wait between them, alternating between two streams of
 // the rank (a rank's calls share its FIFOs, so a call on the other stream must wait for the last

@@ -102,16 +102,22 @@ void runCase(const Shape& shape, const Case& c, DeviceArena& arena, cudaStream_t
           const bool receiving = p2p && ch % 2 == 1;
           const int mine = r * channels + (receiving ? ch - 1 : ch);
           const int theirs = (r + 1) % n * channels + ch;
-          auto& block = launch.blocks[r * channels + ch];
-          block.call = {p2p ? (receiving ? Collective::Recv : Collective::Send) : c.collective,
-                        n,
-                        r,
-                        c.root,
-                        reinterpret_cast<const T*>(dev[r].input),
-                        reinterpret_cast<T*>(dev[r].output),
-                        c.count,
-                        c.count,
-                        divisor};
+          // A work per block: a send's and a receive's blocks run different calls.
+          const int b = r * channels + ch;
+          auto& work = launch.works[b];
+          work.call = {p2p ? (receiving ? Collective::Recv : Collective::Send) : c.collective,
+                       n,
+                       r,
+                       c.root,
+                       reinterpret_cast<const T*>(dev[r].input),
+                       reinterpret_cast<T*>(dev[r].output),
+                       c.count,
+                       c.count,
+                       divisor};
+          work.scaleValue = premulScalar<T>(r);
+          auto& block = launch.blocks[b];
+          block.firstWork = b;
+          block.nWorks = 1;
           block.channel = p2p ? ch / 2 : ch;
           block.nChannels = p2p ? channels / 2 : channels;
           block.ports = ports;  // the segmented protocol's segment size
@@ -119,8 +125,6 @@ void runCase(const Shape& shape, const Case& c, DeviceArena& arena, cudaStream_t
                             static_cast<uint32_t>(shape.slots)};
           block.ports.out = {words[theirs], slots[theirs], slotBytes,
                              static_cast<uint32_t>(shape.slots)};
-          block.scale = nullptr;
-          block.scaleValue = premulScalar<T>(r);
           block.failed = failed + r * channels + ch;
         }
       void* args[] = {&launch};

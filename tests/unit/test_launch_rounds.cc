@@ -150,7 +150,8 @@ struct QueueLog {
 };
 
 // A rank's launches as braidComm::launchOne makes them: each waits for its turn, and 'c' (a
-// collective) then counts, 'p' (sends and receives) does not. Each launch checks, as it is
+// collective) then counts one, a digit d (a work list of d collectives) d, 'p' (sends and
+// receives) nothing. Each launch checks, as it is
 // queued, that no member of its rounds (`members`, itself among them) has queued fewer
 // collectives than it has. Without rounds, nothing is checked. A driver that made a launch of one
 // of its ranks wait for another of its ranks would end in braidTimeout.
@@ -170,6 +171,7 @@ RankLaunches launchesOf(const std::string& kinds, int rank, LaunchRounds* own,
                         "collective {}",
                         rank, i, peer->rank(), own->queued()));
     if (own != nullptr && kinds[i] == 'c') own->markQueued();
+    if (own != nullptr && kinds[i] >= '2' && kinds[i] <= '9') own->markQueued(kinds[i] - '0');
     log.order[rank].push_back(i);
   };
   return r;
@@ -201,18 +203,31 @@ void expectEveryLaunchInOrder(const QueueLog& log, const std::map<int, std::stri
   }
 }
 
-TEST(LaunchRounds, OneThreadDrivesSeveralRanksRoundByRoundBesideAnotherThreadsRank) {
+// Ranks 0 and 1 of a GPU launched in rounds by this thread, rank 2 by another, each making the
+// launches `kinds` gives it: every launch is made in its order, none before its turn, and each
+// rank has queued `collectives` once all are made.
+void expectThreeRanksLaunchInRounds(const std::map<int, std::string>& kinds, uint64_t collectives) {
   auto seats = joinAll({0, 1, 2});
   const std::vector<LaunchRounds*> members = pointers(seats);
   QueueLog log;
-  const std::map<int, std::string> kinds = {{0, "cpcc"}, {1, "pccpc"}, {2, "ccc"}};
   std::vector<RankLaunches> group, alone;
   for (int rank : {0, 1})
     group.push_back(launchesOf(kinds.at(rank), rank, seats[rank].get(), members, log, kLongWait));
   alone.push_back(launchesOf(kinds.at(2), 2, seats[2].get(), members, log, kLongWait));
   launchFromTwoThreads(group, alone);
   expectEveryLaunchInOrder(log, kinds);
-  for (const auto& seat : seats) EXPECT_EQ(seat->queued(), 3u);
+  for (const auto& seat : seats) EXPECT_EQ(seat->queued(), collectives);
+}
+
+TEST(LaunchRounds, OneThreadDrivesSeveralRanksRoundByRoundBesideAnotherThreadsRank) {
+  expectThreeRanksLaunchInRounds({{0, "cpcc"}, {1, "pccpc"}, {2, "ccc"}}, 3);
+}
+
+// Ranks make the same four collectives but cut them into launches differently (a group's work
+// list, sends between collectives on some ranks, calls outside a group on others): counted by
+// collective, every launch still waits for its turn and none hangs.
+TEST(LaunchRounds, LaunchesOfSeveralCollectivesCountEachOfThem) {
+  expectThreeRanksLaunchInRounds({{0, "3c"}, {1, "c2pc"}, {2, "cpccc"}}, 4);
 }
 
 TEST(LaunchRounds, OneThreadDrivesRanksOfTwoGpusAndOneWithoutRounds) {
