@@ -322,12 +322,22 @@ bool braidComm::canLaunchTogether(std::span<braidComm* const> comms,
   return braid::DeviceSide::canLaunchTogether(sides, calls);
 }
 
+std::vector<size_t> braidComm::launchesTogetherOf(
+    std::span<braidComm* const> comms, std::span<const std::vector<braid::CollArgs>> calls) {
+  std::vector<const braid::DeviceSide*> sides;
+  for (braidComm* c : comms) {
+    c->waitReady();
+    sides.push_back(c->device_.get());
+  }
+  return braid::DeviceSide::launchesTogetherOf(sides, calls);
+}
+
 void braidComm::launchTogether(std::span<braidComm* const> comms,
-                               std::span<const braid::CollArgs> calls,
+                               std::span<const std::vector<braid::CollArgs>> calls,
                                std::span<const braidStream_t> streams) {
   for (braidComm* c : comms) c->waitReady();
   const LaunchInFlight inFlight(comms);
-  const char* name = collectiveName(calls.front().coll);
+  const char* name = collectiveName(calls.front().front().coll);
   std::vector<braid::DeviceSide*> sides;
   for (braidComm* c : comms) {
     c->failIfDeviceFailed(name);

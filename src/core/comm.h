@@ -99,11 +99,14 @@ struct braidComm : public braid::Watchdog {
   }
   // Collectives of several ranks of one CUDA communicator driven by one thread (a group), call i
   // of comms[i] on streams[i]: whether they can go in one launch (same communicator and GPU, the
-  // same collective, few enough channels), and that launch.
+  // same collective, few enough channels); of consecutive such calls (calls[k][i]: comms[i]'s
+  // k-th), the launches they make (braid::DeviceSide::launchesTogetherOf), and one of them.
   static bool canLaunchTogether(std::span<braidComm* const> comms,
                                 std::span<const braid::CollArgs> calls);
+  static std::vector<size_t> launchesTogetherOf(
+      std::span<braidComm* const> comms, std::span<const std::vector<braid::CollArgs>> calls);
   static void launchTogether(std::span<braidComm* const> comms,
-                             std::span<const braid::CollArgs> calls,
+                             std::span<const std::vector<braid::CollArgs>> calls,
                              std::span<const braidStream_t> streams);
   // Fails unless `p` is memory of this communicator's kind (device memory of its GPU on a CUDA
   // communicator, host memory on a CPU one).

@@ -206,22 +206,49 @@ bool DeviceSide::canLaunchTogether(std::span<const DeviceSide* const> sides,
   return blocks <= plan::kMaxDeviceChannels;
 }
 
-void DeviceSide::launchTogether(std::span<DeviceSide* const> sides, std::span<const CollArgs> calls,
-                                std::span<const braidStream_t> streams, const char* operation) {
-  std::vector<CudaScalar> scalars(sides.size());
-  std::vector<CudaCall> launch;
-  // The direct engine needs every rank of the communicator in this launch, on one GPU, and every
-  // PreMulSum scalar by value (it goes in the launch's parameters); all ranks decide alike.
+// The direct engine needs every rank of the communicator in the launch, on one GPU, and every
+// PreMulSum scalar by value (it goes in the launch's parameters); all ranks decide alike.
+plan::DeviceLaunch DeviceSide::togetherAs(std::span<const DeviceSide* const> sides,
+                                          std::span<const CollArgs> call) {
   bool direct = static_cast<int>(sides.size()) == sides.front()->setup_.nranks;
-  const CountedInRounds counted{awaitTurns(sides, streams, operation)};
   for (size_t i = 0; i < sides.size(); ++i) {
-    launch.push_back(sides[i]->callOf(calls[i], streams[i], scalars[i]));
+    const braidRedOp_t op = call[i].op;
     direct = direct && sides[i]->cuda_->ranksShareDevice() &&
-             (launch.back().scalar == nullptr || launch.back().scalar->onDevice == nullptr);
+             (op < braidNumOps || sides[i]->setup_.ops->get(op).isImmediate);
   }
-  for (size_t i = 0; i < sides.size(); ++i)
-    launch[i].algorithm = sides[i]->algorithmOf(
-        calls[i], direct ? plan::DeviceLaunch::Together : plan::DeviceLaunch::Apart);
+  return direct ? plan::DeviceLaunch::Together : plan::DeviceLaunch::Apart;
+}
+
+std::vector<size_t> DeviceSide::launchesTogetherOf(std::span<const DeviceSide* const> sides,
+                                                   std::span<const std::vector<CollArgs>> calls) {
+  std::vector<RingKernelCall> kernels;
+  for (const std::vector<CollArgs>& call : calls) {
+    const DeviceAlgorithm algorithm =
+        sides.front()->algorithmOf(call.front(), togetherAs(sides, call));
+    kernels.push_back(ringKernelCallOf(call.front(), false, algorithm));
+  }
+  // Every rank's calls are works of the one launch.
+  const int64_t perRank = kMaxLaunchWorks / static_cast<int64_t>(sides.size());
+  const auto maxCalls =
+      static_cast<size_t>(std::clamp<int64_t>(param::DeviceLaunchWorks(), 1, perRank));
+  return ringLaunchSizes(kernels, maxCalls);
+}
+
+void DeviceSide::launchTogether(std::span<DeviceSide* const> sides,
+                                std::span<const std::vector<CollArgs>> calls,
+                                std::span<const braidStream_t> streams, const char* operation) {
+  const size_t n = sides.size(), m = calls.size();
+  std::vector<CudaScalar> scalars(n * m);
+  std::vector<CudaCall> launch;        // each rank's calls next to each other
+  std::vector<plan::DeviceLaunch> as;  // by k
+  for (const std::vector<CollArgs>& call : calls)
+    as.push_back(togetherAs(std::span<const DeviceSide* const>(sides.data(), n), call));
+  const CountedInRounds counted{awaitTurns(sides, streams, operation), m};
+  for (size_t i = 0; i < n; ++i)
+    for (size_t k = 0; k < m; ++k) {
+      launch.push_back(sides[i]->callOf(calls[k][i], streams[i], scalars[i * m + k]));
+      launch.back().algorithm = sides[i]->algorithmOf(calls[k][i], as[k]);
+    }
   launchCollectives(launch);
 }
 

@@ -60,10 +60,16 @@ class DeviceSide {
   void launchOne(std::span<const CollArgs> launch, braidStream_t stream, const char* operation);
   // Collectives of several ranks (sides[i] calls[i] on streams[i]): whether one launch can hold
   // them (ranks of one communicator on one GPU, the same collective, no sends or receives, few
-  // enough channels), and that launch.
+  // enough channels).
   static bool canLaunchTogether(std::span<const DeviceSide* const> sides,
                                 std::span<const CollArgs> calls);
-  static void launchTogether(std::span<DeviceSide* const> sides, std::span<const CollArgs> calls,
+  // Consecutive collectives of those ranks (calls[k][i]: side i's k-th), each k one launch could
+  // hold: the launches they make, as numbers of k, each run of calls one ring kernel runs together
+  // (at most kMaxLaunchWorks over all the ranks), every other call alone; and one such launch.
+  static std::vector<size_t> launchesTogetherOf(std::span<const DeviceSide* const> sides,
+                                                std::span<const std::vector<CollArgs>> calls);
+  static void launchTogether(std::span<DeviceSide* const> sides,
+                             std::span<const std::vector<CollArgs>> calls,
                              std::span<const braidStream_t> streams, const char* operation);
 
   // braidCommWindowRegister, collective: every rank's part of the window, gathered (within the
@@ -86,6 +92,9 @@ class DeviceSide {
   // The algorithm of a call of this rank launched without its peers, and the window its buffers
   // lie in, if any.
   DeviceAlgorithm algorithmAlone(const CollArgs& args, std::optional<WindowCall>& window) const;
+  // How a launch of `sides` holding `call` (side i's call[i]) runs: the direct engine needs all.
+  static plan::DeviceLaunch togetherAs(std::span<const DeviceSide* const> sides,
+                                       std::span<const CollArgs> call);
   // Blocks until the rounds let each of `sides` launch on its stream; the rounds a collective is
   // to be counted in (none for a stream being captured: it queues nothing).
   static std::vector<LaunchRounds*> awaitTurns(std::span<DeviceSide* const> sides,

@@ -149,8 +149,13 @@ void launchOnDevices(const std::vector<Batch>& device) {
     launchApartInRounds(device);
     return;
   }
-  for (size_t k = 0; k < device[0].ops.size(); ++k)
-    braidComm::launchTogether(comms, callsAt(k), streams);
+  std::vector<std::vector<CollArgs>> calls;  // k-th: every rank's k-th
+  for (size_t k = 0; k < device[0].ops.size(); ++k) calls.push_back(callsAt(k));
+  size_t k = 0;
+  for (size_t size : braidComm::launchesTogetherOf(comms, calls)) {
+    braidComm::launchTogether(comms, std::span(calls).subspan(k, size), streams);
+    k += size;
+  }
 }
 
 GroupState& threadGroup() {

@@ -107,6 +107,33 @@ INSTANTIATE_TEST_SUITE_P(Gpu, CudaCommRanks, testing::Values(1, 2, 4, 8),
                            return std::to_string(info.param) + "ranks";
                          });
 
+// Every rank of a communicator on device 0, made by one thread (braidCommInitAll), each with a
+// stream of its own; destroyed with this.
+struct AllRanksOnOneThread {
+  std::vector<braidComm_t> comms;
+  std::vector<cudaStream_t> streams;
+  explicit AllRanksOnOneThread(int n) : comms(n, nullptr), streams(n, nullptr) {}
+  AllRanksOnOneThread(const AllRanksOnOneThread&) = delete;
+  AllRanksOnOneThread& operator=(const AllRanksOnOneThread&) = delete;
+  // "" or what failed.
+  std::string open() {
+    std::vector<int> devices(comms.size(), 0);
+    if (braidCommInitAll(comms.data(), static_cast<int>(comms.size()), devices.data()) !=
+        braidSuccess)
+      return std::string("braidCommInitAll: ") + braidGetLastError(nullptr);
+    for (cudaStream_t& s : streams)
+      if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
+        return "cudaStreamCreateWithFlags failed";
+    return "";
+  }
+  ~AllRanksOnOneThread() {
+    for (braidComm_t c : comms)
+      if (c != nullptr) braidCommDestroy(c);
+    for (cudaStream_t s : streams)
+      if (s != nullptr) cudaStreamDestroy(s);
+  }
+};
+
 // One thread drives every rank of the GPU (braidCommInitAll, then one group per call): the k-th
 // collective of every rank goes in one launch, so the ranks' blocks run together. Each rank on a
 // stream of its own, and all ranks on one stream (which one launch makes possible). Every rank in
@@ -117,13 +144,10 @@ TEST_F(CudaComm, OneThreadDrivesEveryRankInOneLaunch) {
   for (int n : {2, 4, 8})
     for (bool oneStream : {false, true}) {
       SCOPED_TRACE(std::to_string(n) + " ranks" + (oneStream ? ", one stream" : ""));
-      std::vector<int> devices(n, 0);
-      std::vector<braidComm_t> comms(n);
-      ASSERT_EQ(braidCommInitAll(comms.data(), n, devices.data()), braidSuccess)
-          << braidGetLastError(nullptr);
-      std::vector<cudaStream_t> streams(n);
-      for (int r = 0; r < n; ++r)
-        CUDA_CHECK(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking));
+      AllRanksOnOneThread all(n);
+      ASSERT_EQ(all.open(), "");
+      const std::vector<braidComm_t>& comms = all.comms;
+      const std::vector<cudaStream_t>& streams = all.streams;
       StepWatchdog watchdog(kStepLimit);
       for (const Case& c : commCases(n)) {
         if (c.collective == Collective::Send || c.op == kPreMulSum) continue;
@@ -164,10 +188,6 @@ TEST_F(CudaComm, OneThreadDrivesEveryRankInOneLaunch) {
         for (int rank = 0; rank < n; ++rank)
           ASSERT_TRUE(wrong[rank].empty())
               << describe(c, Shape{n, 0, 0, 0, Algorithm::Simple}) << ": " << wrong[rank];
-      }
-      for (int r = 0; r < n; ++r) {
-        braidCommDestroy(comms[r]);
-        cudaStreamDestroy(streams[r]);
       }
     }
 }
@@ -263,6 +283,37 @@ TEST_F(CudaComm, RanksLaunchedApartReachEachOthersWindows) {
   }
 }
 
+// The groups of the work-list tests, of one datatype and operator: mixed collectives (in place
+// and not; sizes for LL, Simple and between, so the model cuts the run where the protocol
+// changes), and 40 small all-reduces (more than one launch holds).
+std::vector<std::vector<Case>> groupLists(int n, braidDataType_t type, braidRedOp_t op) {
+  std::vector<Case> mixed;
+  auto add = [&](Collective c, size_t count, int root, bool inPlace) {
+    if (op == kPreMulSum && !reduces(c)) return;
+    mixed.push_back(
+        {c, type, reduces(c) ? op : braidSum, count, root, mixBits(13, 0, mixed.size()), inPlace});
+  };
+  add(Collective::AllReduce, 1000, 0, false);
+  add(Collective::AllGather, 7, 0, false);
+  add(Collective::ReduceScatter, 1031, 0, true);
+  add(Collective::Reduce, 1, 0, false);
+  add(Collective::AllReduce, 0, 0, false);
+  add(Collective::Broadcast, 100'003, n - 1, false);
+  add(Collective::AllReduce, 1'000'003, 0, true);
+  add(Collective::AllGather, 4099, 0, true);
+  add(Collective::Reduce, 30'011, n - 1, true);
+  std::vector<Case> small;
+  for (size_t k = 0; k < 40; ++k)
+    small.push_back({Collective::AllReduce, type, op, 1 + k, 0, mixBits(17, 0, k), k % 3 == 0});
+  return {mixed, small};
+}
+
+const std::pair<braidDataType_t, braidRedOp_t> kGroupKinds[] = {
+    {braidFloat32, braidSum},
+    {braidBfloat16, braidMax},
+    {braidFloat32, kPreMulSum},
+    {braidFloat64, braidAvg}};  // Avg: a launch per call that reduces
+
 // A group's ring collectives of one kernel share a launch (a work list, docs/core.md): each rank,
 // a thread, issues in one group mixed collectives of one datatype and operator (all-reduce,
 // all-gather, reduce-scatter, broadcast, reduce; in place and not; sizes for LL, Simple and in
@@ -270,32 +321,11 @@ TEST_F(CudaComm, RanksLaunchedApartReachEachOthersWindows) {
 // one group (two launches: kMaxLaunchWorks, then the rest). Every call has its own buffers and is
 // checked against the reference.
 TEST_F(CudaComm, AGroupsCollectivesShareALaunch) {
-  const std::pair<braidDataType_t, braidRedOp_t> kinds[] = {
-      {braidFloat32, braidSum},
-      {braidBfloat16, braidMax},
-      {braidFloat32, kPreMulSum},
-      {braidFloat64, braidAvg}};  // Avg: a launch per call that reduces
   for (int n : {2, 4})
-    for (const auto& [type, op] : kinds) {
+    for (const auto& [type, op] : kGroupKinds) {
       SCOPED_TRACE(std::to_string(n) + " ranks, " + dtypeName(type) + " " + opName(op));
-      std::vector<Case> mixed;
-      auto add = [&](Collective c, size_t count, int root, bool inPlace) {
-        if (op == kPreMulSum && !reduces(c)) return;
-        mixed.push_back({c, type, reduces(c) ? op : braidSum, count, root,
-                         mixBits(13, 0, mixed.size()), inPlace});
-      };
-      add(Collective::AllReduce, 1000, 0, false);
-      add(Collective::AllGather, 7, 0, false);
-      add(Collective::ReduceScatter, 1031, 0, true);
-      add(Collective::Reduce, 1, 0, false);
-      add(Collective::AllReduce, 0, 0, false);
-      add(Collective::Broadcast, 100'003, n - 1, false);
-      add(Collective::AllReduce, 1'000'003, 0, true);
-      add(Collective::AllGather, 4099, 0, true);
-      add(Collective::Reduce, 30'011, n - 1, true);
-      std::vector<Case> small;
-      for (size_t k = 0; k < 40; ++k)
-        small.push_back({Collective::AllReduce, type, op, 1 + k, 0, mixBits(17, 0, k), k % 3 == 0});
+      const std::vector<std::vector<Case>> lists = groupLists(n, type, op);
+      const std::vector<Case>&mixed = lists[0], &small = lists[1];
       StepWatchdog watchdog(kStepLimit);
       const auto failures = runRanks(n, [&](int rank, braidComm_t comm, cudaStream_t stream,
                                             const std::function<void()>& ready,
@@ -343,6 +373,58 @@ TEST_F(CudaComm, AGroupsCollectivesShareALaunch) {
         }
       });
       for (const std::string& f : failures) ADD_FAILURE() << f;
+    }
+}
+
+// One thread drives every rank of the GPU through the same groups (braidCommInitAll): the k-th
+// calls of every rank go in one launch, and a run of them one ring kernel runs in one launch too
+// (every rank's calls a work list; at most 32 calls over the ranks). A stream per rank.
+TEST_F(CudaComm, OneThreadDrivesEveryRankThroughAGroupOfCollectives) {
+  for (int n : {2, 4, 8})  // 8 ranks: at most 4 calls of each in a launch
+    for (const auto& [type, op] : kGroupKinds) {
+      SCOPED_TRACE(std::to_string(n) + " ranks, " + dtypeName(type) + " " + opName(op));
+      AllRanksOnOneThread all(n);
+      ASSERT_EQ(all.open(), "");
+      const std::vector<braidComm_t>& comms = all.comms;
+      const std::vector<cudaStream_t>& streams = all.streams;
+      StepWatchdog watchdog(kStepLimit);
+      for (const std::vector<Case>& group : groupLists(n, type, op)) {
+        watchdog.step(std::to_string(group.size()) + " calls of every rank in one group");
+        const size_t calls = group.size();
+        std::vector<std::vector<RankBuffers>> host(n, std::vector<RankBuffers>(calls));
+        std::vector<std::vector<DeviceRank>> dev(n, std::vector<DeviceRank>(calls));
+        std::vector<std::vector<braidRedOp_t>> ops(n, std::vector<braidRedOp_t>(calls, braidSum));
+        DeviceArena arena;
+        onEveryRank(n, [&](int r) {
+          for (size_t k = 0; k < calls; ++k) layoutRank(group[k], r, n, host[r][k]);
+        });
+        for (int r = 0; r < n; ++r)
+          for (size_t k = 0; k < calls; ++k) ASSERT_TRUE(toDevice(host[r][k], arena, dev[r][k]));
+        braidGroupStart();
+        for (int r = 0; r < n; ++r)
+          for (size_t k = 0; k < calls; ++k)
+            if (const braidResult_t issued =
+                    issueCase(group[k], r, n, comms[r], streams[r], dev[r][k], ops[r][k]);
+                issued != braidSuccess)
+              ADD_FAILURE() << "rank " << r << " call " << k << ": " << describe(issued, comms[r]);
+        const braidResult_t result = braidGroupEnd();
+        ASSERT_EQ(result, braidSuccess) << describe(result, nullptr);
+        for (cudaStream_t s : streams) CUDA_CHECK(cudaStreamSynchronize(s));
+        std::vector<std::string> wrong(n);
+        onEveryRank(n, [&](int r) {
+          for (size_t k = 0; k < calls && wrong[r].empty(); ++k)
+            if (!toHost(dev[r][k], host[r][k]))
+              wrong[r] = "cudaMemcpy failed";
+            else if (const std::string w = checkRank(group[k], r, n, host[r][k]); !w.empty())
+              wrong[r] = "call " + std::to_string(k) + " " +
+                         describe(group[k], Shape{n, 0, 0, 0, Algorithm::Simple}) + ": " + w;
+        });
+        for (int r = 0; r < n; ++r) {
+          EXPECT_TRUE(wrong[r].empty()) << "rank " << r << ": " << wrong[r];
+          for (size_t k = 0; k < calls; ++k)
+            if (group[k].op == kPreMulSum) braidRedOpDestroy(ops[r][k], comms[r]);
+        }
+      }
     }
 }
 
