@@ -272,11 +272,10 @@ void braidComm::failIfDeviceFailed(const char* opName) {
 // Calls are queued on the stream and not waited for: the kernels' failures surface through
 // braidCommGetAsyncError and the next call.
 void braidComm::launch(std::span<const braid::CollArgs> ops, braidStream_t stream) {
-  for (std::span<const braid::CollArgs> one : launchesOf(ops)) launchOne(one, stream);
+  for (const braid::PlannedLaunch& one : launchesOf(ops)) launchOne(one, stream);
 }
 
-std::vector<std::span<const braid::CollArgs>> braidComm::launchesOf(
-    std::span<const braid::CollArgs> ops) {
+std::vector<braid::PlannedLaunch> braidComm::launchesOf(std::span<const braid::CollArgs> ops) {
   waitReady();
   return device_->launchesOf(ops);
 }
@@ -302,11 +301,11 @@ class LaunchInFlight {
 
 }  // namespace
 
-void braidComm::launchOne(std::span<const braid::CollArgs> launch, braidStream_t stream) {
+void braidComm::launchOne(const braid::PlannedLaunch& launch, braidStream_t stream) {
   waitReady();
   braidComm* self = this;
   const LaunchInFlight inFlight(std::span(&self, 1));
-  const char* name = collectiveName(launch.front().coll);
+  const char* name = collectiveName(launch.ops.front().coll);
   failIfDeviceFailed(name);
   device_->launchOne(launch, stream, name);
 }

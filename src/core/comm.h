@@ -89,8 +89,8 @@ struct braidComm : public braid::Watchdog {
   // The launches `ops` make, in order (braid::DeviceSide::launchesOf: runs of sends and receives,
   // runs of collectives one ring kernel runs, other collectives alone). launchOne makes one of
   // them once this rank's turn has come (launchRounds).
-  std::vector<std::span<const braid::CollArgs>> launchesOf(std::span<const braid::CollArgs> ops);
-  void launchOne(std::span<const braid::CollArgs> launch, braidStream_t stream);
+  std::vector<braid::PlannedLaunch> launchesOf(std::span<const braid::CollArgs> ops);
+  void launchOne(const braid::PlannedLaunch& launch, braidStream_t stream);
   // Where other ranks of this communicator share this rank's GPU from threads of this process,
   // the rounds their collectives are queued in (core/launch_rounds.h); nullptr otherwise. Known
   // once ready.

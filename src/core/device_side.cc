@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <mutex>
 #include <optional>
 
@@ -13,6 +14,13 @@
 namespace braid {
 
 namespace {
+
+// The most calls of each of `ranks` ranks one launch carries: BRAID_DEVICE_LAUNCH_WORKS, within
+// kMaxLaunchWorks over them all.
+size_t launchWorksPerRank(size_t ranks) {
+  const auto perRank = static_cast<int64_t>(kMaxLaunchWorks / ranks);
+  return static_cast<size_t>(std::clamp<int64_t>(param::DeviceLaunchWorks(), 1, perRank));
+}
 
 // Counts a launch's collectives in its ranks' rounds once it was made, or failed after their turn
 // came: a failure must not hold the other ranks of the GPU back.
@@ -104,48 +112,52 @@ std::vector<LaunchRounds*> DeviceSide::awaitTurns(std::span<DeviceSide* const> s
   return rounds;
 }
 
-std::vector<std::span<const CollArgs>> DeviceSide::launchesOf(std::span<const CollArgs> ops) const {
-  std::vector<std::span<const CollArgs>> launches;
+std::vector<PlannedLaunch> DeviceSide::launchesOf(std::span<const CollArgs> ops) const {
+  std::vector<PlannedLaunch> launches;
   for (size_t i = 0; i < ops.size();) {
     size_t end = i;
     if (isPointToPoint(ops[i].coll)) {
       while (end < ops.size() && isPointToPoint(ops[end].coll)) ++end;
-    } else {
-      std::vector<RingKernelCall> collectives;
-      for (; end < ops.size() && !isPointToPoint(ops[end].coll); ++end) {
-        std::optional<WindowCall> window;
-        const DeviceAlgorithm algorithm = algorithmAlone(ops[end], window);
-        collectives.push_back(ringKernelCallOf(ops[end], false, algorithm));
-      }
-      const auto maxCalls =
-          static_cast<size_t>(std::clamp<int64_t>(param::DeviceLaunchWorks(), 1, kMaxLaunchWorks));
-      for (size_t size : ringLaunchSizes(collectives, maxCalls)) {
-        launches.push_back(ops.subspan(i, size));
-        i += size;
-      }
+      launches.push_back({ops.subspan(i, end - i)});
+      i = end;
       continue;
     }
-    launches.push_back(ops.subspan(i, end - i));
+    std::vector<DeviceAlgorithm> algorithms;
+    std::vector<std::optional<WindowCall>> windows;
+    std::vector<RingKernelCall> kernels;
+    for (; end < ops.size() && !isPointToPoint(ops[end].coll); ++end) {
+      algorithms.push_back(algorithmAlone(ops[end], windows.emplace_back()));
+      kernels.push_back(ringKernelCallOf(ops[end], false, algorithms.back()));
+    }
+    size_t first = 0;
+    for (size_t size : ringLaunchSizes(kernels, launchWorksPerRank(1))) {
+      const auto from = static_cast<std::ptrdiff_t>(first),
+                 to = from + static_cast<std::ptrdiff_t>(size);
+      launches.push_back({ops.subspan(i + first, size),
+                          {algorithms.begin() + from, algorithms.begin() + to},
+                          {std::make_move_iterator(windows.begin() + from),
+                           std::make_move_iterator(windows.begin() + to)}});
+      first += size;
+    }
     i = end;
   }
   return launches;
 }
 
-void DeviceSide::launchOne(std::span<const CollArgs> launch, braidStream_t stream,
+void DeviceSide::launchOne(const PlannedLaunch& launch, braidStream_t stream,
                            const char* operation) {
   DeviceSide* self = this;
   std::vector<LaunchRounds*> rounds =
       awaitTurns(std::span(&self, 1), std::span(&stream, 1), operation);
-  if (isPointToPoint(launch.front().coll))
-    return cuda_->launchSendRecv(launch, stream);  // not counted
-  const CountedInRounds counted{std::move(rounds), launch.size()};
-  std::vector<CudaScalar> scalars(launch.size());
-  std::vector<std::optional<WindowCall>> windows(launch.size());
+  if (launch.algorithms.empty()) return cuda_->launchSendRecv(launch.ops, stream);  // not counted
+  const CountedInRounds counted{std::move(rounds), launch.ops.size()};
+  std::vector<CudaScalar> scalars(launch.ops.size());
   std::vector<CudaCall> calls;
-  for (size_t i = 0; i < launch.size(); ++i) {
-    calls.push_back(callOf(launch[i], stream, scalars[i]));
-    calls.back().algorithm = algorithmAlone(launch[i], windows[i]);
-    if (calls.back().algorithm == DeviceAlgorithm::Direct) calls.back().window = &*windows[i];
+  for (size_t i = 0; i < launch.ops.size(); ++i) {
+    calls.push_back(callOf(launch.ops[i], stream, scalars[i]));
+    calls.back().algorithm = launch.algorithms[i];
+    if (calls.back().algorithm == DeviceAlgorithm::Direct)
+      calls.back().window = &*launch.windows[i];
   }
   launchCollectives(calls);
 }
@@ -227,11 +239,7 @@ std::vector<size_t> DeviceSide::launchesTogetherOf(std::span<const DeviceSide* c
         sides.front()->algorithmOf(call.front(), togetherAs(sides, call));
     kernels.push_back(ringKernelCallOf(call.front(), false, algorithm));
   }
-  // Every rank's calls are works of the one launch.
-  const int64_t perRank = kMaxLaunchWorks / static_cast<int64_t>(sides.size());
-  const auto maxCalls =
-      static_cast<size_t>(std::clamp<int64_t>(param::DeviceLaunchWorks(), 1, perRank));
-  return ringLaunchSizes(kernels, maxCalls);
+  return ringLaunchSizes(kernels, launchWorksPerRank(sides.size()));  // every rank's in one
 }
 
 void DeviceSide::launchTogether(std::span<DeviceSide* const> sides,

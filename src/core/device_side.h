@@ -38,6 +38,15 @@ struct DeviceSideSetup {
   plan::ModelInput model;  // the settings (BRAID_MODEL_*, algorithms), completed at connect
 };
 
+// One launch of a rank's operations, as DeviceSide::launchesOf cut them: a run of sends and
+// receives, or collectives each with the engine it runs and the window it reaches, decided once at
+// the cut (the launch reads them; a window registered meanwhile changes nothing).
+struct PlannedLaunch {
+  std::span<const CollArgs> ops;
+  std::vector<DeviceAlgorithm> algorithms;         // by op; empty for sends and receives
+  std::vector<std::optional<WindowCall>> windows;  // by op: where the direct engine reaches
+};
+
 class DeviceSide {
  public:
   // Every rank of the communicator calls it, by `deadline`.
@@ -52,12 +61,11 @@ class DeviceSide {
   // The launches `ops` (this rank's, in order) make: each run of sends and receives together,
   // each run of collectives that one ring kernel runs together (coll/device_launch.h's
   // ringLaunchSizes: NCCL's work list), every other collective alone. Ranks need not cut alike:
-  // the FIFOs carry calls, not launches, and the rounds count collectives. launchOne makes one of
-  // them once this rank's turn has come.
-  std::vector<std::span<const CollArgs>> launchesOf(std::span<const CollArgs> ops) const;
-  // A group's sends and receives, or collectives of this rank launched on their own: the direct
-  // engine only where its buffers lie in windows.
-  void launchOne(std::span<const CollArgs> launch, braidStream_t stream, const char* operation);
+  // the FIFOs carry calls, not launches, and the rounds count collectives. The direct engine only
+  // where a call's buffers lie in windows. launchOne makes one of them once this rank's turn has
+  // come.
+  std::vector<PlannedLaunch> launchesOf(std::span<const CollArgs> ops) const;
+  void launchOne(const PlannedLaunch& launch, braidStream_t stream, const char* operation);
   // Collectives of several ranks (sides[i] calls[i] on streams[i]): whether one launch can hold
   // them (ranks of one communicator on one GPU, the same collective, no sends or receives, few
   // enough channels).

@@ -100,14 +100,14 @@ void runNow(std::vector<Batch>& batches) {
 // collectives in rounds (core/launch_rounds.h), so one thread issuing every operation of one rank
 // before the next rank's would wait for itself.
 void launchApartInRounds(const std::vector<Batch>& device) {
-  std::vector<std::vector<std::span<const CollArgs>>> launches;
+  std::vector<std::vector<braid::PlannedLaunch>> launches;
   for (const Batch& b : device) {
     b.comm->waitReady();  // its rounds are known once ready
     launches.push_back(b.comm->launchesOf(b.ops));
   }
   std::vector<braid::RankLaunches> ranks;
   for (size_t i = 0; i < device.size(); ++i) {
-    const std::vector<std::span<const CollArgs>>& own = launches[i];
+    const std::vector<braid::PlannedLaunch>& own = launches[i];
     const Batch& b = device[i];
     ranks.push_back({b.comm->launchRounds(), own.size(),
                      [&own, &b](size_t k) { b.comm->launchOne(own[k], b.stream); }});
