@@ -88,13 +88,14 @@ class InprocSetup : public TransportSetup {
     const int rank = state.rank;
     const FifoGeometry& g = state.geometry;
     for (int peer : peers_) {
+      state.links.control[peer] = clique_->control(peer);
+      if (!state.hostFifos()) continue;
       state.links.send[peer] = SendConnector(
           FifoDesc::over(clique_->fifo(rank, peer, state.fifoBytes()), g.slotBytes, g.nSlots), rank,
           peer);
       state.links.recv[peer] = RecvConnector(
           FifoDesc::over(clique_->fifo(peer, rank, state.fifoBytes()), g.slotBytes, g.nSlots), rank,
           peer);
-      state.links.control[peer] = clique_->control(peer);
     }
   }
 
@@ -107,7 +108,8 @@ class InprocSetup : public TransportSetup {
 
 const Transport* inprocTransport() {
   static const TransportOf<InprocSetup> transport(
-      "inproc", [](const PeerInfo& self, const PeerInfo& peer) {
+      "inproc", {LinkKind::HostFifos, LinkKind::HostPresence},
+      [](const PeerInfo& self, const PeerInfo& peer) {
         return peer.hostHash == self.hostHash && peer.pid == self.pid;
       });
   return &transport;

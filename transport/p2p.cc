@@ -9,8 +9,6 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "transport/cuda_check.h"
-#include "transport/net/net_transport.h"
-#include "transport/net/proxy.h"
 
 namespace braid {
 namespace {
@@ -124,10 +122,8 @@ TreeNode P2pLinks::treeNodeOf(int channel, int rank) const {
 }
 
 void P2pLinks::layOutTrees(const std::vector<bool>& remote) {
-  trees_.assign(treeChannels(), {});
   for (int t = 0; t < treeChannels(); ++t) {
     TreeChannel& tree = trees_[t];
-    tree.node = treeNodeOf(t, rank_);
     for (int end = 0; end < TreeNode::kEnds; ++end) {
       const int peer = tree.node.at(end);
       if (peer < 0 || remote[peer]) continue;
@@ -200,207 +196,229 @@ DeviceFifo P2pLinks::onDevice(const FifoDesc& hostFifo, bool sending) const {
 }
 
 // The hops to other hosts: on each channel the ring neighbours there, and every peer there for
-// sends and receives, a connection each way for each (keys alike on both ends), the rings and
-// trees one for each protocol (Simple, low-latency: a FIFO never serves two). The proxy's FIFOs
-// go in pinned host memory mapped into the GPU; the proxy keeps polling them, since a kernel's
-// stores cannot wake it.
-void P2pLinks::connectNetwork(const std::vector<bool>& remote,
-                              const std::function<void(void*, size_t)>& allGather,
-                              Clock::time_point deadline) {
+// sends and receives, a connection each way for each (indices alike on both ends), the rings and
+// trees one for each protocol (Simple, low-latency: a FIFO never serves two). Their FIFOs go in
+// pinned host memory mapped into the GPU.
+void P2pLinks::askNetworkHops(const std::vector<bool>& remote, NetworkHops& hops,
+                              std::vector<NetworkHopUse>& uses) const {
   const int channels = geometry_.channels, trees = treeChannels();
-  // What each link serves, beside its key: the sends and receives (key 0), or per protocol p
-  // (hopProtocolIndex) ring channel c (key 1 + p * (channels + trees) + c) or tree channel t (the
-  // rings' keys, then t).
-  struct NetHop {
-    net::NetLinkKey key;
-    int protocol = 0;
-    int ring = -1, tree = -1;
+  const FifoGeometry simple{geometry_.simpleSlotBytes, static_cast<int>(geometry_.simpleSlots)};
+  const FifoGeometry lines{geometry_.llSlotBytes, static_cast<int>(geometry_.llSlots)};
+  // The sends and receives' index is 0; per protocol p the ring channel c's is
+  // 1 + p * (channels + trees) + c, and the tree channel t's follows the rings'.
+  auto ask = [&](int peer, int index, const NetworkHopUse& use) {
+    hops.hops.push_back({peer, index, use.protocol == 0 ? simple : lines, use.protocol == 1});
+    uses.push_back(use);
   };
-  std::vector<NetHop> hops;
   for (int peer = 0; peer < nranks_; ++peer) {
     if (!remote[peer]) continue;
-    hops.push_back({{peer, 0}});
+    ask(peer, 0, {});
     for (int p = 0; p < kHopProtocols; ++p) {
       const int first = 1 + p * (channels + trees);
       for (int c = 0; c < channels; ++c)
-        if (ringNext(c) == peer || ringPrev(c) == peer) hops.push_back({{peer, first + c}, p, c});
+        if (ringNext(c) == peer || ringPrev(c) == peer) ask(peer, first + c, {p, c});
       for (int t = 0; t < trees; ++t)
-        if (trees_[t].node.endOf(peer) >= 0)
-          hops.push_back({{peer, first + channels + t}, p, -1, t});
+        if (trees_[t].node.endOf(peer) >= 0) ask(peer, first + channels + t, {p, -1, t});
     }
   }
-  std::vector<net::NetLinkKey> keys;
-  for (const NetHop& hop : hops) keys.push_back(hop.key);
-  net::NetLinks connected = net::connectNetLinks(rank_, nranks_, keys, allGather, deadline);
   const int rank = rank_;
-  auto pinned = [rank](size_t bytes) {
+  hops.allocate = [rank](size_t bytes) {
     void* memory = nullptr;
     checkCuda(cudaHostAlloc(&memory, bytes, cudaHostAllocMapped | cudaHostAllocPortable),
               fmt::format("rank {}: cudaHostAlloc of {} bytes of network FIFOs", rank, bytes));
     std::memset(memory, 0, bytes);
     return std::shared_ptr<void>(memory, [](void* p) { cudaFreeHost(p); });
   };
-  proxy_ = std::make_shared<net::Proxy>(
-      rank_, FifoGeometry{geometry_.simpleSlotBytes, static_cast<int>(geometry_.simpleSlots)},
-      pinned);
-  const net::LinkFormat lines{
-      FifoGeometry{geometry_.llSlotBytes, static_cast<int>(geometry_.llSlots)}, true};
-  for (const NetHop& hop : hops) {
-    const int peer = hop.key.peer, p = hop.protocol;
-    auto& [send, recv] = connected.links[hop.key];
-    const net::Proxy::Fifos fifos =
-        proxy_->addPeer(peer, std::move(send), std::move(recv), p == 1 ? lines : net::LinkFormat{});
-    netHostWords_.push_back(&fifos.send.control->words);
-    netHostWords_.push_back(&fifos.recv.control->words);
-    if (hop.tree >= 0) {
-      TreeChannel& tree = trees_[hop.tree];
-      const int end = tree.node.endOf(peer);
-      tree.fromBy[p][end] = onDevice(fifos.recv, false);
-      tree.toBy[p][end] = onDevice(fifos.send, true);
-      tree.overNetwork[end] = true;
-    } else if (hop.ring >= 0) {
-      if (ringNext(hop.ring) == peer) netRingSend_[p][hop.ring] = onDevice(fifos.send, true);
-      if (ringPrev(hop.ring) == peer) netRingRecv_[p][hop.ring] = onDevice(fifos.recv, false);
-    } else {
-      netPairSend_[peer] = onDevice(fifos.send, true);
-      netPairRecv_[peer] = onDevice(fifos.recv, false);
-    }
+}
+
+void P2pLinks::attachNetworkHop(int peer, const NetworkHopUse& use, const FifoDesc& send,
+                                const FifoDesc& recv) {
+  netHostWords_.push_back(&send.control->words);
+  netHostWords_.push_back(&recv.control->words);
+  const int p = use.protocol;
+  if (use.tree >= 0) {
+    TreeChannel& tree = trees_[use.tree];
+    const int end = tree.node.endOf(peer);
+    tree.fromBy[p][end] = onDevice(recv, false);
+    tree.toBy[p][end] = onDevice(send, true);
+    tree.overNetwork[end] = true;
+  } else if (use.ring >= 0) {
+    if (ringNext(use.ring) == peer) netRingSend_[p][use.ring] = onDevice(send, true);
+    if (ringPrev(use.ring) == peer) netRingRecv_[p][use.ring] = onDevice(recv, false);
+  } else {
+    netPairSend_[peer] = onDevice(send, true);
+    netPairRecv_[peer] = onDevice(recv, false);
   }
-  proxy_->start(net::nicName(*connected.net));
-  proxy_->operationStarted();
-  BRAID_INFO(log::kNet,
-             "rank {}: {} network links to {} ranks on other hosts, FIFOs in pinned "
-             "host memory",
-             rank_, keys.size(), std::count(remote.begin(), remote.end(), true));
-}
-
-std::optional<std::string> P2pLinks::networkFailure() const {
-  return proxy_ != nullptr ? proxy_->failure(-1) : std::nullopt;
-}
-
-void P2pLinks::finish(Clock::time_point deadline) {
-  if (proxy_ != nullptr) proxy_->finish(deadline);
 }
 
 const int* P2pLinks::ringOrder(int channel) const {
   return ringOrders_ + static_cast<size_t>(channel) * nranks_;
 }
 
-std::unique_ptr<P2pLinks> P2pLinks::connect(int rank, int nranks, const DeviceRankPlace& self,
-                                            const DeviceFifoGeometry& geometry,
-                                            const std::vector<std::vector<int>>& ringOrders,
-                                            const std::function<void(void*, size_t)>& allGather,
-                                            Clock::time_point deadline) {
-  std::unique_ptr<P2pLinks> links(new P2pLinks);
-  links->rank_ = rank;
-  links->nranks_ = nranks;
-  links->geometry_ = geometry;
-  links->areaBytes_ =
-      links->directOffset() +
-      (static_cast<size_t>(geometry.channels) * static_cast<size_t>(nranks) + 1) * kDirectLineBytes;
-  const std::string where = fmt::format("rank {} (CUDA device {})", rank, self.device);
+// The P2P transport's part of connecting a set of device FIFOs: this rank's allocation and the
+// hops it asks of the network (construction), then the exchange of where every rank's allocation
+// is and the opening of those on this host (connect).
+class P2pSetup : public TransportSetup {
+ public:
+  P2pSetup(ConnectState& state, const std::vector<int>& peers);
+  void connect(ConnectState& state) override;
 
+ private:
+  static DeviceRankPlace placeOf(const ConnectState& state) {
+    if (state.device == nullptr)
+      fail(braidInternalError, "rank {}: device FIFOs asked for without a DeviceConnect",
+           state.rank);
+    return state.device->self;
+  }
+  // Allocates and clears this rank's FIFOs, and its copy of the ring orders, on its device.
+  void allocate(const DeviceConnect& device);
+  // Opens `peer`'s allocation (on this host) as this rank's device reaches it.
+  void open(int peer, const DeviceCard& card);
+  void enablePeerAccess(int peer, const DeviceRankPlace& place);
+
+  std::shared_ptr<P2pLinks> links_;
+  DeviceRankPlace self_;
+  std::string where_;
+  std::vector<bool> remote_;  // by rank: on another host, reached through the network
+  NetworkHops hops_;
+  std::vector<P2pLinks::NetworkHopUse> hopUses_;
+};
+
+P2pSetup::P2pSetup(ConnectState& state, const std::vector<int>&)
+    : links_(new P2pLinks), self_(placeOf(state)) {
+  const int nranks = static_cast<int>(state.peers.size());
+  self_.hostHash = state.peers[state.rank].hostHash;
+  where_ = fmt::format("rank {} (CUDA device {})", state.rank, self_.device);
+  P2pLinks& links = *links_;
+  links.rank_ = state.rank;
+  links.nranks_ = nranks;
+  links.geometry_ = state.device->geometry;
+  allocate(*state.device);
+  remote_.assign(nranks, false);
+  for (int peer = 0; peer < nranks; ++peer)
+    remote_[peer] = state.peers[peer].hostHash != self_.hostHash;
+  for (int p = 0; p < P2pLinks::kHopProtocols; ++p) {
+    links.netRingSend_[p].assign(links.geometry_.channels, {});
+    links.netRingRecv_[p].assign(links.geometry_.channels, {});
+  }
+  links.netPairSend_.assign(nranks, {});
+  links.netPairRecv_.assign(nranks, {});
+  links.trees_.assign(links.treeChannels(), {});
+  for (int t = 0; t < links.treeChannels(); ++t) {  // of the ranks' hosts, over t's ring order
+    std::vector<uint64_t> hosts;
+    for (int peer : links.hostRingOrders_[t]) hosts.push_back(state.peers[peer].hostHash);
+    links.treeShapes_.emplace_back(hosts);
+    links.trees_[t].node = links.treeNodeOf(t, state.rank);
+  }
+  if (std::find(remote_.begin(), remote_.end(), true) == remote_.end()) return;
+  links.askNetworkHops(remote_, hops_, hopUses_);
+  hops_.attach = [this](size_t hop, const FifoDesc& send, const FifoDesc& recv) {
+    links_->attachNetworkHop(hops_.hops[hop].peer, hopUses_[hop], send, recv);
+  };
+  state.networkHops = &hops_;
+}
+
+void P2pSetup::allocate(const DeviceConnect& device) {
+  P2pLinks& links = *links_;
+  const size_t nranks = static_cast<size_t>(links.nranks_);
+  links.areaBytes_ =
+      links.directOffset() +
+      (static_cast<size_t>(device.geometry.channels) * nranks + 1) * kDirectLineBytes;
   // The stream for init's clearing and abort()'s stores: never the legacy default stream, which
   // would wait for the user's kernels.
   cudaStream_t stream = nullptr;
   checkCuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-            where + ": cudaStreamCreateWithFlags");
-  links->abortStream_ = stream;
-  checkCuda(cudaMalloc(&links->own_, links->areaBytes_),
-            fmt::format("{}: cudaMalloc of {} bytes of FIFOs", where, links->areaBytes_));
-  checkCuda(cudaMemsetAsync(links->own_, 0, links->areaBytes_, stream),
-            where + ": cudaMemsetAsync");
-  links->hostRingOrders_ = ringOrders;
+            where_ + ": cudaStreamCreateWithFlags");
+  links.abortStream_ = stream;
+  checkCuda(cudaMalloc(&links.own_, links.areaBytes_),
+            fmt::format("{}: cudaMalloc of {} bytes of FIFOs", where_, links.areaBytes_));
+  checkCuda(cudaMemsetAsync(links.own_, 0, links.areaBytes_, stream), where_ + ": cudaMemsetAsync");
+  links.hostRingOrders_ = device.ringOrders;
   std::vector<int> orders;
-  for (const std::vector<int>& order : ringOrders)
+  for (const std::vector<int>& order : device.ringOrders)
     orders.insert(orders.end(), order.begin(), order.end());
-  checkCuda(cudaMalloc(reinterpret_cast<void**>(&links->ringOrders_), orders.size() * sizeof(int)),
-            where + ": cudaMalloc of the ring orders");
-  checkCuda(cudaMemcpyAsync(links->ringOrders_, orders.data(), orders.size() * sizeof(int),
+  checkCuda(cudaMalloc(reinterpret_cast<void**>(&links.ringOrders_), orders.size() * sizeof(int)),
+            where_ + ": cudaMalloc of the ring orders");
+  checkCuda(cudaMemcpyAsync(links.ringOrders_, orders.data(), orders.size() * sizeof(int),
                             cudaMemcpyHostToDevice, stream),
-            where + ": cudaMemcpyAsync of the ring orders");
-  // Cleared before any peer learns where the FIFOs are (the exchange below is the barrier).
-  checkCuda(cudaStreamSynchronize(stream), where + ": cudaStreamSynchronize");
+            where_ + ": cudaMemcpyAsync of the ring orders");
+  // Cleared before any peer learns where the FIFOs are (the exchange in connect()).
+  checkCuda(cudaStreamSynchronize(stream), where_ + ": cudaStreamSynchronize");
+}
 
+void P2pSetup::connect(ConnectState& state) {
+  P2pLinks& links = *links_;
+  const int nranks = links.nranks_;
   std::vector<DeviceCard> cards(nranks);
-  cards[rank].place = self;
-  cards[rank].base = reinterpret_cast<uintptr_t>(links->own_);
+  DeviceCard& own = cards[links.rank_];
+  own.place = self_;
+  own.base = reinterpret_cast<uintptr_t>(links.own_);
   // Only peers in other processes need the handle: where IPC is unsupported, they fail saying so.
-  if (const cudaError_t e = cudaIpcGetMemHandle(&cards[rank].handle, links->own_);
-      e != cudaSuccess) {
+  if (const cudaError_t e = cudaIpcGetMemHandle(&own.handle, links.own_); e != cudaSuccess) {
     cudaGetLastError();
-    std::snprintf(cards[rank].handleError, sizeof cards[rank].handleError, "%s",
-                  cudaErrorText(e).c_str());
+    std::snprintf(own.handleError, sizeof own.handleError, "%s", cudaErrorText(e).c_str());
   }
-  allGather(cards.data(), sizeof(DeviceCard));
-
-  links->areas_.assign(nranks, nullptr);
-  links->opened_.assign(nranks, false);
-  std::vector<bool> remote(nranks, false);
+  state.rendezvous.allGather(cards.data(), sizeof(DeviceCard));
+  links.areas_.assign(nranks, nullptr);
+  links.opened_.assign(nranks, false);
   for (int peer = 0; peer < nranks; ++peer) {
-    const DeviceCard& card = cards[peer];
-    if (card.place.processNonce == self.processNonce && card.place.device == self.device)
-      links->ranksOnDevice_.push_back(peer);
-    if (card.place.hostHash != self.hostHash) {
-      remote[peer] = true;  // reached through the network below; its FIFOs are not opened
-      continue;
-    }
-    if (card.place.device != self.device || card.place.processNonce != self.processNonce) {
-      int canAccess = 0;
-      if (card.place.processNonce == self.processNonce) {
-        checkCuda(cudaDeviceCanAccessPeer(&canAccess, self.device, card.place.device),
-                  where + ": cudaDeviceCanAccessPeer");
-        if (!canAccess)
-          fail(braidInvalidUsage,
-               "{}: CUDA device {} cannot reach device {} of rank {} (no peer access); hops "
-               "through host memory are not implemented yet",
-               where, self.device, card.place.device, peer);
-        const cudaError_t enabled = cudaDeviceEnablePeerAccess(card.place.device, 0);
-        if (enabled == cudaErrorPeerAccessAlreadyEnabled)
-          cudaGetLastError();  // not an error: an earlier communicator enabled it
-        else
-          checkCuda(enabled,
-                    fmt::format("{}: cudaDeviceEnablePeerAccess({})", where, card.place.device));
-      }
-    }
-    if (card.place.processNonce == self.processNonce) {
-      links->areas_[peer] = reinterpret_cast<uint8_t*>(card.base);
-      continue;
-    }
-    if (card.handleError[0] != '\0')
-      fail(braidUnhandledCudaError,
-           "{}: rank {} (pid {}) is in another process, but its FIFOs have no CUDA IPC handle: "
-           "cudaIpcGetMemHandle failed with {}",
-           where, peer, card.place.pid, card.handleError);
-    void* opened = nullptr;
-    checkCuda(cudaIpcOpenMemHandle(&opened, card.handle, cudaIpcMemLazyEnablePeerAccess),
-              fmt::format("{}: cudaIpcOpenMemHandle of rank {}'s FIFOs (pid {})", where, peer,
-                          card.place.pid));
-    links->areas_[peer] = static_cast<uint8_t*>(opened);
-    links->opened_[peer] = true;
+    const DeviceRankPlace& place = cards[peer].place;
+    if (place.processNonce == self_.processNonce && place.device == self_.device)
+      links.ranksOnDevice_.push_back(peer);
+    if (!remote_[peer]) open(peer, cards[peer]);  // the others: through the network
   }
-  for (int p = 0; p < kHopProtocols; ++p) {
-    links->netRingSend_[p].assign(geometry.channels, {});
-    links->netRingRecv_[p].assign(geometry.channels, {});
+  links.layOutTrees(remote_);
+  state.links.device = links_;
+  // No rank returns before every rank has made its allocations and mappings (connectPeers'
+  // barrier after connect): one made while a peer's first kernel runs may keep that kernel apart
+  // from this rank's (CUDA's implicit synchronization), and the kernel waits for this rank's.
+  BRAID_INFO(log::kInit, "{}: {} bytes of device FIFOs, {} channels", where_, links.areaBytes_,
+             links.geometry_.channels);
+}
+
+void P2pSetup::open(int peer, const DeviceCard& card) {
+  P2pLinks& links = *links_;
+  const bool sameProcess = card.place.processNonce == self_.processNonce;
+  if (sameProcess && card.place.device != self_.device) enablePeerAccess(peer, card.place);
+  if (sameProcess) {
+    links.areas_[peer] = reinterpret_cast<uint8_t*>(card.base);
+    return;
   }
-  links->netPairSend_.assign(nranks, {});
-  links->netPairRecv_.assign(nranks, {});
-  for (int t = 0; t < links->treeChannels(); ++t) {  // of the ranks' hosts, over t's ring order
-    std::vector<uint64_t> hosts;
-    for (int peer : ringOrders[t]) hosts.push_back(cards[peer].place.hostHash);
-    links->treeShapes_.emplace_back(hosts);
-  }
-  links->layOutTrees(remote);
-  if (std::find(remote.begin(), remote.end(), true) != remote.end())
-    links->connectNetwork(remote, allGather, deadline);
-  // No rank returns before every rank has made its allocations and mappings: one made while a
-  // peer's first kernel runs may keep that kernel apart from this rank's (CUDA's implicit
-  // synchronization), and the kernel waits for this rank's.
-  std::vector<char> arrived(nranks);
-  allGather(arrived.data(), 1);
-  BRAID_INFO(log::kInit, "{}: {} bytes of device FIFOs, {} channels", where, links->areaBytes_,
-             geometry.channels);
-  return links;
+  if (card.handleError[0] != '\0')
+    fail(braidUnhandledCudaError,
+         "{}: rank {} (pid {}) is in another process, but its FIFOs have no CUDA IPC handle: "
+         "cudaIpcGetMemHandle failed with {}",
+         where_, peer, card.place.pid, card.handleError);
+  void* opened = nullptr;
+  checkCuda(cudaIpcOpenMemHandle(&opened, card.handle, cudaIpcMemLazyEnablePeerAccess),
+            fmt::format("{}: cudaIpcOpenMemHandle of rank {}'s FIFOs (pid {})", where_, peer,
+                        card.place.pid));
+  links.areas_[peer] = static_cast<uint8_t*>(opened);
+  links.opened_[peer] = true;
+}
+
+void P2pSetup::enablePeerAccess(int peer, const DeviceRankPlace& place) {
+  int canAccess = 0;
+  checkCuda(cudaDeviceCanAccessPeer(&canAccess, self_.device, place.device),
+            where_ + ": cudaDeviceCanAccessPeer");
+  if (!canAccess)
+    fail(braidInvalidUsage,
+         "{}: CUDA device {} cannot reach device {} of rank {} (no peer access); hops through "
+         "host memory are not implemented yet",
+         where_, self_.device, place.device, peer);
+  const cudaError_t enabled = cudaDeviceEnablePeerAccess(place.device, 0);
+  if (enabled == cudaErrorPeerAccessAlreadyEnabled)
+    cudaGetLastError();  // not an error: an earlier communicator enabled it
+  else
+    checkCuda(enabled, fmt::format("{}: cudaDeviceEnablePeerAccess({})", where_, place.device));
+}
+
+const Transport* p2pTransport() {
+  static const TransportOf<P2pSetup> transport(
+      "p2p", {LinkKind::DeviceFifos},
+      [](const PeerInfo& self, const PeerInfo& peer) { return peer.hostHash == self.hostHash; },
+      LinkKind::DeviceFifos);
+  return &transport;
 }
 
 void P2pLinks::abort() {
@@ -440,8 +458,7 @@ void P2pLinks::abort() {
 
 P2pLinks::~P2pLinks() {
   // Nothing here may throw or wait long: cudaFree waits for the kernels that use the FIFOs, and
-  // those give up at their deadline. The proxy stops before its pinned FIFOs are freed.
-  proxy_.reset();
+  // those give up at their deadline.
   for (size_t peer = 0; peer < opened_.size(); ++peer)
     if (opened_[peer]) cudaIpcCloseMemHandle(areas_[peer]);
   if (ringOrders_ != nullptr) cudaFree(ringOrders_);

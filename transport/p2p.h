@@ -8,7 +8,9 @@
 // rank 0's allocation only, so that every rank of a launch meets on the same words). Ranks of one
 // process reach a peer's allocation by its pointer, ranks of another process on the same host by a
 // CUDA IPC handle; where the two GPUs differ, peer access is enabled. Ranks on other hosts are
-// reached through FIFOs in pinned host memory that a network proxy moves (connectNetwork).
+// reached through FIFOs in pinned host memory that the network transport's proxy moves: this
+// transport lays out which hops it needs (ConnectState::networkHops), the net transport connects
+// them. Both serve a set of LinkKind::DeviceFifos in the registry (transport/transport.h).
 #pragma once
 
 #include <cstddef>
@@ -23,11 +25,9 @@
 #include "base/wait.h"
 #include "transport/connector.h"
 #include "transport/fifo_view.h"
+#include "transport/transport.h"
 
 namespace braid {
-namespace net {
-class Proxy;
-}
 
 enum class DeviceProtocol : uint8_t { Simple, LowLatency, Segmented };
 
@@ -51,6 +51,21 @@ struct DeviceRankPlace {
   int32_t device = -1;        // CUDA device ordinal in that process
 };
 
+// What a CUDA communicator's FIFOs need (LinkRequest::device): where this rank is (its host is
+// the rendezvous's), how big they are, and the ring order of each channel (channels x nranks).
+struct DeviceConnect {
+  DeviceRankPlace self;
+  DeviceFifoGeometry geometry;
+  std::vector<std::vector<int>> ringOrders;
+};
+
+// The registry's P2P transport: a set of LinkKind::DeviceFifos on every rank (it holds the rank's
+// own FIFOs and its exchange meets every rank); peers on this host. Its links are
+// PeerLinks::device.
+const Transport* p2pTransport();
+
+class P2pSetup;
+
 // The direct engine's barrier words are lines of their own (coll/direct_engine.h's
 // DirectArrival): one writer, every rank of the channel reading.
 constexpr size_t kDirectLineBytes = 64;
@@ -67,18 +82,12 @@ struct DeviceFifo {
   FifoRecvView recvView() const { return {words, slots, slotBytes, nSlots}; }
 };
 
+// A rank's FIFOs as its kernels reach them, made by the P2P transport's setup (connectPeers with
+// a DeviceConnect, on the rank's device, the current one): its own allocation on its device, every
+// peer's on this host opened, and the hops to other hosts in the network proxy's pinned memory.
+// The ring orders are kept in device memory for the kernels (RingCall::ringOrder).
 class P2pLinks {
  public:
-  // Every rank of `nranks` calls it, with the same geometry: allocates this rank's FIFOs on its
-  // device (`self.device`, the current one), exchanges where they are with `allGather` (bytes
-  // per rank, every rank's slice filled in place), and opens every peer's on this host; connects
-  // to the ring neighbours and send/receive peers on other hosts by `deadline`. `ringOrders`
-  // (channels x nranks) is kept in device memory for the kernels (RingCall::ringOrder).
-  static std::unique_ptr<P2pLinks> connect(int rank, int nranks, const DeviceRankPlace& self,
-                                           const DeviceFifoGeometry& geometry,
-                                           const std::vector<std::vector<int>>& ringOrders,
-                                           const std::function<void(void*, size_t)>& allGather,
-                                           Clock::time_point deadline);
   ~P2pLinks();
   P2pLinks(const P2pLinks&) = delete;
   P2pLinks& operator=(const P2pLinks&) = delete;
@@ -141,13 +150,16 @@ class P2pLinks {
   // from the host and without waiting for the device: every kernel waiting on them gives up.
   // Best effort: a failure is logged.
   void abort();
-  // The first failed network connection's story; nothing while all are well (or none exist).
-  std::optional<std::string> networkFailure() const;
-  // The communicator ends in good order: the network proxy delivers what this rank's kernels
-  // posted, until `deadline`.
-  void finish(Clock::time_point deadline);
 
  private:
+  friend class P2pSetup;
+  // What a hop to another host serves (NetworkHops::Hop of the same index): the sends and
+  // receives with its peer, or in one protocol (hopProtocolIndex) a ring or tree channel.
+  struct NetworkHopUse {
+    int protocol = 0;
+    int ring = -1, tree = -1;
+  };
+
   P2pLinks() = default;
   // The FIFOs in `receiver`'s device allocation.
   DeviceFifo ringFifo(int receiver, int channel, DeviceProtocol protocol) const;
@@ -156,15 +168,18 @@ class P2pLinks {
   DeviceFifo treeFifo(int receiver, int channel, int sender, DeviceProtocol protocol) const;
   // `rank`'s neighbours on tree channel `channel`, as ranks.
   TreeNode treeNodeOf(int channel, int rank) const;
-  // trees_ with every neighbour's FIFOs on this host (those on `remote` hosts: connectNetwork).
+  // trees_ with every neighbour's FIFOs on this host (those on `remote` hosts: attachNetworkHop).
   void layOutTrees(const std::vector<bool>& remote);
   int ringPosition(int channel, int rank) const;
   DeviceFifo fifoAt(int receiver, size_t offset, size_t slotBytes, uint32_t slots) const;
   DeviceFifo ringEnd(int channel, DeviceProtocol protocol, bool sending) const;
   int ringPrev(int channel) const;
-  void connectNetwork(const std::vector<bool>& remote,
-                      const std::function<void(void*, size_t)>& allGather,
-                      Clock::time_point deadline);
+  // The hops to the peers on `remote` hosts, and what each serves.
+  void askNetworkHops(const std::vector<bool>& remote, NetworkHops& hops,
+                      std::vector<NetworkHopUse>& uses) const;
+  // A hop's FIFOs, made by the network transport, where its kernels find them.
+  void attachNetworkHop(int peer, const NetworkHopUse& use, const FifoDesc& send,
+                        const FifoDesc& recv);
   DeviceFifo onDevice(const FifoDesc& hostFifo, bool sending) const;
   size_t simpleFifoBytes() const;
   size_t llFifoBytes() const;
@@ -186,11 +201,10 @@ class P2pLinks {
   std::vector<std::vector<int>> hostRingOrders_;
   int* ringOrders_ = nullptr;    // channels x nranks, device memory
   void* abortStream_ = nullptr;  // cudaStream_t for abort()'s stores
-  // Hops to other hosts: the proxy that moves them (it owns their pinned FIFOs), and by channel
-  // and protocol (the trees' index: rings), peer (sends and receives) or tree channel and this
-  // rank's end (trees) the FIFOs this rank's kernels write and read; a FIFO without words is a
-  // hop on this host.
-  std::shared_ptr<net::Proxy> proxy_;
+  // Hops to other hosts (their pinned FIFOs belong to the network transport's proxy, which
+  // PeerLinks::services holds): by channel and protocol (the trees' index: rings), peer (sends and
+  // receives) or tree channel and this rank's end (trees) the FIFOs this rank's kernels write and
+  // read; a FIFO without words is a hop on this host.
   std::vector<DeviceFifo> netRingSend_[kHopProtocols], netRingRecv_[kHopProtocols];
   std::vector<DeviceFifo> netPairSend_, netPairRecv_;
   std::vector<TreesOfHosts> treeShapes_;  // by tree channel: its tree is tree c % 2 of them

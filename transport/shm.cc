@@ -104,40 +104,41 @@ std::vector<int> processPeersOnHost(const std::vector<PeerInfo>& peers, int r) {
 }
 
 // Processes of one host: each rank's segment holds its control block, then the FIFOs its process
-// peers write, in rank order; a peer maps it and writes into its own FIFO there.
+// peers write, in rank order (none for LinkKind::HostPresence); a peer maps it and writes into its
+// own FIFO there.
 class ShmSetup : public TransportSetup {
  public:
-  ShmSetup(ConnectState& state, std::vector<int> peers) : peers_(std::move(peers)) {
+  ShmSetup(ConnectState& state, std::vector<int> peers)
+      : peers_(std::move(peers)), fifoBytes_(state.hostFifos() ? state.fifoBytes() : 0) {
     ownSegment_ = ShmSegment::create(ShmSegment::name(state.commNonce, state.rank),
-                                     kControlBytes + state.fifoBytes() * peers_.size(), state.rank);
+                                     kControlBytes + fifoBytes_ * peers_.size(), state.rank);
     state.links.keepAlive.push_back(ownSegment_);
     state.control = new (ownSegment_->base()) RankControl();
     state.controlMemory = ownSegment_;
   }
   void connect(ConnectState& state) override {
     const int rank = state.rank;
-    const FifoGeometry& g = state.geometry;
-    const size_t fifoBytes = state.fifoBytes();
     for (size_t i = 0; i < peers_.size(); ++i) {
       const int peer = peers_[i];
-      uint8_t* recvMemory = ownSegment_->base() + kControlBytes + fifoBytes * i;
-      state.links.recv[peer] =
-          RecvConnector(FifoDesc::over(recvMemory, g.slotBytes, g.nSlots), rank, peer);
-
       auto peerSegment = ShmSegment::open(ShmSegment::name(state.commNonce, peer), rank, peer);
       state.links.keepAlive.push_back(peerSegment);
       const std::vector<int> peersOfPeer = processPeersOnHost(state.peers, peer);
-      const size_t myIndex =
-          std::find(peersOfPeer.begin(), peersOfPeer.end(), rank) - peersOfPeer.begin();
-      if (peerSegment->size() < kControlBytes + fifoBytes * peersOfPeer.size())
+      if (peerSegment->size() < kControlBytes + fifoBytes_ * peersOfPeer.size())
         fail(braidInternalError,
              "rank {}: rank {}'s shared memory is {} bytes, smaller than expected", rank, peer,
              peerSegment->size());
-      uint8_t* sendMemory = peerSegment->base() + kControlBytes + fifoBytes * myIndex;
-      state.links.send[peer] =
-          SendConnector(FifoDesc::over(sendMemory, g.slotBytes, g.nSlots), rank, peer);
       state.links.control[peer] = reinterpret_cast<RankControl*>(peerSegment->base());
       state.links.pidfd[peer] = openPidfd(state.peers[peer].pid);
+      if (!state.hostFifos()) continue;
+      const size_t myIndex =
+          std::find(peersOfPeer.begin(), peersOfPeer.end(), rank) - peersOfPeer.begin();
+      const FifoGeometry& g = state.geometry;
+      uint8_t* recvMemory = ownSegment_->base() + kControlBytes + fifoBytes_ * i;
+      uint8_t* sendMemory = peerSegment->base() + kControlBytes + fifoBytes_ * myIndex;
+      state.links.recv[peer] =
+          RecvConnector(FifoDesc::over(recvMemory, g.slotBytes, g.nSlots), rank, peer);
+      state.links.send[peer] =
+          SendConnector(FifoDesc::over(sendMemory, g.slotBytes, g.nSlots), rank, peer);
     }
   }
   // Every peer has mapped this rank's segment: its name can go.
@@ -145,16 +146,19 @@ class ShmSetup : public TransportSetup {
 
  private:
   std::vector<int> peers_;
+  size_t fifoBytes_;  // of one FIFO
   std::shared_ptr<ShmSegment> ownSegment_;
 };
 
 }  // namespace
 
 const Transport* shmTransport() {
-  static const TransportOf<ShmSetup> transport("shm", [](const PeerInfo& self,
-                                                         const PeerInfo& peer) {
-    return peer.hostHash == self.hostHash && peer.pid != self.pid && param::ShmDisableNow() == 0;
-  });
+  static const TransportOf<ShmSetup> transport("shm", {LinkKind::HostFifos, LinkKind::HostPresence},
+                                               [](const PeerInfo& self, const PeerInfo& peer) {
+                                                 return peer.hostHash == self.hostHash &&
+                                                        peer.pid != self.pid &&
+                                                        param::ShmDisableNow() == 0;
+                                               });
   return &transport;
 }
 

@@ -1,15 +1,15 @@
-// Connecting a rank to its peers: every pair of ranks gets a FIFO in each direction, through the
-// first transport of the registry (priority order: inproc > shm > net) that can connect them.
-// Transports plug in by joining the registry (transport.cc); the communicator sees only PeerLinks
-// and the LinkServices they hold. A CUDA communicator's device FIFOs are not in it yet: CudaComm
-// connects them itself (transport/p2p.h), network hops included (issue 37 makes P2P a registry
-// transport).
+// Connecting a rank to its peers: every pair of ranks gets links of the kind asked for (a FIFO in
+// each direction, or for ranks of one host their control blocks alone), through the first
+// transport of the registry (priority order: inproc > p2p > shm > net) that carries that kind and
+// can connect them. Transports plug in by joining the registry
+// (transport.cc); the communicator sees only PeerLinks and the LinkServices they hold.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -84,6 +84,14 @@ struct FifoGeometry {
   int nSlots = 0;
 };
 
+// What a set of links carries. A CPU communicator's FIFOs are in host memory (inproc, shm, net); a
+// CUDA communicator's in memory its kernels reach (p2p, net), and its host links carry no FIFOs,
+// only what ranks on one host share of each other: control blocks and pidfds (inproc, shm).
+enum class LinkKind : uint8_t { HostFifos, DeviceFifos, HostPresence };
+
+struct DeviceConnect;  // transport/p2p.h: what a CUDA communicator's FIFOs need
+class P2pLinks;        // transport/p2p.h: those FIFOs, as its kernels reach them
+
 // What a transport keeps running for a communicator once it is connected: a progress thread
 // that moves its FIFOs (the network proxy), say. The communicator tells it when operations run
 // and asks it about failures, without knowing which transport it serves.
@@ -118,6 +126,7 @@ struct PeerLinks {
   std::vector<int> pidfd;             // process peers on this host: readable once it exits; else -1
   std::vector<std::shared_ptr<void>> keepAlive;  // mappings and heap blocks peers may still touch
   std::vector<std::shared_ptr<LinkService>> services;  // what the transports keep running
+  std::shared_ptr<P2pLinks> device;                    // a set of LinkKind::DeviceFifos
 
   PeerLinks() = default;
   PeerLinks(const PeerLinks&) = delete;
@@ -136,11 +145,30 @@ struct Rendezvous {
   Clock::time_point deadline;
 };
 
+// Links to other hosts that a transport of the set asks the network transport for, beside or
+// instead of one per peer (the device FIFOs' hops: per channel, protocol and tree), and where it
+// takes their FIFOs once made.
+struct NetworkHops {
+  struct Hop {
+    int peer = 0;
+    int index = 0;  // distinct for each of the peer's hops, alike on both ends (< kMaxLinksPerPeer)
+    FifoGeometry geometry;
+    bool flaggedLines = false;  // the receiver reads 8-byte lines as they land (LlPorts)
+  };
+  std::vector<Hop> hops;
+  // The FIFOs' memory, `bytes` zeroed, freed with the last owner.
+  std::function<std::shared_ptr<void>(size_t bytes)> allocate;
+  // hops[hop]'s FIFOs: the one the rank fills and the proxy sends, and the one it reads.
+  std::function<void(size_t hop, const FifoDesc& send, const FifoDesc& recv)> attach;
+};
+
 // One rank's connecting, as the transports see it.
 struct ConnectState {
   const std::vector<PeerInfo>& peers;
   int rank;
-  FifoGeometry geometry;
+  LinkKind kind;
+  FifoGeometry geometry;        // of host FIFOs
+  const DeviceConnect* device;  // LinkKind::DeviceFifos: what the FIFOs need
   const Rendezvous& rendezvous;
   PeerLinks& links;
   // Names the communicator's shared resources: rank 0's nonce, salted for a further set of links.
@@ -152,7 +180,10 @@ struct ConnectState {
   // The memory holding `control`: peers in this process keep it until they are gone too, since
   // a rank that fails and is destroyed first must not take with it the block they read.
   std::shared_ptr<void> controlMemory;
+  // Hops asked of the network transport by a transport set up before it (p2p), or nothing.
+  NetworkHops* networkHops = nullptr;
 
+  bool hostFifos() const { return kind == LinkKind::HostFifos; }
   size_t fifoBytes() const { return FifoDesc::footprint(geometry.slotBytes, geometry.nSlots); }
 };
 
@@ -174,42 +205,64 @@ class Transport {
  public:
   virtual ~Transport() = default;
   virtual const char* name() const = 0;
-  // Whether it can carry the FIFOs between these two ranks (never asked for a rank and itself).
+  virtual bool carries(LinkKind kind) const = 0;
+  // Whether it can carry the links between these two ranks (never asked for a rank and itself).
   virtual bool canConnect(const PeerInfo& self, const PeerInfo& peer) const = 0;
-  // Begins connecting this rank with `peers` (not empty), the ones it was chosen for: makes what
-  // they will attach to. A transport whose setup must meet every rank (an all-gather of
-  // addresses) must be chosen on every rank or on none.
+  // Whether a set of `kind` sets it up on every rank, peers or none (what it makes serves the rank
+  // itself too, and its setup all-gathers).
+  virtual bool setsUpEveryRank(LinkKind kind) const { return false; }
+  // Begins connecting this rank with `peers`, the ones it was chosen for (none only where
+  // setsUpEveryRank): makes what they will attach to. A transport whose setup must meet every rank
+  // (an all-gather of addresses) must be chosen on every rank or on none.
   virtual std::unique_ptr<TransportSetup> setup(ConnectState& state,
                                                 const std::vector<int>& peers) const = 0;
 };
 
-// A transport made of its name, its canConnect rule and the setup it starts (a TransportSetup
-// constructed from the ConnectState and the chosen peers).
+// A transport made of its name, the kinds of links it carries, its canConnect rule and the setup
+// it starts (a TransportSetup constructed from the ConnectState and the chosen peers).
 template <class Setup>
 class TransportOf final : public Transport {
  public:
   using Rule = bool (*)(const PeerInfo& self, const PeerInfo& peer);
-  TransportOf(const char* name, Rule canConnect) : name_(name), canConnect_(canConnect) {}
+  TransportOf(const char* name, std::initializer_list<LinkKind> kinds, Rule canConnect,
+              std::optional<LinkKind> everyRankOf = std::nullopt)
+      : name_(name), canConnect_(canConnect), everyRankOf_(everyRankOf) {
+    for (LinkKind kind : kinds) kinds_ |= bit(kind);
+  }
   const char* name() const override { return name_; }
+  bool carries(LinkKind kind) const override { return (kinds_ & bit(kind)) != 0; }
   bool canConnect(const PeerInfo& self, const PeerInfo& peer) const override {
     return canConnect_(self, peer);
   }
+  bool setsUpEveryRank(LinkKind kind) const override { return everyRankOf_ == kind; }
   std::unique_ptr<TransportSetup> setup(ConnectState& state,
                                         const std::vector<int>& peers) const override {
     return std::make_unique<Setup>(state, peers);
   }
 
  private:
+  static unsigned bit(LinkKind kind) { return 1u << static_cast<unsigned>(kind); }
   const char* name_;
+  unsigned kinds_ = 0;
   Rule canConnect_;
+  std::optional<LinkKind> everyRankOf_;
 };
 
-// The registry, in priority order: a peer is connected by the first that can connect it.
+// The registry, in priority order: a peer is connected by the first that carries the kind of
+// links asked for and can connect it.
 const std::vector<const Transport*>& transports();
 
-// Builds the links of `rank`: its first set (linkSet 0), or a further one (a CPU channel), whose
-// FIFOs and shared resources are its own. Every rank builds the same sets in the same order.
+// Which links connectPeers builds: their kind, and which set of the communicator they are: its
+// first (0), or a further one (a CPU channel), whose FIFOs and shared resources are its own.
+struct LinkRequest {
+  LinkKind kind = LinkKind::HostFifos;
+  int linkSet = 0;
+  const DeviceConnect* device = nullptr;  // LinkKind::DeviceFifos
+};
+
+// Builds the links of `rank` (`geometry`: of host FIFOs). Every rank builds the same sets in the
+// same order. Ranks on other hosts get no links of LinkKind::HostPresence.
 PeerLinks connectPeers(const std::vector<PeerInfo>& peers, int rank, const FifoGeometry& geometry,
-                       const Rendezvous& rendezvous, int linkSet = 0);
+                       const Rendezvous& rendezvous, const LinkRequest& request = {});
 
 }  // namespace braid

@@ -198,7 +198,8 @@ void braidComm::initialize(const braid::BootstrapId& id, const braidComm* shareF
                              : braid::hostChannels(links_.peers(), braid::param::HostNChannels(),
                                                    options_.minChannels, options_.maxChannels);
     links_.connect(shareFrom != nullptr ? &shareFrom->links_ : nullptr, parentRanks, geometry,
-                   std::chrono::milliseconds(options_.timeoutMs), deadline, linkSets);
+                   std::chrono::milliseconds(options_.timeoutMs), deadline, linkSets,
+                   options_.cuda ? braid::LinkKind::HostPresence : braid::LinkKind::HostFifos);
     if (links_.linkSets() > 1)
       BRAID_INFO(braid::log::kInit,
                  "rank {}: {} CPU channels (sets of links): ring calls of {} bytes or more run a "
@@ -369,6 +370,7 @@ void braidComm::markFailed(const std::string& reason) {
   // No link is being driven on this thread (a wait's poll() throws after drive() returns).
   // Communicators sharing the links share the control block too: the first failure is told.
   links_.forEachService([&](braid::LinkService& service) { service.abandon(reason); });
+  if (status_.ready() && device_ != nullptr) device_->cuda().abandon(reason);
 }
 
 template <typename Body>

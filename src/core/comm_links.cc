@@ -42,27 +42,41 @@ void CommLinks::meet(const BootstrapId& id, const PeerInfo& self, const std::str
            rank_, peer.rank, settings);
 }
 
+Rendezvous CommLinks::rendezvousBy(Clock::time_point deadline) const {
+  Bootstrap* bootstrap = bootstrap_.get();
+  return {[bootstrap, deadline] { bootstrap->barrier(deadline); },
+          [bootstrap, deadline](void* data, size_t bytes) {
+            bootstrap->allGather(data, bytes, deadline);
+          },
+          deadline};
+}
+
 void CommLinks::connect(const CommLinks* parent, const std::vector<int>& parentRanks,
                         const FifoGeometry& geometry, std::chrono::milliseconds timeout,
-                        Clock::time_point deadline, int sets) {
+                        Clock::time_point deadline, int sets, LinkKind kind) {
+  // A CUDA communicator's links carry no host FIFOs, which a CPU child would run on.
+  if (parent != nullptr && kind == LinkKind::HostFifos &&
+      parent->share_->kind != LinkKind::HostFifos) {
+    BRAID_INFO(log::kInit,
+               "rank {}: its parent's links carry no host FIFOs (a CUDA communicator's): it "
+               "connects its own",
+               rank_);
+    parent = nullptr;
+  }
   if (parent != nullptr) {
     share_ = parent->share_;
     for (int r = 0; r < nranks_; ++r) linkIndex_.push_back(parent->linkIndex_[parentRanks[r]]);
     BRAID_INFO(log::kInit, "rank {}: shares the links of its parent (rank {} there)", rank_,
                parentRanks[rank_]);
   } else {
-    Rendezvous rendezvous;
-    rendezvous.barrier = [&] { bootstrap_->barrier(deadline); };
-    rendezvous.allGather = [&](void* data, size_t bytes) {
-      bootstrap_->allGather(data, bytes, deadline);
-    };
-    rendezvous.deadline = deadline;
+    const Rendezvous rendezvous = rendezvousBy(deadline);
     share_ = std::make_shared<LinkShare>();
     share_->rank = rank_;  // first: a further set failing leaves set 0 for ~LinkShare to end
+    share_->kind = kind;
     share_->timeout = timeout;
-    share_->links = connectPeers(peers_, rank_, geometry, rendezvous);
+    share_->links = connectPeers(peers_, rank_, geometry, rendezvous, {kind});
     for (int set = 1; set < sets; ++set)
-      share_->moreSets.push_back(connectPeers(peers_, rank_, geometry, rendezvous, set));
+      share_->moreSets.push_back(connectPeers(peers_, rank_, geometry, rendezvous, {kind, set}));
     for (int r = 0; r < nranks_; ++r) linkIndex_.push_back(r);
   }
   sendTo_.resize(1 + share_->moreSets.size());
@@ -74,6 +88,11 @@ void CommLinks::connect(const CommLinks* parent, const std::vector<int>& parentR
       recvFrom_[set].push_back(&links.recv[linkIndex_[r]]);
     }
   }
+}
+
+PeerLinks CommLinks::connectDevice(const DeviceConnect& device, Clock::time_point deadline) const {
+  return connectPeers(peers_, rank_, {}, rendezvousBy(deadline),
+                      {LinkKind::DeviceFifos, 0, &device});
 }
 
 void CommLinks::allGatherOutOfBand(void* data, size_t bytes, std::chrono::milliseconds timeout) {

@@ -34,10 +34,14 @@ class CommLinks {
   // communicator is rank parentRanks[r]. `timeout`: how long the network may take to deliver
   // when the last sharer lets go.
   // `sets` sets of them: the first, and one more for each further CPU channel (hostChannels),
-  // each with FIFOs of its own; a child takes its parent's.
+  // each with FIFOs of its own; a child takes its parent's, unless it needs host FIFOs they lack.
+  // LinkKind::HostFifos for a CPU communicator, LinkKind::HostPresence for a CUDA one.
   void connect(const CommLinks* parent, const std::vector<int>& parentRanks,
                const FifoGeometry& geometry, std::chrono::milliseconds timeout,
-               Clock::time_point deadline, int sets = 1);
+               Clock::time_point deadline, int sets = 1, LinkKind kind = LinkKind::HostFifos);
+  // A CUDA communicator's device FIFOs, through the same registry, by `deadline` (every rank calls
+  // it, on its device): its own, never shared, since its kernels keep their counters.
+  PeerLinks connectDevice(const DeviceConnect& device, Clock::time_point deadline) const;
   bool connected() const { return share_ != nullptr; }
   // Whether `other` uses the same links (they take turns).
   bool sharedWith(const CommLinks& other) const {
@@ -82,6 +86,7 @@ class CommLinks {
 
  private:
   struct LinkShare {
+    LinkKind kind = LinkKind::HostFifos;
     PeerLinks links;
     std::vector<PeerLinks> moreSets;      // the further CPU channels' links
     int rank = 0;                         // this rank's index in links
@@ -100,6 +105,8 @@ class CommLinks {
   std::vector<std::vector<SendConnector*>> sendTo_;  // per set of links
   std::vector<std::vector<RecvConnector*>> recvFrom_;
   std::map<std::vector<int>, uint64_t> shrinks_;  // per survivor set, in the sharers' turn
+
+  Rendezvous rendezvousBy(Clock::time_point deadline) const;
 };
 
 }  // namespace braid

@@ -121,11 +121,16 @@ class CudaCommImpl final : public CudaComm {
       DeviceFifoGeometry geometry{setup.channels,   kSimpleSlotBytes, kSimpleSlots,
                                   kLlSlotBytes,     kLlSlots,         kWarpSegmentBytes,
                                   kSegmentsPerSlot, kSegmentSlots};
-      links_ = P2pLinks::connect(
-          setup.rank, setup.nranks,
-          {setup.hostHash, processNonce(), static_cast<int32_t>(getpid()), device_}, geometry,
-          setup.ringOrders, setup.allGather, setup.deadline);
-      ctx_.links = links_.get();
+      const DeviceConnect connect{{.processNonce = processNonce(),
+                                   .pid = static_cast<int32_t>(getpid()),
+                                   .device = device_},
+                                  geometry,
+                                  setup.ringOrders};
+      links_ = setup.connectLinks(connect);
+      p2p_ = links_.device.get();
+      if (p2p_ == nullptr)
+        fail(braidInternalError, "rank {}: no transport laid out the device FIFOs", rank_);
+      ctx_.links = p2p_;
       ctx_.timeoutNs = static_cast<uint64_t>(setup.timeoutMs) * 1'000'000;
       ctx_.failed = failedOnDevice;
       ctx_.threads = kThreadsPerBlock;
@@ -144,14 +149,16 @@ class CudaCommImpl final : public CudaComm {
     // What the last kernels posted to other hosts is on its way before the proxy stops; after a
     // failure or an abort nobody may be reading it.
     const bool failed = aborted_ || failure().has_value();
-    links_->finish(Clock::now() + std::chrono::milliseconds(failed ? 0 : timeoutMs_));
+    const Clock::time_point deadline =
+        Clock::now() + std::chrono::milliseconds(failed ? 0 : timeoutMs_);
+    for (const auto& service : links_.services) service->finish(deadline);
     release();
     --liveCudaComms;
   }
 
   int device() const override { return device_; }
-  bool ranksShareDevice() const override { return links_->ranksShareDevice(); }
-  std::vector<int> ranksOnDevice() const override { return links_->ranksOnDevice(); }
+  bool ranksShareDevice() const override { return p2p_->ranksShareDevice(); }
+  std::vector<int> ranksOnDevice() const override { return p2p_->ranksOnDevice(); }
   double memoryGBs() const override {
     int clockKHz = 0, busBits = 0;
     if (cudaDeviceGetAttribute(&clockKHz, cudaDevAttrMemoryClockRate, device_) != cudaSuccess ||
@@ -212,10 +219,11 @@ class CudaCommImpl final : public CudaComm {
   std::optional<Error> failure() override {
     // A lost connection to another host: the kernels waiting on its hops stop now rather than at
     // their deadline.
-    if (std::optional<std::string> lost = links_->networkFailure()) {
-      stopKernels();
-      return Error(braidRemoteError, fmt::format("rank {}: {}", rank_, *lost));
-    }
+    for (const auto& service : links_.services)
+      if (std::optional<std::string> lost = service->failure(-1)) {
+        stopKernels();
+        return Error(braidRemoteError, fmt::format("rank {}: {}", rank_, *lost));
+      }
     for (int b = 0; b < kMaxLaunchBlocks; ++b)
       if (const int why = __atomic_load_n(&failed_[b], __ATOMIC_ACQUIRE); why != 0) {
         stopKernels();
@@ -247,7 +255,11 @@ class CudaCommImpl final : public CudaComm {
   void abort() override {
     const OnDevice on(device_, rank_);
     aborted_ = true;
-    links_->abort();
+    p2p_->abort();
+  }
+
+  void abandon(const std::string& reason) override {
+    for (const auto& service : links_.services) service->abandon(reason);
   }
 
   // A lost connection, or a kernel of this rank that stopped short (its FIFO counters no longer
@@ -258,7 +270,7 @@ class CudaCommImpl final : public CudaComm {
   void stopKernels() {
     if (kernelsStopped_.exchange(true)) return;
     const OnDevice on(device_, rank_);  // asked from any thread (braidCommGetAsyncError)
-    links_->abort();
+    p2p_->abort();
   }
 
   void synchronize() override {
@@ -293,7 +305,10 @@ class CudaCommImpl final : public CudaComm {
 
   // What init made, freed by the destructor or by an init that failed part way.
   void release() noexcept {
-    links_.reset();
+    // The proxy stops before the device FIFOs go (it owns the pinned ones it moves).
+    links_.services.clear();
+    p2p_ = nullptr;
+    links_.device.reset();
     if (failed_ != nullptr) cudaFreeHost(failed_);
     failed_ = nullptr;
     for (cudaEvent_t* event : {&lastCall_, &join_})
@@ -311,7 +326,8 @@ class CudaCommImpl final : public CudaComm {
   int* failed_ = nullptr;
   std::atomic<bool> aborted_{false};
   std::atomic<bool> kernelsStopped_{false};
-  std::unique_ptr<P2pLinks> links_;
+  PeerLinks links_;          // the device FIFOs (p2p_), and the proxy of their network hops
+  P2pLinks* p2p_ = nullptr;  // links_.device
   DeviceCollContext ctx_;
 };
 

@@ -18,19 +18,19 @@
 #include "coll/call.h"
 #include "coll/device_launch.h"
 #include "core/window_table.h"
+#include "transport/transport.h"
 
 namespace braid {
 
 struct CudaCommSetup {
   int rank = 0;
-  int nranks = 1;
-  uint64_t hostHash = 0;
   int device = 0;  // the CUDA device (the caller's current one: currentCudaDevice())
   int channels = 1;
   std::vector<std::vector<int>> ringOrders;  // per channel
   int timeoutMs = 0;
-  std::function<void(void*, size_t)> allGather;  // over the bootstrap
-  Clock::time_point deadline;                    // init's: connections to other hosts by then
+  // Connects the communicator's device FIFOs through the transport registry (every rank calls it
+  // once, on its device): CommLinks::connectDevice.
+  std::function<PeerLinks(const DeviceConnect&)> connectLinks;
 };
 
 // PreMulSum's scalar as a call of a CUDA communicator reads it.
@@ -66,6 +66,9 @@ class CudaComm {
   virtual std::optional<Error> failure() = 0;
   // Stops every device wait on this rank's FIFOs (braidCommAbort), without waiting.
   virtual void abort() = 0;
+  // The rank failed: tells its peers on other hosts why, through the network proxy of its hops
+  // (LinkService::abandon), as the control block tells the ranks on its host.
+  virtual void abandon(const std::string& reason) = 0;
   // Waits for this rank's last call (finalize), its kernels bounded by their deadline.
   virtual void synchronize() = 0;
 };

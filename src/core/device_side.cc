@@ -39,16 +39,14 @@ std::unique_ptr<DeviceSide> DeviceSide::connect(const DeviceSideSetup& setup,
   std::unique_ptr<DeviceSide> side(new DeviceSide(setup));
   side->channels_ = side->channelsFor(deadline);
   const plan::Plan& plan = setup.selection->plan();
-  CudaCommSetup cuda{
-      .rank = setup.rank,
-      .nranks = setup.nranks,
-      .hostHash = setup.links->peers()[setup.rank].hostHash,
-      .device = setup.device,
-      .channels = side->channels_,
-      .timeoutMs = setup.timeoutMs,
-      .allGather = [&](void* data,
-                       size_t bytes) { setup.links->bootstrap().allGather(data, bytes, deadline); },
-      .deadline = deadline};
+  CudaCommSetup cuda{.rank = setup.rank,
+                     .device = setup.device,
+                     .channels = side->channels_,
+                     .ringOrders = {},
+                     .timeoutMs = setup.timeoutMs,
+                     .connectLinks = [&](const DeviceConnect& device) {
+                       return setup.links->connectDevice(device, deadline);
+                     }};
   for (int ch = 0; ch < side->channels_; ++ch)
     cuda.ringOrders.push_back(plan.channels[ch % plan.channels.size()].order);
   side->cuda_ = CudaComm::connect(cuda);
@@ -118,7 +116,7 @@ std::vector<PlannedLaunch> DeviceSide::launchesOf(std::span<const CollArgs> ops)
     size_t end = i;
     if (isPointToPoint(ops[i].coll)) {
       while (end < ops.size() && isPointToPoint(ops[end].coll)) ++end;
-      launches.push_back({ops.subspan(i, end - i)});
+      launches.push_back({ops.subspan(i, end - i), {}, {}});
       i = end;
       continue;
     }

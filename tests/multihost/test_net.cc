@@ -6,6 +6,8 @@
 #include <linux/tcp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <barrier>
 #include <chrono>
 #include <cstddef>
 #include <cstring>
@@ -22,6 +24,8 @@
 #include "base/socket.h"
 #include "plan/host_graph.h"
 #include "plan/plan.h"
+#include "transport/local.h"
+#include "transport/net/net_transport.h"
 #include "transport/net/proxy.h"
 #include "transport/net/socket_net.h"
 #ifdef BRAID_HAVE_UCX
@@ -836,6 +840,95 @@ TEST(NetProxy, MovesFifoSlotsOverUcx) {
   expectProxiesMoveFifoSlotsInOrderWithTheirSizes(ucxPair(), ucxPair());
 }
 #endif
+
+// The registry's net transport for a set of device FIFOs: it connects the hops another transport
+// of the set asked for (p2p: per channel, protocol and tree), each FIFO cut as asked and placed
+// in the asker's memory, under one proxy; here two ranks as threads on two "hosts", the asker's
+// memory the heap.
+TEST(NetTransport, ConnectsTheHopsAnotherTransportOfTheSetAsksFor) {
+  std::vector<PeerInfo> peers(2);
+  for (int r = 0; r < 2; ++r) {
+    peers[r].rank = r;
+    peers[r].hostHash = peers[r].machineHash = 50 + static_cast<uint64_t>(r);
+    peers[r].pid = 1;
+  }
+  std::barrier<> meet(2);
+  std::vector<char> exchange;
+  auto rendezvousOf = [&](int rank) {
+    auto allGather = [&, rank](void* data, size_t bytes) {
+      meet.arrive_and_wait();
+      if (rank == 0) exchange.assign(2 * bytes, 0);
+      meet.arrive_and_wait();
+      std::memcpy(exchange.data() + rank * bytes, static_cast<char*>(data) + rank * bytes, bytes);
+      meet.arrive_and_wait();
+      std::memcpy(data, exchange.data(), 2 * bytes);
+      meet.arrive_and_wait();
+    };
+    return Rendezvous{[&] { meet.arrive_and_wait(); }, allGather, in(20s)};
+  };
+  const FifoGeometry simple{4096 + 64, 4}, lines{8192, 2};
+  struct Attached {
+    FifoDesc send, recv;
+  };
+  std::vector<std::vector<Attached>> attached(2, std::vector<Attached>(2));
+  std::atomic<int> allocations{0};
+  std::vector<PeerLinks> links(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      links[r].send.resize(2);  // as connectPeers lays them out
+      links[r].recv.resize(2);
+      const Rendezvous rendezvous = rendezvousOf(r);
+      NetworkHops hops;
+      hops.hops = {{1 - r, 0, simple, false}, {1 - r, 9, lines, true}};
+      hops.allocate = [&](size_t bytes) {
+        ++allocations;
+        return allocateZeroed(bytes);
+      };
+      hops.attach = [&, r](size_t hop, const FifoDesc& send, const FifoDesc& recv) {
+        attached[r][hop] = {send, recv};
+      };
+      ConnectState state{peers,   r, LinkKind::DeviceFifos, {}, nullptr, rendezvous, links[r], 0, 0,
+                         nullptr, {}};
+      state.networkHops = &hops;
+      std::unique_ptr<TransportSetup> setup = netTransport()->setup(state, {1 - r});
+      setup->publish(state);
+      rendezvous.barrier();
+      setup->connect(state);
+      rendezvous.barrier();
+      setup->connected(state);
+    });
+  for (auto& t : ranks) t.join();
+  EXPECT_EQ(allocations.load(), 2 * 2);  // a hop's two FIFOs in one block, per hop and rank
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(links[r].services.size(), 1u) << "one proxy serves every hop";
+    EXPECT_EQ(links[r].send[1 - r].peer(), -1) << "no host FIFO beside the hops";
+    for (int hop = 0; hop < 2; ++hop)
+      for (const FifoDesc& fifo : {attached[r][hop].send, attached[r][hop].recv}) {
+        ASSERT_NE(fifo.control, nullptr) << "rank " << r << " hop " << hop;
+        EXPECT_EQ(fifo.slotBytes, (hop == 0 ? simple : lines).slotBytes);
+        EXPECT_EQ(fifo.nSlots, (hop == 0 ? simple : lines).nSlots);
+      }
+  }
+  struct Deadline : Watchdog {
+    Clock::time_point at = in(20s);
+    void poll(int peer, const char* what) override {
+      if (Clock::now() > at) fail(braidTimeout, "waiting for {} from rank {}", what, peer);
+    }
+  } dog;
+  // A slot each way on the Simple hop, moved by the proxy alone (no rank drives it).
+  for (int from = 0; from < 2; ++from) {
+    SendConnector send(attached[from][0].send, from, 1 - from);
+    RecvConnector recv(attached[1 - from][0].recv, 1 - from, from);
+    *static_cast<int*>(send.acquire(dog)) = 70 + from;
+    send.post(sizeof(int), CallTag{.sequence = 3});
+    const SlotHeader& header = recv.wait(dog);
+    EXPECT_EQ(header.tag.sequence, 3u);
+    EXPECT_EQ(*reinterpret_cast<const int*>(&header + 1), 70 + from);
+    recv.release();
+  }
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(links[r].services[0]->failure(-1), std::nullopt);
+}
 
 // A rank that fails tells its peers on other hosts why: their proxies record the reason under its
 // rank. Its own links then move no more, which is no failure of theirs to report.

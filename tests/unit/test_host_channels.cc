@@ -40,8 +40,8 @@ std::vector<uint32_t> allReduceOnSets(size_t count, size_t channelMinBytes) {
   for (int r = 0; r < kRanks; ++r)
     threads.emplace_back([&, r] {
       for (int set = 0; set < kSets; ++set)
-        links[r].push_back(
-            braid::connectPeers(peers, r, braid::FifoGeometry{4096 + 64, 4}, rendezvous, set));
+        links[r].push_back(braid::connectPeers(peers, r, braid::FifoGeometry{4096 + 64, 4},
+                                               rendezvous, {braid::LinkKind::HostFifos, set}));
       std::vector<Unbounded> dogs(kSets);
       std::vector<std::vector<braid::SendConnector*>> sendTo(kSets);
       std::vector<std::vector<braid::RecvConnector*>> recvFrom(kSets);

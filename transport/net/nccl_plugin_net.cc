@@ -188,7 +188,8 @@ class PluginSendComm;
 // A Net's connects that are not established yet. NCCL plug-ins establish a connection only while
 // both sides keep calling them: an RDMA plug-in's connect() needs the peer's accept() to answer
 // it, and that accept() needs the connect() called again. A rank connects to all its peers
-// before it accepts any (connectNetLinks), so accept() drives these until they are through.
+// before it accepts any (net_transport.cc's connectAll), so accept() drives these until they are
+// through.
 using Pending = std::vector<PluginSendComm*>;
 
 class PluginSendComm final : public SendComm, PluginComm {

@@ -1,7 +1,10 @@
 #include "transport/net/net_transport.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
+#include <utility>
+#include <vector>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -43,6 +46,18 @@ std::string nicName(Net& net) {
 
 namespace {
 
+// A connection with a rank on another host, one of several (`index`) with that rank.
+struct NetLinkKey {
+  int peer = 0;
+  int index = 0;  // < kMaxLinksPerPeer
+  auto operator<=>(const NetLinkKey&) const = default;
+};
+
+struct NetLinks {
+  std::unique_ptr<Net> net;
+  std::map<NetLinkKey, std::pair<std::unique_ptr<SendComm>, std::unique_ptr<RecvComm>>> links;
+};
+
 // A rank's plug-in, its listener, and every rank's listener handle.
 struct Listening {
   std::unique_ptr<Net> net;
@@ -68,7 +83,8 @@ Listening listenAndExchange(int rank, int nranks,
   return l;
 }
 
-// Connects every link of `keys` now: each rank connects, then accepts.
+// Connects every link of `keys` now (the peer's keys must name this rank alike): each rank
+// connects, then accepts. Fails naming the ranks that did not connect by `deadline`.
 NetLinks connectAll(int rank, const std::vector<NetLinkKey>& keys, Listening l,
                     Clock::time_point deadline) {
   Net& net = *l.net;
@@ -114,32 +130,32 @@ NetLinks connectAll(int rank, const std::vector<NetLinkKey>& keys, Listening l,
   return result;
 }
 
-}  // namespace
-
-NetLinks connectNetLinks(int rank, int nranks, const std::vector<NetLinkKey>& keys,
-                         const std::function<void(void*, size_t)>& allGather,
-                         Clock::time_point deadline) {
-  return connectAll(rank, keys, listenAndExchange(rank, nranks, allGather), deadline);
-}
-
-namespace {
-
-// The CPU communicator's hops to other hosts: one link per remote peer, its FIFOs in the proxy's
-// memory.
+// A rank's hops to other hosts. A CPU communicator's: one link per remote peer, its FIFOs in the
+// proxy's memory. A CUDA communicator's: the hops another transport of the set asked for
+// (ConnectState::networkHops, laid out by p2p), their FIFOs where it said. One proxy serves them.
 class NetSetup : public TransportSetup {
  public:
-  // Listens and all-gathers every rank's listener handle, then connects: on first use where the
-  // plug-in can accept without waiting, else every remote pair now.
   NetSetup(ConnectState& state, std::vector<int> remotePeers)
       : remotePeers_(std::move(remotePeers)) {}
 
+  // Listens and all-gathers every rank's listener handle, then connects.
   void connect(ConnectState& state) override {
+    Listening listening = listenAndExchange(state.rank, static_cast<int>(state.peers.size()),
+                                            state.rendezvous.allGather);
+    const std::string device = nicName(*listening.net);
+    std::shared_ptr<Proxy> proxy =
+        state.networkHops != nullptr ? connectHops(state, *state.networkHops, std::move(listening))
+                                     : connectPeers(state, std::move(listening));
+    proxy->start(device);
+    state.links.services.push_back(proxy);
+  }
+
+ private:
+  // On first use where the plug-in can accept without waiting, else every remote pair now.
+  std::shared_ptr<Proxy> connectPeers(ConnectState& state, Listening listening) {
     const int rank = state.rank;
-    Listening listening =
-        listenAndExchange(rank, static_cast<int>(state.peers.size()), state.rendezvous.allGather);
     auto proxy = std::make_shared<Proxy>(rank, state.geometry);
     proxy->letRanksReadSmallMessages();  // the host executor waits by driving its links
-    const std::string device = nicName(*listening.net);
     auto serve = [&](int peer, const Proxy::Fifos& fifos) {
       state.links.send[peer] = SendConnector(fifos.send, rank, peer);
       state.links.recv[peer] = RecvConnector(fifos.recv, rank, peer);
@@ -150,20 +166,40 @@ class NetSetup : public TransportSetup {
            rank,
            std::chrono::milliseconds(std::min(param::TimeoutMs(), param::SocketKeepaliveMs()))});
       for (int peer : remotePeers_) serve(peer, proxy->addPeer(peer));
-    } else {
-      std::vector<NetLinkKey> keys;
-      for (int peer : remotePeers_) keys.push_back({peer, 0});
-      NetLinks connected = connectAll(rank, keys, std::move(listening), state.rendezvous.deadline);
-      for (int peer : remotePeers_) {
-        auto& [send, recv] = connected.links[{peer, 0}];
-        serve(peer, proxy->addPeer(peer, std::move(send), std::move(recv)));
-      }
+      return proxy;
     }
-    proxy->start(device);
-    state.links.services.push_back(proxy);
+    std::vector<NetLinkKey> keys;
+    for (int peer : remotePeers_) keys.push_back({peer, 0});
+    NetLinks connected = connectAll(rank, keys, std::move(listening), state.rendezvous.deadline);
+    for (int peer : remotePeers_) {
+      auto& [send, recv] = connected.links[{peer, 0}];
+      serve(peer, proxy->addPeer(peer, std::move(send), std::move(recv)));
+    }
+    return proxy;
   }
 
- private:
+  // Every hop now: no rank thread waits on them to connect on first use (a GPU's kernels post to
+  // them), and the proxy keeps polling them, since a kernel's stores cannot wake it.
+  std::shared_ptr<Proxy> connectHops(ConnectState& state, const NetworkHops& asked,
+                                     Listening listening) const {
+    std::vector<NetLinkKey> keys;
+    for (const NetworkHops::Hop& hop : asked.hops) keys.push_back({hop.peer, hop.index});
+    NetLinks connected =
+        connectAll(state.rank, keys, std::move(listening), state.rendezvous.deadline);
+    auto proxy = std::make_shared<Proxy>(state.rank, state.geometry, asked.allocate);
+    for (size_t i = 0; i < asked.hops.size(); ++i) {
+      const NetworkHops::Hop& hop = asked.hops[i];
+      auto& [send, recv] = connected.links[keys[i]];
+      const Proxy::Fifos fifos = proxy->addPeer(hop.peer, std::move(send), std::move(recv),
+                                                {hop.geometry, hop.flaggedLines});
+      asked.attach(i, fifos.send, fifos.recv);
+    }
+    proxy->operationStarted();
+    BRAID_INFO(log::kNet, "rank {}: {} network links to {} ranks on other hosts", state.rank,
+               keys.size(), remotePeers_.size());
+    return proxy;
+  }
+
   std::vector<int> remotePeers_;
 };
 
@@ -171,7 +207,7 @@ class NetSetup : public TransportSetup {
 
 const Transport* netTransport() {
   static const TransportOf<NetSetup> transport(
-      "net",
+      "net", {LinkKind::HostFifos, LinkKind::DeviceFifos},
       [](const PeerInfo& self, const PeerInfo& peer) { return peer.hostHash != self.hostHash; });
   return &transport;
 }
