@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds what scripts/gpu-check.sh runs (the GPU test programs, braid-perf and libnccl.so.2, Release,
+# Builds what scripts/gpu-check.sh runs (the GPU test programs, braid-perf, nccl-perf (NVIDIA's NCCL
+# measured alike, bench/peers) and libnccl.so.2, Release,
 # sm_90 + PTX) into build-gpu/, and gathers them into build-carry/ with the shared libraries they need from
 # this machine (Debian's fmt, hwloc, UCX, pugixml, numa; about 25 MB), for a GPU machine that has
 # the CUDA driver but none of braid's packages and no network. There, from the repository root:
@@ -18,8 +19,8 @@ if [[ -d build/venv && ! -e build-gpu/venv ]]; then
   mkdir -p build-gpu
   ln -s ../build/venv build-gpu/venv
 fi
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DBRAID_BUILD_BENCH=OFF > /dev/null
-cmake --build build-gpu -j"$(nproc)" --target "${programs[@]}" "${tools[@]}" nccl_shim
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
+cmake --build build-gpu -j"$(nproc)" --target "${programs[@]}" "${tools[@]}" nccl-perf nccl_shim
 rm -rf build-carry
 mkdir -p build-carry/tests build-carry/tools build-carry/lib build-carry/shim
 # Apart from lib/ (on LD_LIBRARY_PATH there): torch preloads it for its nccl backend only. A file,
@@ -27,6 +28,7 @@ mkdir -p build-carry/tests build-carry/tools build-carry/lib build-carry/shim
 cp -L build-gpu/shim/libnccl.so.2 build-carry/shim/
 for program in "${programs[@]}"; do cp "build-gpu/tests/$program" build-carry/tests/; done
 for tool in "${tools[@]}"; do cp "build-gpu/tools/$tool" build-carry/tools/; done
+cp build-gpu/bench/peers/nccl-perf build-carry/tools/
 # Every library the programs load that is not the C/C++ runtime or the driver: braid's own and
 # Debian's (the GPU machine's C++ runtime is at least as new).
 ldd build-carry/tests/* build-carry/tools/* | awk '/=> \// {print $3}' | sort -u |

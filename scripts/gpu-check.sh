@@ -9,6 +9,7 @@
 #   3. braid-perf all-reduce 8 B - GPU_CHECK_MAX_BYTES (every element checked), ranks as threads,
 #      driven by one thread (-g, whose launches hold every rank and so may run the direct
 #      engine), and as threads on registered windows (-R 2: the direct engine launched per rank);
+#      NCCL itself beside the 2-rank rows (nccl-perf, the machine's torch's NCCL, -g 2);
 #      and 8 ranks as threads with one hardware queue for every stream
 #      (CUDA_DEVICE_MAX_CONNECTIONS=1), the shared-queue hazard of docs/cuda.md laid bare, with
 #      the ranks' rounds and (20 s, expected to stall) without; the segmented protocol forced
@@ -92,6 +93,26 @@ perf() {
 nice -n 19 scripts/gpu-torch.sh build "$out" &
 torch_build=$!
 
+# NVIDIA's NCCL beside braid's 2-rank rows (issue 34's bar: braid's time at most NCCL's at every
+# size), driven alike (one thread, -g 2, both ranks on this GPU: NCCL 2.30 admits that behind
+# NCCL_MULTI_RANK_GPU_ENABLE, which nccl-perf sets): the NCCL of this machine's torch, PyPI's
+# nvidia-nccl wheel. SKIP where there is none.
+nccl_beside_braid() {
+  local name=nccl-allreduce-2ranks-float-group library
+  library=$(timeout 60 python3 -c 'import importlib.util, os
+spec = importlib.util.find_spec("nvidia.nccl")
+print(os.path.join(list(spec.submodule_search_locations)[0], "lib", "libnccl.so.2"))' 2>/dev/null) ||
+    true
+  if [[ ! -x $build/tools/nccl-perf || ! -f $library ]]; then
+    echo "$name: SKIP (nccl-perf: $build/tools/nccl-perf; NCCL: '${library}')" |
+      tee "$out/$name.txt"
+    return
+  fi
+  NCCL_PERF_LIBRARY=$library run "$name" "$perf_limit" stdbuf -oL "$build/tools/nccl-perf" \
+    allreduce --device cuda -g 2 -b 8 -e "${GPU_CHECK_MAX_BYTES:-1G}" -f "${GPU_CHECK_FACTOR:-2}" \
+    -T $((perf_limit - 5)) --json "$out/$name.json"
+}
+
 sweep_bytes=${GPU_CHECK_SWEEP_BYTES:-256M}
 if [[ $sweep_bytes != 0 ]]; then
   for engine in direct ring; do
@@ -137,6 +158,7 @@ for ranks in ${GPU_CHECK_RANKS:-2 8}; do
         -e "${GPU_CHECK_MAX_BYTES:-1G}" -f "${GPU_CHECK_FACTOR:-2}" -d "$type"
     done
   done
+  [[ $ranks == 2 ]] && nccl_beside_braid
 done | tee "$out/perf.txt"
 # The segmented protocol beside the chosen ones above (Simple and LL): 2 and 8 ranks as threads.
 for ranks in 2 8; do
@@ -227,7 +249,7 @@ fi
   cat "$out/tests.txt" "$out/ctest-device.txt"
   cat "$out/torch.txt" 2> /dev/null || echo "torch: no result (torch-*.txt)"
   grep -H -E "Out of bounds|Avg bus bandwidth" "$out"/sweep-*.txt "$out"/perf-*.txt \
-    "$out"/cpu-channels-*.txt || true
+    "$out"/nccl-*.txt "$out"/cpu-channels-*.txt || true
 } > "$out/summary.txt"
 cat "$out/summary.txt"
 # Last, as the least urgent (a run cut short by its limit has written everything above): the torch

@@ -126,8 +126,7 @@ class GlooComm : public PeerComm {
 
 int main(int argc, char** argv) {
   using namespace braid_perf;
-  setvbuf(stdout, nullptr, _IOLBF, 0);
-  try {
+  return peerMain("gloo-perf", [&] {
     const std::optional<Options> options = parsePeerOptions(
         argc, argv, {"allreduce"}, {braidFloat32}, {braidSum, braidProd, braidMax, braidMin});
     if (!options) return kExitPassed;
@@ -141,11 +140,5 @@ int main(int argc, char** argv) {
         runPeerBenchmark(*options, comm, {"gloo-perf", "Gloo", GLOO_PERF_VERSION, "mpirun"});
     comm.leaveTogether();
     return wrong == 0 ? kExitPassed : kExitWrongValues;
-  } catch (const UsageError& e) {
-    fmt::print(stderr, "gloo-perf: {}\n", e.what());
-    return kExitUsage;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "gloo-perf: {}\n", e.what());
-    return kExitFailed;
-  }
+  });
 }

@@ -20,7 +20,8 @@ bool contains(const std::vector<T>& values, const T& value) {
 int64_t runPeerBenchmark(const Options& options, PeerComm& comm, const PeerInfo& info) {
   RunInfo run;
   run.launch = info.launch;
-  run.processes = run.nranks = comm.nranks();
+  run.nranks = comm.nranks();
+  run.processes = info.processes > 0 ? info.processes : comm.nranks();
   run.threadsPerProcess = 1;
   run.braidVersion = info.version;
   run.tool = info.tool;
@@ -31,7 +32,7 @@ int64_t runPeerBenchmark(const Options& options, PeerComm& comm, const PeerInfo&
 std::optional<Options> parsePeerOptions(int argc, char** argv,
                                         const std::vector<std::string>& collectives,
                                         const std::vector<braidDataType_t>& datatypes,
-                                        const std::vector<braidRedOp_t>& ops) {
+                                        const std::vector<braidRedOp_t>& ops, PeerCalls calls) {
   std::optional<Options> o = parseOptions(argc, argv);
   if (!o) return o;
   if (!contains(collectives, std::string(o->collective->name)))
@@ -47,7 +48,9 @@ std::optional<Options> parsePeerOptions(int argc, char** argv,
         throw UsageError(fmt::format("-o {}: this library has no such reduction", kOpNames[op]));
   if (o->processes > 0 || o->threadsPerProcess > 1)
     throw UsageError("--np and -t: one rank per process; start the ranks with mpirun -np N");
-  o->blocking = true;  // every peer call returns when its result is in place
+  if (o->registration != 0)
+    throw UsageError(fmt::format("-R {}: this driver registers no buffers", o->registration));
+  if (calls == PeerCalls::Blocking) o->blocking = true;  // each call returns with its result
   return o;
 }
 
