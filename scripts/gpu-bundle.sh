@@ -19,7 +19,7 @@ if [[ -d build/venv && ! -e build-gpu/venv ]]; then
   mkdir -p build-gpu
   ln -s ../build/venv build-gpu/venv
 fi
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DBRAID_BUILD_BENCH=ON > /dev/null
 cmake --build build-gpu -j"$(nproc)" --target "${programs[@]}" "${tools[@]}" nccl-perf nccl_shim
 rm -rf build-carry
 mkdir -p build-carry/tests build-carry/tools build-carry/lib build-carry/shim
