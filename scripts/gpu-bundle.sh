@@ -20,7 +20,7 @@ if [[ -d build/venv && ! -e build-gpu/venv ]]; then
   ln -s ../build/venv build-gpu/venv
 fi
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DBRAID_BUILD_BENCH=ON > /dev/null
-cmake --build build-gpu -j"$(nproc)" --target "${programs[@]}" "${tools[@]}" nccl-perf nccl_shim
+cmake --build build-gpu -j"$(nproc)" --target "${programs[@]}" "${tools[@]}" nccl-perf gpu-launch-costs nccl_shim
 rm -rf build-carry
 mkdir -p build-carry/tests build-carry/tools build-carry/lib build-carry/shim
 # Apart from lib/ (on LD_LIBRARY_PATH there): torch preloads it for its nccl backend only. A file,
@@ -28,7 +28,7 @@ mkdir -p build-carry/tests build-carry/tools build-carry/lib build-carry/shim
 cp -L build-gpu/shim/libnccl.so.2 build-carry/shim/
 for program in "${programs[@]}"; do cp "build-gpu/tests/$program" build-carry/tests/; done
 for tool in "${tools[@]}"; do cp "build-gpu/tools/$tool" build-carry/tools/; done
-cp build-gpu/bench/peers/nccl-perf build-carry/tools/
+cp build-gpu/bench/peers/nccl-perf build-gpu/bench/gpu-launch-costs build-carry/tools/
 # Every library the programs load that is not the C/C++ runtime or the driver: braid's own and
 # Debian's (the GPU machine's C++ runtime is at least as new).
 ldd build-carry/tests/* build-carry/tools/* | awk '/=> \// {print $3}' | sort -u |

@@ -2,7 +2,8 @@
 # On a machine with a GPU: measures braid's CUDA path and runs its GPU tests, writing what it saw
 # under bench/results/gpu-check/ (or $1), most urgent first so a run cut short still says the most:
 #   1. the machine: nvidia-smi's name, driver and topology beside braid-topo -m (NVML), and the
-#      NCCL the machine's torch brings (for a peer run beside braid);
+#      NCCL the machine's torch brings (for a peer run beside braid); what each CUDA runtime call
+#      of a small collective costs the host, and braid's issue of one (gpu-launch-costs);
 #   2. a kernel sweep: braid-perf all-reduce of 2 ranks at one size (GPU_CHECK_SWEEP_BYTES) per
 #      engine (direct: one thread drives both ranks; ring: ranks as threads), protocol and channel
 #      (block) count, so GB/s per block can be read off;
@@ -88,6 +89,14 @@ perf() {
   echo "--- NCCL of this machine's torch"
   timeout 60 python3 -c 'import torch; print("torch", torch.__version__, "NCCL", torch.cuda.nccl.version())' 2>&1 || true
 } > "$out/topo.txt"
+# Where a small call's host time goes (issue 34: 8 us for 8 B at 2 ranks; the host took 11 us to
+# issue one in run 3): each CUDA runtime call's cost to the host, and braid's own issue of an 8-byte
+# all-reduce of 2 ranks from one thread (bench/gpu_launch_costs.cu; about 10 s, estimated).
+if [[ -x $build/tools/gpu-launch-costs ]]; then
+  run launch-costs 60 "$build/tools/gpu-launch-costs" | tee "$out/launch.txt"
+else
+  echo "launch-costs: SKIP (no $build/tools/gpu-launch-costs)" | tee "$out/launch.txt"
+fi
 # braid_torch built against this machine's torch while the GPU runs the rows below (CPU only, at
 # the lowest priority); its checks run beside the test programs, which assert values, not times.
 nice -n 19 scripts/gpu-torch.sh build "$out" &
@@ -246,7 +255,8 @@ fi
   echo "gpu-check at $(git rev-parse --short HEAD 2> /dev/null || echo unknown) on $(date -u +%F)"
   cat "$out/gpu.csv"
   tail -1 "$out/topo.txt"
-  cat "$out/tests.txt" "$out/ctest-device.txt"
+  cat "$out/tests.txt" "$out/ctest-device.txt" "$out/launch.txt"
+  cat "$out/launch-costs.txt" 2> /dev/null
   cat "$out/torch.txt" 2> /dev/null || echo "torch: no result (torch-*.txt)"
   grep -H -E "Out of bounds|Avg bus bandwidth" "$out"/sweep-*.txt "$out"/perf-*.txt \
     "$out"/nccl-*.txt "$out"/cpu-channels-*.txt || true
