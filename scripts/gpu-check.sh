@@ -167,7 +167,7 @@ for ranks in ${GPU_CHECK_RANKS:-2 8}; do
         -e "${GPU_CHECK_MAX_BYTES:-1G}" -f "${GPU_CHECK_FACTOR:-2}" -d "$type"
     done
   done
-  [[ $ranks == 2 ]] && nccl_beside_braid
+  if [[ $ranks == 2 ]]; then nccl_beside_braid; fi  # a false test must not end the loop's status
 done | tee "$out/perf.txt"
 # The segmented protocol beside the chosen ones above (Simple and LL): 2 and 8 ranks as threads.
 for ranks in 2 8; do
