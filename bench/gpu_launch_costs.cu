@@ -116,7 +116,7 @@ void runtimeRows(int calls) {
 }
 
 // 2 ranks of this GPU, one thread driving both (braidCommInitAll), an 8-byte float all-reduce
-// each, in one group: one launch.
+// each (2 floats, out of place), in one group: one launch.
 void braidRows(int calls) {
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
@@ -124,33 +124,42 @@ void braidRows(int calls) {
   braidComm_t comms[2] = {};
   checkBraid(braidCommInitAll(comms, 2, devices), "braidCommInitAll");
   cudaStream_t streams[2] = {};
-  float* data[2] = {};
+  float* input[2] = {};  // 8 bytes each, as braid-perf's 8 B row: apart, aligned
+  float* output[2] = {};
   for (int r = 0; r < 2; ++r) {
     check(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking), "cudaStreamCreate");
-    check(cudaMalloc(&data[r], 2 * sizeof(float)), "cudaMalloc");
-    check(cudaMemset(data[r], 0, 2 * sizeof(float)), "cudaMemset");
+    for (float** buffer : {&input[r], &output[r]}) {
+      check(cudaMalloc(buffer, 2 * sizeof(float)), "cudaMalloc");
+      check(cudaMemset(*buffer, 0, 2 * sizeof(float)), "cudaMemset");
+    }
   }
   const auto issue = [&] {
-    braidGroupStart();
+    checkBraid(braidGroupStart(), "braidGroupStart");
     for (int r = 0; r < 2; ++r)
       checkBraid(
-          braidAllReduce(data[r], data[r] + 1, 1, braidFloat32, braidSum, comms[r], streams[r]),
+          braidAllReduce(input[r], output[r], 2, braidFloat32, braidSum, comms[r], streams[r]),
           "braidAllReduce");
-    braidGroupEnd();
+    checkBraid(braidGroupEnd(), "braidGroupEnd");
   };
+  // Waits for both ranks' calls, and fails on any a kernel reported.
   const auto drain = [&] {
-    for (cudaStream_t s : streams) check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    for (int r = 0; r < 2; ++r) {
+      check(cudaStreamSynchronize(streams[r]), "cudaStreamSynchronize");
+      braidResult_t async = braidSuccess;
+      checkBraid(braidCommGetAsyncError(comms[r], &async), "braidCommGetAsyncError");
+      checkBraid(async, "an all-reduce");
+    }
+  };
+  const auto roundTrip = [&] {
+    issue();
+    drain();
   };
   row("braid: 8 B all-reduce, 2 ranks from one thread, issue", medianNs(calls, issue, drain));
-  row("braid: the same, waited for (round trip)", medianNs(
-                                                      calls / 4,
-                                                      [&] {
-                                                        issue();
-                                                        drain();
-                                                      },
-                                                      drain));
+  row("braid: the same, waited for (round trip)", medianNs(calls / 4, roundTrip, drain));
+  drain();
   for (int r = 0; r < 2; ++r) {
-    cudaFree(data[r]);
+    cudaFree(input[r]);
+    cudaFree(output[r]);
     cudaStreamDestroy(streams[r]);
     braidCommDestroy(comms[r]);
   }
@@ -159,6 +168,7 @@ void braidRows(int calls) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  setvbuf(stdout, nullptr, _IOLBF, 0);  // a run killed at its limit keeps the rows it printed
   const int calls = argc > 1 ? std::max(kDrainEvery, std::atoi(argv[1])) : 4000;
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {

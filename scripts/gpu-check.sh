@@ -256,7 +256,7 @@ fi
   cat "$out/gpu.csv"
   tail -1 "$out/topo.txt"
   cat "$out/tests.txt" "$out/ctest-device.txt" "$out/launch.txt"
-  cat "$out/launch-costs.txt" 2> /dev/null
+  cat "$out/launch-costs.txt" 2> /dev/null || true
   cat "$out/torch.txt" 2> /dev/null || echo "torch: no result (torch-*.txt)"
   grep -H -E "Out of bounds|Avg bus bandwidth" "$out"/sweep-*.txt "$out"/perf-*.txt \
     "$out"/nccl-*.txt "$out"/cpu-channels-*.txt || true
@@ -268,6 +268,6 @@ scripts/gpu-torch.sh timing "$out" | tee -a "$out/summary.txt"
 # Failed: a program that did not exit 0 (77 is netns_hosts.sh's skip: no namespaces there; the
 # control without rounds may stall).
 failed=$(grep -h -E "rc=[1-9]|TIMED OUT" "$out/tests.txt" "$out/sweep.txt" "$out/perf.txt" \
-  "$out/cpu-channels.txt" |
+  "$out/cpu-channels.txt" "$out/launch.txt" |
   grep -v -e "rc=77;" -e "-norounds:" || true)
 [[ -z $failed ]] && ! grep -q "tests failed" "$out/ctest-device.txt"
