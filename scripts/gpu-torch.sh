@@ -12,8 +12,10 @@
 #                                     --nproc-per-node 4 through both; every rank on cuda:0
 #   scripts/gpu-torch.sh timing OUT   all_reduce 8 B - 256 MiB through both, 2 ranks
 #
-# Each check is one line of OUT/torch.txt (PASS/FAIL first) and its output in OUT/torch-*.txt;
-# nothing here fails the run (fail soft). BRAID_BUILD_DIR: the carried build (build-carry).
+# Each check is one line of OUT/torch.txt (PASS/FAIL/SKIP first) and its output in
+# OUT/torch-*.txt; nothing here fails the run (fail soft). BRAID_BUILD_DIR: the carried build
+# (build-carry). GPU_CHECK_DEADLINE (seconds since the epoch, from gpu-check.sh): no check runs
+# past it, and one that would start with too little time left is skipped, saying so.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 phase=$1
@@ -27,7 +29,15 @@ site=$out/torch-site
 # one NAME SECONDS BACKEND RANKS CHECK [torchrun]: tests/gpu/torch_gpu.py once, under a limit,
 # its ranks spawned by the script or launched by torchrun.
 one() {
-  local name=$1 seconds=$2 backend=$3 ranks=$4 check=$5 preload=() launch=(python3)
+  local name=$1 seconds=$2 backend=$3 ranks=$4 check=$5 preload=() launch=(python3) left
+  if [[ -n ${GPU_CHECK_DEADLINE:-} ]]; then
+    left=$((GPU_CHECK_DEADLINE - $(date +%s) - 10))
+    if ((left < 20)); then
+      echo "SKIP $name: the run's time was spent" | tee -a "$out/torch.txt"
+      return
+    fi
+    ((seconds > left)) && seconds=$left
+  fi
   [[ $backend == nccl ]] && preload=(env "LD_PRELOAD=$shim")
   [[ ${6:-} == torchrun ]] && launch=(python3 -m torch.distributed.run --nproc-per-node "$ranks")
   if [[ $backend == braid && ! -d $site/braid_torch ]]; then
@@ -77,17 +87,17 @@ case $phase in
     } > "$out/torch-build.txt" 2>&1
     ;;
   checks)
-    for ranks in 2 4; do
-      for backend in braid nccl; do
-        one "ddp-$backend-${ranks}ranks" 150 "$backend" "$ranks" ddp
-        one "allreduce-$backend-${ranks}ranks" 90 "$backend" "$ranks" allreduce
-      done
-    done
+    # Most telling first, both paths each time, as a budget may end the list: DDP and all_reduce at
+    # 2 ranks, DDP at 4, then FSDP2, a graph's replays, torchrun, all_reduce at 4.
+    for backend in braid nccl; do one "ddp-$backend-2ranks" 150 "$backend" 2 ddp; done
+    for backend in braid nccl; do one "allreduce-$backend-2ranks" 90 "$backend" 2 allreduce; done
+    for backend in braid nccl; do one "ddp-$backend-4ranks" 150 "$backend" 4 ddp; done
+    for backend in braid nccl; do one "fsdp-$backend-2ranks" 120 "$backend" 2 fsdp; done
+    for backend in braid nccl; do one "graph-$backend-2ranks" 90 "$backend" 2 graph; done
     for backend in braid nccl; do
-      one "fsdp-$backend-2ranks" 120 "$backend" 2 fsdp
-      one "graph-$backend-2ranks" 90 "$backend" 2 graph
       one "torchrun-$backend-4ranks" 120 "$backend" 4 allreduce torchrun
     done
+    for backend in braid nccl; do one "allreduce-$backend-4ranks" 90 "$backend" 4 allreduce; done
     ;;
   timing)
     for backend in braid nccl; do one "timing-$backend-2ranks" 90 "$backend" 2 timing; done
