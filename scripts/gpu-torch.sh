@@ -2,9 +2,9 @@
 # PyTorch on the lent GPU through braid (issue 35's GPU acceptance), called by gpu-check.sh with
 # the machine's own torch (`python3`; nothing can be installed there):
 #
-#   scripts/gpu-torch.sh build OUT    braid_torch built there against that torch, into OUT/torch-site
-#                                     (its log torch-build.txt; where it cannot be built, the reason,
-#                                     and the bundle's prebuilt one for that torch if it has one)
+#   scripts/gpu-torch.sh build OUT    braid_torch into OUT/torch-site: the bundle's, prebuilt for
+#                                     that torch and Python, where it imports there with CUDA; else
+#                                     built there against that torch (its log torch-build.txt)
 #   scripts/gpu-torch.sh checks OUT   DDP (2 and 4 ranks, 50 steps) and all_reduce of every dtype
 #                                     and op through the braid backend's CUDA tensors and through
 #                                     torch's nccl backend over braid's libnccl.so.2 (LD_PRELOAD);
@@ -30,13 +30,14 @@ site=$out/torch-site
 # its ranks spawned by the script or launched by torchrun.
 one() {
   local name=$1 seconds=$2 backend=$3 ranks=$4 check=$5 preload=() launch=(python3) left
+  local capped=0
   if [[ -n ${GPU_CHECK_DEADLINE:-} ]]; then
     left=$((GPU_CHECK_DEADLINE - $(date +%s) - 10))
     if ((left < 20)); then
       echo "SKIP $name: the run's time was spent" | tee -a "$out/torch.txt"
       return
     fi
-    ((seconds > left)) && seconds=$left
+    ((seconds > left)) && seconds=$left capped=1
   fi
   [[ $backend == nccl ]] && preload=(env "LD_PRELOAD=$shim")
   [[ ${6:-} == torchrun ]] && launch=(python3 -m torch.distributed.run --nproc-per-node "$ranks")
@@ -50,12 +51,33 @@ one() {
   local rc=$?
   {
     grep -E '^(PASS|FAIL)' "$out/torch-$name.txt" ||
-      echo "FAIL $name: rc=$rc, no verdict (torch-$name.txt)"
+      if ((capped && (rc == 124 || rc == 137))); then
+        echo "STOPPED $name: after ${seconds}s, at the end of the run's budget (torch-$name.txt)"
+      else
+        echo "FAIL $name: rc=$rc, no verdict (torch-$name.txt)"
+      fi
   } | tee -a "$out/torch.txt"
 }
 
-# Where braid_torch cannot be built here: the bundle's, prebuilt for this torch and Python
-# (scripts/prebuild-braid-torch.sh), if it has one.
+# Whether the braid_torch in $site imports here, built with CUDA (a build that found no CUDA
+# runtime is CPU-only, and every braid check would fail for it).
+works() {
+  PYTHONPATH=$site python3 -c 'import braid_torch, sys; sys.exit(0 if braid_torch.HAS_CUDA else 1)'
+}
+
+# braid_torch built here against this torch, within 300 s.
+build_here() {
+  rm -rf "$site" /tmp/braid-torch-src
+  # A copy: the build writes beside the sources (python/build), which may not be writable.
+  cp -r python /tmp/braid-torch-src
+  # setup.py's build_ext alone: no pip or wheel package needed there.
+  (cd /tmp/braid-torch-src && BRAID_LIB_DIR=$root/$build/lib BRAID_INCLUDE_DIR=$root/include \
+    MAX_JOBS=8 timeout 300 python3 setup.py build_ext --build-lib "$site") &&
+    cp /tmp/braid-torch-src/braid_torch/__init__.py "$site/braid_torch/"
+}
+
+# The bundle's braid_torch, prebuilt for this torch and Python (scripts/prebuild-braid-torch.sh),
+# if it has one.
 use_prebuilt() {
   local version suffix prebuilt
   version=$(python3 -c 'import torch; print(torch.__version__.split("+")[0])')
@@ -65,9 +87,10 @@ use_prebuilt() {
   if [[ -f $prebuilt/_C$suffix ]]; then
     mkdir -p "$site"
     cp -r "$prebuilt" "$site/"
-    echo "braid_torch not built here: using the bundle's, prebuilt for torch $version ($prebuilt)"
+    echo "braid_torch: the bundle's, prebuilt for torch $version ($prebuilt)"
   else
-    echo "braid_torch not built here, and the bundle has none for torch $version and _C$suffix"
+    echo "braid_torch: the bundle has none for torch $version and _C$suffix"
+    return 1
   fi
 }
 
@@ -77,13 +100,16 @@ case $phase in
       python3 -VV
       python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)'
       command -v g++ c++ ninja nvcc || true
-      rm -rf "$site" /tmp/braid-torch-src
-      # A copy: the build writes beside the sources (python/build), which may not be writable.
-      cp -r python /tmp/braid-torch-src
-      # setup.py's build_ext alone: no pip or wheel package needed there.
-      (cd /tmp/braid-torch-src && BRAID_LIB_DIR=$root/$build/lib BRAID_INCLUDE_DIR=$root/include \
-        MAX_JOBS=8 python3 setup.py build_ext --build-lib "$site") &&
-        cp /tmp/braid-torch-src/braid_torch/__init__.py "$site/braid_torch/" || use_prebuilt
+      # The bundle's first where it fits (the build's minutes would come out of the checks'
+      # budget), else one built here; each must import with CUDA.
+      if use_prebuilt && works; then
+        echo "braid_torch: the bundle's imports here, with CUDA"
+      elif build_here && works; then
+        echo "braid_torch: built here; it imports, with CUDA"
+      else
+        echo "braid_torch: neither the bundle's nor one built here imports with CUDA"
+        rm -rf "$site"
+      fi
     } > "$out/torch-build.txt" 2>&1
     ;;
   checks)

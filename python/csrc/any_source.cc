@@ -16,7 +16,7 @@ using Clock = std::chrono::steady_clock;
 // A failure of the backend's, as check() raises them (a DistBackendError), to complete a Work with.
 std::exception_ptr backendError(const std::string& message) {
   try {
-    C10_THROW_ERROR(DistBackendError, message);
+    failBackend(message);
   } catch (...) {
     return std::current_exception();
   }

@@ -783,8 +783,8 @@ class BraidBackend : public c10d::Backend {
     }
     const braidResult_t ended = braidGroupEnd();
     if (first != braidSuccess)
-      throw std::runtime_error(std::string("braid backend: ") + what +
-                               " failed: " + braidGetErrorString(first) + ": " + firstError);
+      failBackend(std::string("braid backend: ") + what + " failed: " + braidGetErrorString(first) +
+                  ": " + firstError);
     checkOn(on, ended, what);
   }
 

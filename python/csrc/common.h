@@ -38,6 +38,12 @@ inline braidDataType_t braidType(const at::Tensor& t) {
   }
 }
 
+// Raises `message` as the backend's failures are raised: a DistBackendError (a RuntimeError), as
+// torch's own backends fail.
+[[noreturn]] inline void failBackend(const std::string& message) {
+  C10_THROW_ERROR(DistBackendError, message);
+}
+
 // Throws braid's error, with the communicator's last-error sentence, unless the call succeeded:
 // a DistBackendError (a RuntimeError), as torch's own backends fail, and a timeout says "Timed
 // out" as theirs do (Gloo's, ProcessGroupNCCL's watchdog), for code that looks for it.
@@ -45,8 +51,8 @@ inline void check(braidComm_t comm, braidResult_t result, const char* what) {
   if (result == braidSuccess) return;
   const std::string why = result == braidTimeout ? "Timed out waiting for a peer (braidTimeout)"
                                                  : braidGetErrorString(result);
-  C10_THROW_ERROR(DistBackendError, std::string("braid backend: ") + what + " failed: " + why +
-                                        ": " + braidGetLastError(comm));
+  failBackend(std::string("braid backend: ") + what + " failed: " + why + ": " +
+              braidGetLastError(comm));
 }
 
 // The tensors' one device: all on the CPU, or all on one CUDA device; else refused, naming the

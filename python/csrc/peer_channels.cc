@@ -62,8 +62,8 @@ braidComm_t PeerChannels::comm(int peer, bool send) {
     }
   }
   if (c.comm == nullptr)
-    throw std::runtime_error("braid backend: the channel " + std::string(send ? "to" : "from") +
-                             " rank " + std::to_string(peer) + " could not be made: " + c.failure);
+    failBackend("braid backend: the channel " + std::string(send ? "to" : "from") + " rank " +
+                std::to_string(peer) + " could not be made: " + c.failure);
   return c.comm;
 }
 
@@ -93,10 +93,9 @@ std::chrono::milliseconds PeerChannels::waitLimit() const {
 void PeerChannels::awaitKey(const std::string& key, const char* what, int peer) {
   const std::chrono::milliseconds limit = waitLimit();
   if (!keySetWithin(*store_, key, limit))
-    throw std::runtime_error("braid backend: rank " + std::to_string(rank_) + " waited " +
-                             std::to_string(limit.count()) + " ms for rank " +
-                             std::to_string(peer) + " to post its first " + what + " rank " +
-                             std::to_string(rank_));
+    failBackend("braid backend: Timed out: rank " + std::to_string(rank_) + " waited " +
+                std::to_string(limit.count()) + " ms for rank " + std::to_string(peer) +
+                " to post its first " + what + " rank " + std::to_string(rank_));
 }
 
 // The receiver says it has come; then the sender makes the unique id (whose rendezvous lives
