@@ -302,8 +302,8 @@ if [[ -x $build/tests/test_device_form ]] && (($(date +%s) + 60 < GPU_CHECK_DEAD
   (cd "$build" && timeout $((GPU_CHECK_DEADLINE - $(date +%s))) ctest -L device -j"$(nproc)") 2>&1 |
     tail -5 | tee "$out/ctest-device.txt" || true
 else
-  echo "device form (ctest -L device) not run here (not built in $build, or no time left): it runs in CI on CPUs" \
-    | tee "$out/ctest-device.txt"
+  echo "device form (ctest -L device) not run here (not built in $build, or no time left):" \
+    "it runs in CI on CPUs" | tee "$out/ctest-device.txt"
 fi
 
 {
