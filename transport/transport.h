@@ -1,8 +1,8 @@
 // Connecting a rank to its peers: every pair of ranks gets links of the kind asked for (a FIFO in
 // each direction, or for ranks of one host their control blocks alone), through the first
 // transport of the registry (priority order: inproc > p2p > shm > net) that carries that kind and
-// can connect them. Transports plug in by joining the registry
-// (transport.cc); the communicator sees only PeerLinks and the LinkServices they hold.
+// can connect them. Transports plug in by joining the registry (transport.cc); the communicator
+// sees only PeerLinks and the LinkServices they hold.
 #pragma once
 
 #include <atomic>
@@ -205,6 +205,7 @@ class Transport {
  public:
   virtual ~Transport() = default;
   virtual const char* name() const = 0;
+  // Whether it makes links of this kind at all.
   virtual bool carries(LinkKind kind) const = 0;
   // Whether it can carry the links between these two ranks (never asked for a rank and itself).
   virtual bool canConnect(const PeerInfo& self, const PeerInfo& peer) const = 0;
