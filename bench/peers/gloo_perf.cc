@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
     const char* store = std::getenv("GLOO_PERF_STORE");
     if (store == nullptr)
       throw UsageError("GLOO_PERF_STORE is not set: name an empty directory every rank can reach");
-    alarm(static_cast<unsigned>(options->timeoutSeconds));  // -T bounds the whole run
+    armTimeout("gloo-perf", options->timeoutSeconds);
     GlooComm comm(environmentInt("OMPI_COMM_WORLD_RANK", "RANK"),
                   environmentInt("OMPI_COMM_WORLD_SIZE", "WORLD_SIZE"), store);
     const int64_t wrong =

@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
                           braidFloat32, braidFloat64},
                          {braidSum, braidProd, braidMax, braidMin});
     if (options) {
-      alarm(static_cast<unsigned>(options->timeoutSeconds));  // -T bounds the whole run
+      armTimeout("mpi-perf", options->timeoutSeconds);
       MpiComm comm(*options->collective);
       const int64_t wrong =
           runPeerBenchmark(*options, comm, {"mpi-perf", "Open MPI", mpiVersion(), "mpirun"});

@@ -215,7 +215,7 @@ int main(int argc, char** argv) {
     if (!options) return kExitPassed;
     if (options->device != "cuda")
       throw UsageError("--device cuda: NCCL's ranks are GPUs (expected --device cuda)");
-    alarm(static_cast<unsigned>(options->timeoutSeconds));  // -T bounds the whole run
+    armTimeout("nccl-perf", options->timeoutSeconds);
     const Nccl nccl = loadNccl();
     const std::string version = versionText(nccl);
     fmt::print(stderr, "nccl-perf: NCCL {}\n", version);

@@ -52,16 +52,6 @@ void onTimeout(int) {
   _exit(kExitFailed);
 }
 
-// -T bounds the whole run of this process, whatever it is waiting for.
-void armTimeout(int seconds) {
-  const int n = std::snprintf(timeoutMessage, sizeof timeoutMessage,
-                              "braid-perf: pid %d did not finish within -T %d seconds; stopping\n",
-                              static_cast<int>(getpid()), seconds);
-  timeoutMessageLength = static_cast<size_t>(std::max(n, 0));
-  std::signal(SIGALRM, onTimeout);
-  alarm(static_cast<unsigned>(seconds));
-}
-
 braidConfig_t communicatorConfig(const Options& o) {
   braidConfig_t config = BRAID_CONFIG_INITIALIZER;
   config.commName = "braid-perf";
@@ -251,7 +241,7 @@ int runForked(const Options& o) {
     const pid_t pid = fork();
     if (pid == 0) {
       if (bind) bindToCores(cpus, p, o.threadsPerProcess);
-      armTimeout(o.timeoutSeconds);
+      armTimeout("braid-perf", o.timeoutSeconds);
       exitNow(runRankThreads(o, launch, id, nranks, p * o.ranksPerProcess()));
     }
     if (pid < 0) {
@@ -267,7 +257,7 @@ int runForked(const Options& o) {
 
 int runInThisProcess(const Options& o) {
   checkRoot(o, o.ranksPerProcess());
-  armTimeout(o.timeoutSeconds);
+  armTimeout("braid-perf", o.timeoutSeconds);
   braidUniqueId id;
   const braidResult_t result = braidGetUniqueId(&id);
   if (result != braidSuccess)
@@ -282,7 +272,7 @@ int runUnderLauncher(const Options& o, const char* variable) {
         "-t {} -g {}: several ranks per process are not available under an external launcher "
         "({} is set); start {} times as many processes instead",
         o.threadsPerProcess, o.ranksPerThread, variable, o.ranksPerProcess()));
-  armTimeout(o.timeoutSeconds);
+  armTimeout("braid-perf", o.timeoutSeconds);
   const LaunchInfo launch{fmt::format("environment ({})", variable), 0};
   return runRanks(o, launch, "this process", [&](std::vector<braidComm_t>& comms) {
     braidConfig_t config = communicatorConfig(o);
@@ -291,6 +281,15 @@ int runUnderLauncher(const Options& o, const char* variable) {
 }
 
 }  // namespace
+
+void armTimeout(const char* tool, int seconds) {
+  const int n = std::snprintf(timeoutMessage, sizeof timeoutMessage,
+                              "%s: pid %d did not finish within -T %d seconds; stopping\n", tool,
+                              static_cast<int>(getpid()), seconds);
+  timeoutMessageLength = static_cast<size_t>(std::max(n, 0));
+  std::signal(SIGALRM, onTimeout);
+  alarm(static_cast<unsigned>(seconds));
+}
 
 int launchAndRun(const Options& options) {
   try {
