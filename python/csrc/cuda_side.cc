@@ -108,7 +108,25 @@ bool CudaWork::isCompleted() {
   c10::cuda::CUDAGuard onDevice(device_);
   for (End* end : ends())
     if (!end->event->reached()) return false;
+  takeKernelFailures();
   return true;
+}
+
+void CudaWork::takeKernelFailures() {
+  for (End* end : ends()) {
+    braidResult_t state = braidSuccess;
+    const braidResult_t asked = braidCommGetAsyncError(end->comm, &state);
+    const braidResult_t failed = asked != braidSuccess ? asked : state;
+    if (failed == braidSuccess || failed == braidInProgress) continue;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (exception_) return;
+    try {
+      check(end->comm, failed, "a queued operation");
+    } catch (...) {
+      exception_ = std::current_exception();
+    }
+    return;
+  }
 }
 
 void CudaWork::blockCurrentStreamOnEnds() const {
@@ -141,7 +159,8 @@ void CudaWork::blockCurrentStream() {
 }
 
 // Polls rather than blocks in cudaEventSynchronize: a kernel that gives up its wait ends, and its
-// communicator's asynchronous error then says why, which is raised here.
+// communicator's asynchronous error then says why, which is raised here, also where the kernel
+// had ended before the first look (isCompleted takes the failure then).
 void CudaWork::synchronize() {
   wait(kUntilDone);
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
@@ -157,6 +176,7 @@ void CudaWork::synchronize() {
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(1000));
   }
+  if (const std::exception_ptr failure = exception()) std::rethrow_exception(failure);
 }
 
 CudaCollectives::CudaCollectives(c10d::Store& store, int rank, int size,

@@ -75,6 +75,9 @@ class CudaWork : public c10d::Work {
     braidComm_t comm;
   };
   std::vector<End*> ends() const;
+  // Where an end's communicator reports a failure (a kernel that gave up its wait ends too, its
+  // outputs unwritten), the Work's exception, as ProcessGroupNCCL's watchdog sets one.
+  void takeKernelFailures();
   void completeFutureOnStreams();
   void awaitQueued(std::chrono::milliseconds timeout);
   void blockCurrentStreamOnEnds() const;
