@@ -15,14 +15,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
-#include <memory>
-#include <optional>
-#include <string>
 #include <vector>
 
 #include "base/binary_trees.h"
-#include "base/wait.h"
 #include "transport/connector.h"
 #include "transport/fifo_view.h"
 #include "transport/transport.h"

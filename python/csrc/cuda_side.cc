@@ -166,11 +166,8 @@ void CudaWork::synchronize() {
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   std::chrono::microseconds pause(10);
   while (!isCompleted()) {
-    for (End* end : ends()) {
-      braidResult_t state = braidSuccess;
-      check(end->comm, braidCommGetAsyncError(end->comm, &state), "braidCommGetAsyncError");
-      if (state != braidInProgress) check(end->comm, state, "a queued operation");
-    }
+    takeKernelFailures();  // one end's failure ends the wait, while the others may still run
+    if (exception()) break;
     TORCH_CHECK(timeout_.count() <= 0 || std::chrono::steady_clock::now() < deadline,
                 "braid backend: a CUDA operation did not end within ", timeout_.count(), " ms");
     std::this_thread::sleep_for(pause);
