@@ -1,6 +1,7 @@
 #include "any_source.h"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -27,8 +28,11 @@ std::exception_ptr shutDownError(int rank) {
                       " ended: the process group was shut down");
 }
 
-// What the probes of one receive share: who took it, and until when they look.
+// What the probes of one receive share: who took it, and until when they look. While they look
+// (it lives as long as they do), the receive counts as a meeting in flight if a channel it probes
+// has yet to meet.
 struct Race {
+  std::optional<PeerChannels::MeetingInFlight> inFlight;
   c10::intrusive_ptr<AnySourceWork> work;
   at::Tensor tensor;
   Clock::time_point deadline;
@@ -92,6 +96,7 @@ c10::intrusive_ptr<c10d::Work> receiveFromAnySource(PeerChannels& channels,
               " of an empty tensor (a send of no elements carries nothing, so its sender cannot be "
               "known)");
   auto race = std::make_shared<Race>();
+  if (!channels.receivesMet(size)) race->inFlight.emplace(channels);
   race->work = c10::make_intrusive<AnySourceWork>(std::vector<at::Tensor>{tensor});
   race->tensor = tensor;
   race->deadline = Clock::now() + timeout;
@@ -110,7 +115,8 @@ c10::intrusive_ptr<c10d::Work> receiveFromAnySource(PeerChannels& channels,
         race->fail(std::current_exception());
       }
     });
-    if (!channels.post(peer, false, std::move(body))) race->fail(shutDownError(rank));
+    if (!channels.post(peer, false, std::move(body), PeerChannels::Meeting::NotCounted))
+      race->fail(shutDownError(rank));
   }
   return race->work;
 }

@@ -102,7 +102,7 @@ class BraidBackend : public c10d::Backend {
   }
   ~BraidBackend() override {
     withoutGil([this] {
-      closeQueues();
+      leaveGroup();
       releaseCuda();
       if (comm_ != nullptr) braidCommDestroy(comm_);
     });
@@ -112,7 +112,7 @@ class BraidBackend : public c10d::Backend {
   // interpreter is whole (they take the GIL to release tensors Python also holds; at exit the
   // interpreter would end them there instead).
   void shutdown() override {
-    withoutGil([this] { closeQueues(); });
+    withoutGil([this] { leaveGroup(); });
   }
 
   const std::string getBackendName() const override { return "braid"; }
@@ -506,11 +506,13 @@ class BraidBackend : public c10d::Backend {
   }
 
   // Drains and closes the operation queue and the point-to-point channels (operations issued
-  // after, a draining one's callbacks' included, fail as shut down).
-  void closeQueues() {
+  // after, a draining one's callbacks' included, fail as shut down); then, once, waits while
+  // other ranks' channels meet through the store, which may live in this process.
+  void leaveGroup() {
     queue_->close();
     channels_->close();
     cudaChannels_->close();
+    if (!left_.exchange(true)) channels_->awaitMeetingsInFlight();  // CPU and CUDA: one count
   }
 
   // The channels' last operations end before their communicators go, then the collectives'.
@@ -718,9 +720,9 @@ class BraidBackend : public c10d::Backend {
       op.tensor.record_stream(stream.unwrap());
       postOne(*cudaChannels_, op, group, [=, this](const PointToPoint& p) {
         c10::cuda::CUDAGuard onItsDevice(device);
+        braidComm_t channel = cudaChannels_->comm(p.peer, p.send);  // first: see post()
         c10::cuda::CUDAStreamGuard onStream(stream);
         callerQueued->makeWait(stream.stream());
-        braidComm_t channel = cudaChannels_->comm(p.peer, p.send);
         transfer(p, Where{channel, stream.stream()});
         work->recordEnd(stream, channel);
       });
@@ -1020,6 +1022,7 @@ class BraidBackend : public c10d::Backend {
   uint64_t monitoredBarriers_ = 0;          // numbers each monitored barrier's keys in the store
   std::unique_ptr<PeerChannels> channels_;  // never null
   std::unique_ptr<PeerChannels> cudaChannels_;  // never null until destroyed
+  std::atomic<bool> left_{false};               // leaveGroup() has waited for the meetings
   std::mutex coalescingMutex_;
   bool coalescing_ = false;  // under coalescingMutex_
   Batch batch_;              // under coalescingMutex_

@@ -103,19 +103,26 @@ inline braidUniqueId sharedUniqueId(c10d::Store& store, const std::string& key, 
   return id;
 }
 
-// Whether `key` is set in the store within `limit` (0: now), asked without holding the store: a
-// TCPStore's get holds its client while it waits, which would keep this rank's other users of the
-// store from setting their keys meanwhile.
-inline bool keySetWithin(c10d::Store& store, const std::string& key,
-                         std::chrono::milliseconds limit) {
+// Whether done() holds within `limit` (0: asked once), asked again after pauses growing from
+// 0.1 to 10 ms: a store's state, which nothing signals.
+template <typename Done>
+bool pollUntil(std::chrono::milliseconds limit, Done done) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
   std::chrono::microseconds pause(100);
-  while (!store.check({key})) {
+  while (!done()) {
     if (std::chrono::steady_clock::now() >= deadline) return false;
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(10000));
   }
   return true;
+}
+
+// Whether `key` is set in the store within `limit` (0: now), asked without holding the store: a
+// TCPStore's get holds its client while it waits, which would keep this rank's other users of the
+// store from setting their keys meanwhile.
+inline bool keySetWithin(c10d::Store& store, const std::string& key,
+                         std::chrono::milliseconds limit) {
+  return pollUntil(limit, [&] { return store.check({key}); });
 }
 
 // A tensor as a braid call reads and writes it: itself when contiguous, else a contiguous copy

@@ -3,11 +3,25 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <vector>
 
 #include "common.h"
 
 namespace braid_torch {
+namespace {
+
+// The job's count of channels' first meetings in flight, in the store without groups' prefixes.
+constexpr char kMeetingsKey[] = "braid_torch/p2p/meetings_in_flight";
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Store> PeerChannels::withoutPrefixes(
+    const c10::intrusive_ptr<c10d::Store>& s) {
+  if (auto* prefixed = dynamic_cast<c10d::PrefixStore*>(s.get()))
+    return prefixed->getUnderlyingNonPrefixStore();
+  return s;
+}
 
 PeerChannels::~PeerChannels() {
   close();
@@ -31,14 +45,16 @@ PeerChannels::Channel* PeerChannels::channel(int peer, bool send) {
   return channels_.emplace(std::pair{peer, send}, std::make_unique<Channel>()).first->second.get();
 }
 
-bool PeerChannels::post(int peer, bool send, std::function<void()> op) {
+bool PeerChannels::post(int peer, bool send, std::function<void()> op, Meeting meeting) {
   Channel* c = channel(peer, send);
   if (c == nullptr) return false;
   if (c->queue->onQueueThread()) {
     op();
     return true;
   }
-  return c->queue->push(std::move(op));
+  if (!c->queue->push(std::move(op))) return false;
+  if (meeting == Meeting::Counted) countMeeting(*c);  // before the caller goes on: see the class
+  return true;
 }
 
 bool PeerChannels::onThreadOf(int peer, bool send) {
@@ -60,6 +76,7 @@ braidComm_t PeerChannels::comm(int peer, bool send) {
     } catch (const std::exception& e) {
       c.failure = e.what();
     }
+    meetingEnded(c);
   }
   if (c.comm == nullptr)
     failBackend("braid backend: the channel " + std::string(send ? "to" : "from") + " rank " +
@@ -82,20 +99,65 @@ std::string PeerChannels::channelKey(int peer, bool send) const {
   return "braid_torch/p2p/" + device_ + "/" + std::to_string(from) + "-" + std::to_string(to);
 }
 
-// Waits until `key` is set (keySetWithin: without holding the store, which would keep this
-// rank's other channels from publishing their keys).
 std::chrono::milliseconds PeerChannels::waitLimit() const {
   return timeout_.count() > 0
              ? timeout_
              : std::chrono::duration_cast<std::chrono::milliseconds>(store_->getTimeout());
 }
 
+// Waits until `key` is set (keySetWithin: without holding the store, which would keep this
+// rank's other channels from publishing their keys).
 void PeerChannels::awaitKey(const std::string& key, const char* what, int peer) {
   const std::chrono::milliseconds limit = waitLimit();
   if (!keySetWithin(*store_, key, limit))
     failBackend("braid backend: Timed out: rank " + std::to_string(rank_) + " waited " +
                 std::to_string(limit.count()) + " ms for rank " + std::to_string(peer) +
                 " to post its first " + what + " rank " + std::to_string(rank_));
+}
+
+bool PeerChannels::receivesMet(int size) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank_) continue;
+    const auto found = channels_.find({peer, false});
+    if (found == channels_.end() || !found->second->met.load()) return false;
+  }
+  return true;
+}
+
+void PeerChannels::countMeeting(Channel& c) {
+  if (c.met.load()) return;  // the steady state: no lock, no store
+  std::lock_guard<std::mutex> lock(meetingsMutex_);
+  if (!c.met.load() && !c.counted) c.counted = addMeetings(1);
+}
+
+void PeerChannels::meetingEnded(Channel& c) {
+  std::lock_guard<std::mutex> lock(meetingsMutex_);
+  c.met.store(true);
+  if (c.counted) addMeetings(-1);
+  c.counted = false;
+}
+
+bool PeerChannels::addMeetings(int64_t delta) {
+  try {
+    jobStore_->add(kMeetingsKey, delta);
+    return true;
+  } catch (const std::exception&) {  // c10::Error, DistNetworkError: the store's host has gone
+    return false;
+  }
+}
+
+void PeerChannels::awaitMeetingsInFlight() {
+  const std::chrono::milliseconds limit = waitLimit();
+  int64_t left = 0;
+  try {
+    if (pollUntil(limit, [&] { return (left = jobStore_->add(kMeetingsKey, 0)) <= 0; })) return;
+  } catch (const std::exception&) {  // the store's host has gone: nobody meets through it now
+    return;
+  }
+  TORCH_WARN("braid backend: rank ", rank_, " leaves its group with ", left,
+             " point-to-point channels of the job still meeting through the store after ",
+             limit.count(), " ms (if this process holds the store's server, they will fail)");
 }
 
 // The receiver says it has come; then the sender makes the unique id (whose rendezvous lives

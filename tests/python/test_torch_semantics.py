@@ -6,6 +6,7 @@ holds one tensor twice, reduce_scatter with uneven inputs, sparse all_reduce and
 gradients, a receive from any source."""
 
 import datetime
+import time
 
 import pytest
 import torch
@@ -60,11 +61,84 @@ def ring_receive_first(rank, size):
     assert torch.equal(got, payload(prev, BIG // 4)), f"rank {rank}: wrong data from {prev}"
 
 
+def ring_with_a_late_sender(rank, size):
+    """ring_receive_first, but rank 1 posts its send a while after its receive ended, when rank 0
+    (whose process holds the TCPStore's server) has nothing left to do but leave."""
+    prev, nxt = (rank - 1) % size, (rank + 1) % size
+    got = torch.full((BIG // 4,), POISON)
+    receive = dist.irecv(got, prev)
+    if rank == 1:
+        receive.wait()
+        time.sleep(2)
+    dist.isend(payload(rank, BIG // 4), nxt).wait()
+    receive.wait()
+    assert torch.equal(got, payload(prev, BIG // 4)), f"rank {rank}: wrong data from {prev}"
+
+
 def test_first_messages_meet_through_a_tcp_store(run_ranks):
     """torchrun's store (a TCPStore holds its client while a get waits): the channels' first
     messages, receives posted first, on 2 ranks and round a ring of 3."""
     run_ranks(2, exchange_in_order, ("recv", "recv"), timeout_s=20, store="tcp")
     run_ranks(3, ring_receive_first, timeout_s=20, store="tcp")
+
+
+def test_the_stores_host_stays_while_other_ranks_channels_meet(run_ranks):
+    """A TCPStore made by init_process_group lives in rank 0's process, and channels meet through
+    it: rank 0, done, must not leave while ranks 1 and 2 still have to meet (the sender comes late)
+    (CI once saw rank 2's channel from rank 1 fail so, at random)."""
+    run_ranks(3, ring_with_a_late_sender, timeout_s=20, store="tcp")
+
+
+MEETINGS_KEY = "braid_torch/p2p/meetings_in_flight"  # the backend's count, in the job's store
+
+
+def meetings_in_flight():
+    store = dist.distributed_c10d._get_default_store()
+    return store._underlying_non_prefix_store.add(MEETINGS_KEY, 0)
+
+
+def channels_met_every_way(rank, size):
+    """On 3 ranks: a ring, a batch between ranks 0 and 1, a receive from any source at rank 0
+    (rank 1's channel to it not yet met), a send issued by a receive's callback; then, every
+    operation ended, the job's count of channels meeting through the store comes back to 0 (a
+    count left above 0 would make every rank's destroy_process_group wait out the timeout)."""
+    n = 1024
+    prev, nxt = (rank - 1) % size, (rank + 1) % size
+    got = torch.full((n,), POISON)
+    works = [dist.irecv(got, prev), dist.isend(payload(rank, n), nxt)]
+    if rank < 2:
+        batch_got = torch.full((n,), POISON)
+        works += dist.batch_isend_irecv([dist.P2POp(dist.isend, payload(rank, n, 1), 1 - rank),
+                                         dist.P2POp(dist.irecv, batch_got, 1 - rank)])
+    for work in works:
+        work.wait()
+    assert torch.equal(got, payload(prev, n)), f"rank {rank}: ring"
+    if rank < 2:
+        assert torch.equal(batch_got, payload(1 - rank, n, 1)), f"rank {rank}: batch"
+    any_got, relayed = torch.full((n,), POISON), torch.full((n,), POISON)
+    if rank == 0:
+        work = dist.irecv(any_got)
+        work.wait()
+        assert work._source_rank() == 2 and torch.equal(any_got, payload(2, n, 2)), "any source"
+        dist.send(payload(0, n, 3), 1)
+    elif rank == 1:
+        sent = []  # the callback's send, issued on the receive channel's thread
+        dist.irecv(relayed, 0).get_future().then(
+            lambda _: sent.append(dist.isend(relayed * 2, 2))).wait()
+        sent[0].wait()
+    else:
+        dist.send(payload(2, n, 2), 0)
+        dist.recv(relayed, 1)
+        assert torch.equal(relayed, payload(0, n, 3) * 2), "the callback's send"
+    dist.barrier()
+    deadline = time.monotonic() + 20  # any-source probes end a moment after their receive
+    while meetings_in_flight() != 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert meetings_in_flight() == 0, f"rank {rank}: {meetings_in_flight()} meetings left counted"
+
+
+def test_every_channel_meeting_counted_is_given_back(run_ranks):
+    run_ranks(3, channels_met_every_way, timeout_s=30)
 
 
 def fails_then_the_group_goes_on(rank, size, failing, name, failure):
