@@ -451,12 +451,14 @@ class BraidBackend : public c10d::Backend {
   // torch's monitored_barrier, as Gloo's: every other rank checks in with rank 0 (through the
   // store, so that a rank that never comes is named rather than waited for in braid's collective),
   // rank 0 names those that did not within the timeout (the first, or every one with
-  // waitAllRanks), then lets the others go; they wait as long for it.
+  // waitAllRanks), then lets the others go; they wait as long for it, counted as a meeting in
+  // flight (PeerChannels) so that rank 0, leaving at once, keeps its store until they saw it.
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override {
     const std::chrono::milliseconds limit = opts.timeout.count() >= 0 ? opts.timeout : timeout_;
     const std::string prefix =
         "braid_torch/monitored_barrier/" + std::to_string(monitoredBarriers_++) + "/";
     if (rank_ != 0) {
+      const PeerChannels::MeetingInFlight waitingForRank0(*channels_);
       store_->set(prefix + std::to_string(rank_), std::vector<uint8_t>{1});
       TORCH_CHECK(keySetWithin(*store_, prefix + "released", limit), "Rank ", rank_,
                   " successfully reached monitoredBarrier, but received errors while waiting for "

@@ -390,6 +390,29 @@ def test_a_failed_collective_of_a_coalesced_block_fails_the_blocks_work(run_rank
     run_ranks(2, coalesced_failure, timeout_s=60)
 
 
+def monitored_barrier_while_rank_0_is_late(rank, size):
+    """Rank 1 waits in a monitored barrier for rank 0, which comes late: meanwhile rank 2 sees
+    rank 1's wait counted among the meetings through the store (so that rank 0, leaving as soon
+    as it released the others, keeps its store until they saw the release); after, none is."""
+    if rank == 0:
+        time.sleep(1)
+    if rank == 2:
+        deadline = time.monotonic() + 20
+        while meetings_in_flight() < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert meetings_in_flight() >= 1, "rank 1's wait for rank 0 is not counted"
+    dist.monitored_barrier(timeout=datetime.timedelta(seconds=20))
+    dist.barrier()
+    deadline = time.monotonic() + 20
+    while meetings_in_flight() != 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert meetings_in_flight() == 0, f"rank {rank}: {meetings_in_flight()} meetings left counted"
+
+
+def test_a_monitored_barriers_waits_count_as_meetings(run_ranks):
+    run_ranks(3, monitored_barrier_while_rank_0_is_late, timeout_s=30)
+
+
 def monitored_barrier_absent_ranks(rank, size):
     """Ranks 1 and 2 never come to rank 0's monitored barrier: rank 0 names both
     (wait_all_ranks), each after the whole timeout; then every rank meets in a plain barrier."""
