@@ -8,7 +8,8 @@
 #   scripts/gpu-torch.sh checks OUT   DDP (2 and 4 ranks, 50 steps) and all_reduce of every dtype
 #                                     and op through the braid backend's CUDA tensors and through
 #                                     torch's nccl backend over braid's libnccl.so.2 (LD_PRELOAD);
-#                                     FSDP2, a CUDA graph's replays and torchrun
+#                                     a barrier behind async all_reduces (they have ended when it
+#                                     returns); FSDP2, a CUDA graph's replays and torchrun
 #                                     --nproc-per-node 4 through both; every rank on cuda:0
 #   scripts/gpu-torch.sh timing OUT   all_reduce 8 B - 256 MiB through both, 2 ranks
 #
@@ -117,6 +118,7 @@ case $phase in
     # 2 ranks, DDP at 4, then FSDP2, a graph's replays, torchrun, all_reduce at 4.
     for backend in braid nccl; do one "ddp-$backend-2ranks" 150 "$backend" 2 ddp; done
     for backend in braid nccl; do one "allreduce-$backend-2ranks" 90 "$backend" 2 allreduce; done
+    for backend in braid nccl; do one "barrier-$backend-2ranks" 60 "$backend" 2 barrier; done
     for backend in braid nccl; do one "ddp-$backend-4ranks" 150 "$backend" 4 ddp; done
     for backend in braid nccl; do one "fsdp-$backend-2ranks" 120 "$backend" 2 fsdp; done
     for backend in braid nccl; do one "graph-$backend-2ranks" 90 "$backend" 2 graph; done

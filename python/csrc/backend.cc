@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -486,7 +487,13 @@ class BraidBackend : public c10d::Backend {
     store_->set(prefix + "released", std::vector<uint8_t>{1});
   }
 
+  // Behind the group's collectives: those of CUDA tensors where the group has made its CUDA
+  // communicator (as ProcessGroupNCCL's barrier, ending on the host), else the CPU queue's.
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
+#ifdef BRAID_TORCH_CUDA
+    if (const std::optional<c10::Device> device = cudaCollectivesMade())
+      return cudaBarrier(*device);
+#endif
     return run("barrier", {}, {}, opts.asyncOp, [=, this](const Where& on) mutable {
       uint8_t byte = 0;
       checkOn(on, braidAllReduce(&byte, &byte, 1, braidUint8, braidSum, on.comm, on.stream),
@@ -739,6 +746,28 @@ class BraidBackend : public c10d::Backend {
     std::lock_guard<std::mutex> lock(cudaMutex_);
     if (!cuda_) cuda_ = std::make_unique<CudaCollectives>(*store_, rank_, size_, timeout_, device);
     return *cuda_;
+  }
+
+  // The device of the group's CUDA communicator, if made.
+  std::optional<c10::Device> cudaCollectivesMade() {
+    std::lock_guard<std::mutex> lock(cudaMutex_);
+    return cuda_ ? cudaDevice_ : std::nullopt;
+  }
+
+  // A one-byte all-reduce on the CUDA communicator's stream, behind the collectives queued there;
+  // its Work's wait() returns once it has run (torch's barrier() waits for it).
+  c10::intrusive_ptr<c10d::Work> cudaBarrier(c10::Device device) {
+    const at::Tensor flag = at::zeros({1}, at::TensorOptions().dtype(at::kByte).device(device));
+    ++collectivesIssued_;
+    c10::intrusive_ptr<CudaWork> work =
+        cudaCollectives(device).run({}, {flag}, [&flag](const Where& on) {
+          checkOn(on,
+                  braidAllReduce(flag.data_ptr(), flag.data_ptr(), 1, braidUint8, braidSum, on.comm,
+                                 on.stream),
+                  "barrier (braidAllReduce)");
+        });
+    work->waitOnHost();
+    return work;
   }
 
   c10::Device cudaCollectivesDevice() {

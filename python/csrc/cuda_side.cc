@@ -149,20 +149,27 @@ void CudaWork::awaitQueued(std::chrono::milliseconds timeout) {
 bool CudaWork::wait(std::chrono::milliseconds timeout) {
   awaitQueued(timeout);
   blockCurrentStreamOnEnds();
+  if (waitsOnHost_) awaitEndsOnHost();
   return true;
 }
 
 // torch's default blocks the stream until the future completes, which is when the operations are
 // queued, not when they end.
 void CudaWork::blockCurrentStream() {
-  wait(kUntilDone);
+  awaitQueued(kUntilDone);
+  blockCurrentStreamOnEnds();
+}
+
+void CudaWork::synchronize() {
+  awaitQueued(kUntilDone);
+  blockCurrentStreamOnEnds();
+  awaitEndsOnHost();
 }
 
 // Polls rather than blocks in cudaEventSynchronize: a kernel that gives up its wait ends, and its
 // communicator's asynchronous error then says why, which is raised here, also where the kernel
 // had ended before the first look (isCompleted takes the failure then).
-void CudaWork::synchronize() {
-  wait(kUntilDone);
+void CudaWork::awaitEndsOnHost() {
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   std::chrono::microseconds pause(10);
   while (!isCompleted()) {

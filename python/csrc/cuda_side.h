@@ -60,6 +60,9 @@ class CudaWork : public c10d::Work {
   void recordEnd(const c10::cuda::CUDAStream& stream, braidComm_t comm);
   // Every operation is queued (or one failed with `error`): the Work and its future complete.
   void complete(std::exception_ptr error);
+  // A barrier's Work: wait() waits on the host too, as ProcessGroupNCCL's barrier, so that when
+  // it returns every collective queued before the barrier has ended.
+  void waitOnHost() { waitsOnHost_ = true; }
 
   bool isCompleted() override;
   bool wait(std::chrono::milliseconds timeout) override;
@@ -81,10 +84,12 @@ class CudaWork : public c10d::Work {
   void completeFutureOnStreams();
   void awaitQueued(std::chrono::milliseconds timeout);
   void blockCurrentStreamOnEnds() const;
+  void awaitEndsOnHost();  // raises a failure the ends' communicators report, or a timeout
 
   std::vector<at::Tensor> outputs_;
   c10::Device device_;
   std::chrono::milliseconds timeout_;
+  bool waitsOnHost_ = false;  // set before the Work is handed out
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   mutable std::mutex endsMutex_;
   std::vector<std::unique_ptr<End>> ends_;  // under endsMutex_

@@ -151,6 +151,21 @@ def check_graph(rank, size, device, steps):
     return verdicts
 
 
+def check_barrier(rank, size, device, steps):
+    """Asynchronous all_reduces, then a barrier: when it returns every one of them has ended (as
+    after ProcessGroupNCCL's barrier, which waits on the host), with the right values."""
+    n = 4 << 20  # 16 MiB each: still running on the device when the barrier is issued
+    tensors = [torch.full((n,), float(rank + 1 + k), device=device) for k in range(4)]
+    works = [dist.all_reduce(t, async_op=True) for t in tensors]
+    dist.barrier()
+    verdicts = [("ended before the barrier returned", str(k), w.is_completed())
+                for k, w in enumerate(works)]
+    for k, t in enumerate(tensors):
+        want = torch.full((n,), float(size * (size + 1) // 2 + size * k))
+        verdicts.append(("value", str(k), torch.equal(t.cpu(), want)))
+    return verdicts
+
+
 def synchronize(device):
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -179,7 +194,7 @@ def check_timing(rank, size, device, steps):
 
 
 CHECKS = {"ddp": check_ddp, "fsdp": check_fsdp, "allreduce": check_allreduce,
-          "graph": check_graph, "timing": check_timing}
+          "graph": check_graph, "barrier": check_barrier, "timing": check_timing}
 
 
 def run(backend, size, check, steps=0):
@@ -241,7 +256,7 @@ def main():
         record["max_relative_difference"] = relative
         print(f"{'FAIL' if failed else 'PASS'} {check} {backend} {size} ranks: parameters after "
               f"{STEPS[check]} steps within {relative:.3g} of gloo's on CPU (bar 1e-5)")
-    elif check in ("allreduce", "graph"):
+    elif check in ("allreduce", "graph", "barrier"):
         by_rank = run(backend, size, check)
         wrong = [f"rank {r}: {d} {o}" for r, verdicts in enumerate(by_rank)
                  for d, o, same in verdicts if not same]

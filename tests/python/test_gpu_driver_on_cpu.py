@@ -14,6 +14,7 @@ DRIVER = os.path.join(os.path.dirname(__file__), "..", "gpu", "torch_gpu.py")
 @pytest.mark.parametrize("check,ranks,expect", [
     ("allreduce", 2, "PASS allreduce braid 2 ranks: 32 cases on each rank, wrong: none"),
     ("allreduce", 3, "PASS allreduce braid 3 ranks: 32 cases on each rank, wrong: none"),
+    ("barrier", 2, "PASS barrier braid 2 ranks: 8 cases on each rank, wrong: none"),
     ("ddp", 2, "PASS ddp braid 2 ranks: parameters after 50 steps"),
     ("fsdp", 2, "PASS fsdp braid 2 ranks: parameters after 10 steps"),
 ])
