@@ -9,7 +9,8 @@
 #                                     and op through the braid backend's CUDA tensors and through
 #                                     torch's nccl backend over braid's libnccl.so.2 (LD_PRELOAD);
 #                                     a barrier behind async all_reduces (they have ended when it
-#                                     returns); FSDP2, a CUDA graph's replays and torchrun
+#                                     returns); a send in flight while the first collective makes
+#                                     the CUDA communicator; FSDP2, a CUDA graph's replays and torchrun
 #                                     --nproc-per-node 4 through both; every rank on cuda:0
 #   scripts/gpu-torch.sh timing OUT   all_reduce 8 B - 256 MiB through both, 2 ranks
 #
@@ -119,6 +120,7 @@ case $phase in
     for backend in braid nccl; do one "ddp-$backend-2ranks" 150 "$backend" 2 ddp; done
     for backend in braid nccl; do one "allreduce-$backend-2ranks" 90 "$backend" 2 allreduce; done
     for backend in braid nccl; do one "barrier-$backend-2ranks" 60 "$backend" 2 barrier; done
+    for backend in braid nccl; do one "p2p-first-$backend-2ranks" 60 "$backend" 2 p2p_first; done
     for backend in braid nccl; do one "ddp-$backend-4ranks" 150 "$backend" 4 ddp; done
     for backend in braid nccl; do one "fsdp-$backend-2ranks" 120 "$backend" 2 fsdp; done
     for backend in braid nccl; do one "graph-$backend-2ranks" 90 "$backend" 2 graph; done

@@ -97,7 +97,7 @@ class BraidBackend : public c10d::Backend {
         timeout_(timeout),
         channels_(std::make_unique<PeerChannels>(store, rank, timeout, "cpu")),
         cudaChannels_(std::make_unique<PeerChannels>(store, rank, timeout, "cuda")) {
-    const braidUniqueId id = sharedUniqueId(*store, "braid_torch/unique_id", rank);
+    const braidUniqueId id = sharedUniqueId(*store, "braid_torch/unique_id", rank, timeout);
     braidConfig_t config = commConfig("cpu", "torch", timeout);
     check(braidCommInitRankConfig(&comm_, size, id, rank, &config), "braidCommInitRankConfig");
   }

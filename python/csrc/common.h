@@ -87,22 +87,6 @@ inline braidConfig_t commConfig(const char* device, const char* name,
   return config;
 }
 
-// The unique id of a communicator of every rank of the group: rank 0 makes it and puts it in the
-// store under `key`, the others read it from there.
-inline braidUniqueId sharedUniqueId(c10d::Store& store, const std::string& key, int rank) {
-  braidUniqueId id;
-  if (rank == 0) {
-    check(nullptr, braidGetUniqueId(&id), "braidGetUniqueId");
-    store.set(key, std::vector<uint8_t>(id.internal, id.internal + sizeof id.internal));
-  } else {
-    const std::vector<uint8_t> bytes = store.get(key);
-    TORCH_CHECK(bytes.size() == sizeof id.internal, "braid backend: the store's ", key, " has ",
-                bytes.size(), " bytes (expected ", sizeof id.internal, ")");
-    std::memcpy(id.internal, bytes.data(), bytes.size());
-  }
-  return id;
-}
-
 // Whether done() holds within `limit` (0: asked once), asked again after pauses growing from
 // 0.1 to 10 ms: a store's state, which nothing signals.
 template <typename Done>
@@ -123,6 +107,39 @@ bool pollUntil(std::chrono::milliseconds limit, Done done) {
 inline bool keySetWithin(c10d::Store& store, const std::string& key,
                          std::chrono::milliseconds limit) {
   return pollUntil(limit, [&] { return store.check({key}); });
+}
+
+// How long the backend waits for another rank through the store: the group's timeout, or the
+// store's where the group has none.
+inline std::chrono::milliseconds waitLimitOf(const c10d::Store& store,
+                                             std::chrono::milliseconds groupTimeout) {
+  return groupTimeout.count() > 0
+             ? groupTimeout
+             : std::chrono::duration_cast<std::chrono::milliseconds>(store.getTimeout());
+}
+
+// The unique id of a communicator of every rank of the group: rank 0 makes it and puts it in the
+// store under `key`; the others wait for it there, by polling (keySetWithin): the CUDA one is
+// made by the group's first collective of CUDA tensors, maybe while this rank's channels still
+// have keys to publish through the same TCPStore client. `limit`: the group's timeout.
+inline braidUniqueId sharedUniqueId(c10d::Store& store, const std::string& key, int rank,
+                                    std::chrono::milliseconds limit) {
+  braidUniqueId id;
+  if (rank == 0) {
+    check(nullptr, braidGetUniqueId(&id), "braidGetUniqueId");
+    store.set(key, std::vector<uint8_t>(id.internal, id.internal + sizeof id.internal));
+    return id;
+  }
+  limit = waitLimitOf(store, limit);
+  if (!keySetWithin(store, key, limit))
+    failBackend("braid backend: Timed out: rank " + std::to_string(rank) + " waited " +
+                std::to_string(limit.count()) + " ms for rank 0 to make the communicator (" + key +
+                ")");
+  const std::vector<uint8_t> bytes = store.get(key);
+  TORCH_CHECK(bytes.size() == sizeof id.internal, "braid backend: the store's ", key, " has ",
+              bytes.size(), " bytes (expected ", sizeof id.internal, ")");
+  std::memcpy(id.internal, bytes.data(), bytes.size());
+  return id;
 }
 
 // A tensor as a braid call reads and writes it: itself when contiguous, else a contiguous copy

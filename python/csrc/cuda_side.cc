@@ -187,7 +187,7 @@ CudaCollectives::CudaCollectives(c10d::Store& store, int rank, int size,
                                  std::chrono::milliseconds timeout, c10::Device device)
     : device_(device), timeout_(timeout), stream_(newStream(device.index())) {
   c10::cuda::CUDAGuard onDevice(device_);  // the communicator's device is the current one
-  const braidUniqueId id = sharedUniqueId(store, "braid_torch/cuda_unique_id", rank);
+  const braidUniqueId id = sharedUniqueId(store, "braid_torch/cuda_unique_id", rank, timeout);
   braidConfig_t config = commConfig("cuda", "torch-cuda", timeout);
   check(nullptr, braidCommInitRankConfig(&comm_, size, id, rank, &config),
         "braidCommInitRankConfig (CUDA communicator)");

@@ -100,9 +100,7 @@ std::string PeerChannels::channelKey(int peer, bool send) const {
 }
 
 std::chrono::milliseconds PeerChannels::waitLimit() const {
-  return timeout_.count() > 0
-             ? timeout_
-             : std::chrono::duration_cast<std::chrono::milliseconds>(store_->getTimeout());
+  return waitLimitOf(*store_, timeout_);
 }
 
 // Waits until `key` is set (keySetWithin: without holding the store, which would keep this

@@ -166,6 +166,30 @@ def check_barrier(rank, size, device, steps):
     return verdicts
 
 
+def check_p2p_first(rank, size, device, steps):
+    """Sends before the group's first collective of CUDA tensors: rank 1's isend to rank 0 is in
+    flight (its channel meeting through the store) while rank 1's all_reduce makes the CUDA
+    communicator, whose id rank 1 waits for until rank 0, once it has received, makes it. A wait
+    for that id holding the store's client kept the channel from meeting: both waited out the
+    timeout."""
+    n = 1 << 20
+    got = torch.full((n,), -1.0, device=device)
+    total = torch.full((n,), float(rank + 1), device=device)
+    if rank == 1:
+        send = dist.isend(torch.arange(n, dtype=torch.float32, device=device), 0)
+        dist.all_reduce(total)
+        send.wait()
+    else:
+        if rank == 0:
+            dist.irecv(got, 1).wait()
+        dist.all_reduce(total)
+    verdicts = [("all_reduce", "value", torch.equal(total.cpu(),
+                                                    torch.full((n,), float(size * (size + 1) // 2))))]
+    if rank == 0:
+        verdicts.append(("receive", "value", torch.equal(got.cpu(), torch.arange(n).float())))
+    return verdicts
+
+
 def synchronize(device):
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -194,7 +218,8 @@ def check_timing(rank, size, device, steps):
 
 
 CHECKS = {"ddp": check_ddp, "fsdp": check_fsdp, "allreduce": check_allreduce,
-          "graph": check_graph, "barrier": check_barrier, "timing": check_timing}
+          "graph": check_graph, "barrier": check_barrier, "p2p_first": check_p2p_first,
+          "timing": check_timing}
 
 
 def run(backend, size, check, steps=0):
@@ -256,7 +281,7 @@ def main():
         record["max_relative_difference"] = relative
         print(f"{'FAIL' if failed else 'PASS'} {check} {backend} {size} ranks: parameters after "
               f"{STEPS[check]} steps within {relative:.3g} of gloo's on CPU (bar 1e-5)")
-    elif check in ("allreduce", "graph", "barrier"):
+    elif check in ("allreduce", "graph", "barrier", "p2p_first"):
         by_rank = run(backend, size, check)
         wrong = [f"rank {r}: {d} {o}" for r, verdicts in enumerate(by_rank)
                  for d, o, same in verdicts if not same]

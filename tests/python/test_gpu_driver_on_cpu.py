@@ -15,6 +15,7 @@ DRIVER = os.path.join(os.path.dirname(__file__), "..", "gpu", "torch_gpu.py")
     ("allreduce", 2, "PASS allreduce braid 2 ranks: 32 cases on each rank, wrong: none"),
     ("allreduce", 3, "PASS allreduce braid 3 ranks: 32 cases on each rank, wrong: none"),
     ("barrier", 2, "PASS barrier braid 2 ranks: 8 cases on each rank, wrong: none"),
+    ("p2p_first", 2, "PASS p2p_first braid 2 ranks: 2 cases on each rank, wrong: none"),
     ("ddp", 2, "PASS ddp braid 2 ranks: parameters after 50 steps"),
     ("fsdp", 2, "PASS fsdp braid 2 ranks: parameters after 10 steps"),
 ])
