@@ -120,7 +120,9 @@ case $phase in
     for backend in braid nccl; do one "ddp-$backend-2ranks" 150 "$backend" 2 ddp; done
     for backend in braid nccl; do one "allreduce-$backend-2ranks" 90 "$backend" 2 allreduce; done
     for backend in braid nccl; do one "barrier-$backend-2ranks" 60 "$backend" 2 barrier; done
-    for backend in braid nccl; do one "p2p-first-$backend-2ranks" 60 "$backend" 2 p2p_first; done
+    for backend in braid nccl; do
+      one "p2p-first-$backend-2ranks" 60 "$backend" 2 p2p_first torchrun
+    done
     for backend in braid nccl; do one "ddp-$backend-4ranks" 150 "$backend" 4 ddp; done
     for backend in braid nccl; do one "fsdp-$backend-2ranks" 120 "$backend" 2 fsdp; done
     for backend in braid nccl; do one "graph-$backend-2ranks" 90 "$backend" 2 graph; done

@@ -487,18 +487,31 @@ class BraidBackend : public c10d::Backend {
     store_->set(prefix + "released", std::vector<uint8_t>{1});
   }
 
-  // Behind the group's collectives: those of CUDA tensors where the group has made its CUDA
-  // communicator (as ProcessGroupNCCL's barrier, ending on the host), else the CPU queue's.
+  // Behind the group's collectives: the CPU queue's (as Gloo's barrier) and, where the group has
+  // made its CUDA communicator, those of CUDA tensors too (as ProcessGroupNCCL's, ending on the
+  // host): one backend serves both devices, so a barrier waits for both. Every rank takes the
+  // same path (the CUDA communicator is made collectively).
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
+    {
+      std::lock_guard<std::mutex> lock(coalescingMutex_);
+      TORCH_CHECK(!coalescing_, "braid backend: a barrier inside a coalescing block on rank ",
+                  rank_, " (expected collectives, sends and receives only)");
+    }
+    const std::optional<c10::Device> cudaDevice = cudaCollectivesMade();
+    const bool behindCuda = cudaDevice.has_value();
+    c10::intrusive_ptr<c10d::Work> onCpu =
+        run("barrier", {}, {}, opts.asyncOp && !behindCuda, [=, this](const Where& on) mutable {
+          uint8_t byte = 0;
+          checkOn(on, braidAllReduce(&byte, &byte, 1, braidUint8, braidSum, on.comm, on.stream),
+                  "barrier (braidAllReduce)");
+        });
 #ifdef BRAID_TORCH_CUDA
-    if (const std::optional<c10::Device> device = cudaCollectivesMade())
-      return cudaBarrier(*device);
+    if (behindCuda) {
+      onCpu->wait();
+      return cudaBarrier(*cudaDevice);
+    }
 #endif
-    return run("barrier", {}, {}, opts.asyncOp, [=, this](const Where& on) mutable {
-      uint8_t byte = 0;
-      checkOn(on, braidAllReduce(&byte, &byte, 1, braidUint8, braidSum, on.comm, on.stream),
-              "barrier (braidAllReduce)");
-    });
+    return onCpu;
   }
 
  private:
@@ -512,6 +525,15 @@ class BraidBackend : public c10d::Backend {
   static std::exception_ptr shutDown() {
     return std::make_exception_ptr(
         std::runtime_error("braid backend: the process group was shut down"));
+  }
+
+  // The device of the group's CUDA communicator, if made (never, without CUDA).
+  std::optional<c10::Device> cudaCollectivesMade() {
+#ifdef BRAID_TORCH_CUDA
+    std::lock_guard<std::mutex> lock(cudaMutex_);
+    if (cuda_) return cudaDevice_;
+#endif
+    return std::nullopt;
   }
 
   // Drains and closes the operation queue and the point-to-point channels (operations issued
@@ -748,17 +770,10 @@ class BraidBackend : public c10d::Backend {
     return *cuda_;
   }
 
-  // The device of the group's CUDA communicator, if made.
-  std::optional<c10::Device> cudaCollectivesMade() {
-    std::lock_guard<std::mutex> lock(cudaMutex_);
-    return cuda_ ? cudaDevice_ : std::nullopt;
-  }
-
   // A one-byte all-reduce on the CUDA communicator's stream, behind the collectives queued there;
   // its Work's wait() returns once it has run (torch's barrier() waits for it).
   c10::intrusive_ptr<c10d::Work> cudaBarrier(c10::Device device) {
     const at::Tensor flag = at::zeros({1}, at::TensorOptions().dtype(at::kByte).device(device));
-    ++collectivesIssued_;
     c10::intrusive_ptr<CudaWork> work =
         cudaCollectives(device).run({}, {flag}, [&flag](const Where& on) {
           checkOn(on,

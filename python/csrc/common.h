@@ -110,12 +110,14 @@ inline bool keySetWithin(c10d::Store& store, const std::string& key,
 }
 
 // How long the backend waits for another rank through the store: the group's timeout, or the
-// store's where the group has none.
+// store's where the group has none, or a year where neither has one (a store made with
+// kNoTimeout waits for ever; a limit of 0 would ask once).
 inline std::chrono::milliseconds waitLimitOf(const c10d::Store& store,
                                              std::chrono::milliseconds groupTimeout) {
-  return groupTimeout.count() > 0
-             ? groupTimeout
-             : std::chrono::duration_cast<std::chrono::milliseconds>(store.getTimeout());
+  if (groupTimeout.count() > 0) return groupTimeout;
+  const auto storeTimeout =
+      std::chrono::duration_cast<std::chrono::milliseconds>(store.getTimeout());
+  return storeTimeout.count() > 0 ? storeTimeout : std::chrono::hours(24 * 365);
 }
 
 // The unique id of a communicator of every rank of the group: rank 0 makes it and puts it in the

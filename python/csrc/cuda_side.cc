@@ -149,7 +149,7 @@ void CudaWork::awaitQueued(std::chrono::milliseconds timeout) {
 bool CudaWork::wait(std::chrono::milliseconds timeout) {
   awaitQueued(timeout);
   blockCurrentStreamOnEnds();
-  if (waitsOnHost_) awaitEndsOnHost();
+  if (waitsOnHost_) awaitEndsOnHost(timeout == kUntilDone ? timeout_ : timeout);
   return true;
 }
 
@@ -163,20 +163,21 @@ void CudaWork::blockCurrentStream() {
 void CudaWork::synchronize() {
   awaitQueued(kUntilDone);
   blockCurrentStreamOnEnds();
-  awaitEndsOnHost();
+  awaitEndsOnHost(timeout_);
 }
 
 // Polls rather than blocks in cudaEventSynchronize: a kernel that gives up its wait ends, and its
 // communicator's asynchronous error then says why, which is raised here, also where the kernel
 // had ended before the first look (isCompleted takes the failure then).
-void CudaWork::awaitEndsOnHost() {
-  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+void CudaWork::awaitEndsOnHost(std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
   std::chrono::microseconds pause(10);
   while (!isCompleted()) {
     takeKernelFailures();  // one end's failure ends the wait, while the others may still run
     if (exception()) break;
-    TORCH_CHECK(timeout_.count() <= 0 || std::chrono::steady_clock::now() < deadline,
-                "braid backend: a CUDA operation did not end within ", timeout_.count(), " ms");
+    if (limit.count() > 0 && std::chrono::steady_clock::now() >= deadline)
+      failBackend("braid backend: Timed out: a CUDA operation did not end within " +
+                  std::to_string(limit.count()) + " ms");
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(1000));
   }

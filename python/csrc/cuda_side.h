@@ -84,7 +84,8 @@ class CudaWork : public c10d::Work {
   void completeFutureOnStreams();
   void awaitQueued(std::chrono::milliseconds timeout);
   void blockCurrentStreamOnEnds() const;
-  void awaitEndsOnHost();  // raises a failure the ends' communicators report, or a timeout
+  // Raises a failure the ends' communicators report, or "Timed out" after `limit` (0: none).
+  void awaitEndsOnHost(std::chrono::milliseconds limit);
 
   std::vector<at::Tensor> outputs_;
   c10::Device device_;

@@ -154,12 +154,18 @@ def check_graph(rank, size, device, steps):
 def check_barrier(rank, size, device, steps):
     """Asynchronous all_reduces, then a barrier: when it returns every one of them has ended (as
     after ProcessGroupNCCL's barrier, which waits on the host), with the right values."""
-    n = 4 << 20  # 16 MiB each: still running on the device when the barrier is issued
+    n = 4 << 20
     tensors = [torch.full((n,), float(rank + 1 + k), device=device) for k in range(4)]
+    if device.type == "cuda":
+        torch.cuda._sleep(200_000_000)  # ~0.1 s of cycles: the all_reduces follow this stream
     works = [dist.all_reduce(t, async_op=True) for t in tensors]
+    verdicts = []
+    if device.type == "cuda":  # else the check below could not fail
+        verdicts += [("still running when the barrier was issued", str(k), not w.is_completed())
+                     for k, w in enumerate(works)]
     dist.barrier()
-    verdicts = [("ended before the barrier returned", str(k), w.is_completed())
-                for k, w in enumerate(works)]
+    verdicts += [("ended before the barrier returned", str(k), w.is_completed())
+                 for k, w in enumerate(works)]
     for k, t in enumerate(tensors):
         want = torch.full((n,), float(size * (size + 1) // 2 + size * k))
         verdicts.append(("value", str(k), torch.equal(t.cpu(), want)))
@@ -170,11 +176,13 @@ def check_p2p_first(rank, size, device, steps):
     """Sends before the group's first collective of CUDA tensors: rank 1's isend to rank 0 is in
     flight (its channel meeting through the store) while rank 1's all_reduce makes the CUDA
     communicator, whose id rank 1 waits for until rank 0, once it has received, makes it. A wait
-    for that id holding the store's client kept the channel from meeting: both waited out the
-    timeout."""
+    for that id holding a TCPStore's client (torchrun's: run under it) kept the channel from
+    meeting: both waited out the timeout (a FileStore's get holds nothing)."""
     n = 1 << 20
     got = torch.full((n,), -1.0, device=device)
     total = torch.full((n,), float(rank + 1), device=device)
+    if rank == 0:
+        time.sleep(0.5)  # rank 1's all_reduce waits for the id before this receive is posted
     if rank == 1:
         send = dist.isend(torch.arange(n, dtype=torch.float32, device=device), 0)
         dist.all_reduce(total)
