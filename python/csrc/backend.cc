@@ -97,9 +97,9 @@ class BraidBackend : public c10d::Backend {
         timeout_(timeout),
         channels_(std::make_unique<PeerChannels>(store, rank, timeout, "cpu")),
         cudaChannels_(std::make_unique<PeerChannels>(store, rank, timeout, "cuda")) {
-    const braidUniqueId id = sharedUniqueId(*store, "braid_torch/unique_id", rank, timeout);
-    braidConfig_t config = commConfig("cpu", "torch", timeout);
-    check(braidCommInitRankConfig(&comm_, size, id, rank, &config), "braidCommInitRankConfig");
+    comm_ = commThroughStore(*store, "braid_torch/unique_id", rank, size,
+                             commConfig("cpu", "torch", timeout), timeout,
+                             "rank 0 to make the group's communicator", "braidCommInitRankConfig");
   }
   ~BraidBackend() override {
     withoutGil([this] {
@@ -454,6 +454,9 @@ class BraidBackend : public c10d::Backend {
   // rank 0 names those that did not within the timeout (the first, or every one with
   // waitAllRanks), then lets the others go; they wait as long for it, counted as a meeting in
   // flight (PeerChannels) so that rank 0, leaving at once, keeps its store until they saw it.
+  // Each key is deleted by the rank that read it: torch numbers a group made again after
+  // destroy_process_group's barriers from 0 again, and they must not find this one's keys (a
+  // release found so would let a rank through without rank 0).
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override {
     const std::chrono::milliseconds limit = opts.timeout.count() >= 0 ? opts.timeout : timeout_;
     const std::string prefix =
@@ -461,10 +464,12 @@ class BraidBackend : public c10d::Backend {
     if (rank_ != 0) {
       const PeerChannels::MeetingInFlight waitingForRank0(*channels_);
       store_->set(prefix + std::to_string(rank_), std::vector<uint8_t>{1});
-      TORCH_CHECK(keySetWithin(*store_, prefix + "released", limit), "Rank ", rank_,
+      TORCH_CHECK(keySetWithin(*store_, prefix + "released/" + std::to_string(rank_), limit),
+                  "Rank ", rank_,
                   " successfully reached monitoredBarrier, but received errors while waiting for "
                   "send/recv from rank 0: it did not let this rank go within ",
                   limit.count(), " ms");
+      forgetKey(*store_, prefix + "released/" + std::to_string(rank_));
       return;
     }
     const auto start = std::chrono::steady_clock::now();
@@ -477,14 +482,18 @@ class BraidBackend : public c10d::Backend {
         TORCH_CHECK(wait.count() > 0, "Rank 0 timed out in monitoredBarrier after ", limit.count(),
                     " ms (ranks ", r, " to ", size_ - 1, " not heard from yet)");
       }
-      if (keySetWithin(*store_, prefix + std::to_string(r), wait)) continue;
+      if (keySetWithin(*store_, prefix + std::to_string(r), wait)) {
+        forgetKey(*store_, prefix + std::to_string(r));
+        continue;
+      }
       TORCH_CHECK(waitAllRanks, "Rank ", r, " failed to pass monitoredBarrier in ", limit.count(),
                   " ms");
       failed += (failed.empty() ? "" : ", ") + std::to_string(r);
     }
     TORCH_CHECK(failed.empty(), "Ranks ", failed, " failed to pass monitoredBarrier in ",
                 limit.count(), " ms");
-    store_->set(prefix + "released", std::vector<uint8_t>{1});
+    for (int r = 1; r < size_; ++r)
+      store_->set(prefix + "released/" + std::to_string(r), std::vector<uint8_t>{1});
   }
 
   // Behind the group's collectives: the CPU queue's (as Gloo's barrier) and, where the group has

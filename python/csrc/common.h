@@ -120,28 +120,45 @@ inline std::chrono::milliseconds waitLimitOf(const c10d::Store& store,
   return storeTimeout.count() > 0 ? storeTimeout : std::chrono::hours(24 * 365);
 }
 
-// The unique id of a communicator of every rank of the group: rank 0 makes it and puts it in the
-// store under `key`; the others wait for it there, by polling (keySetWithin): the CUDA one is
-// made by the group's first collective of CUDA tensors, maybe while this rank's channels still
-// have keys to publish through the same TCPStore client. `limit`: the group's timeout.
-inline braidUniqueId sharedUniqueId(c10d::Store& store, const std::string& key, int rank,
-                                    std::chrono::milliseconds limit) {
+// Deletes `key` from the store, best effort (a store whose host has gone keeps nothing anyway).
+inline void forgetKey(c10d::Store& store, const std::string& key) {
+  try {
+    store.deleteKey(key);
+  } catch (const std::exception&) {
+  }
+}
+
+// A communicator of `nranks` whose unique id the store carries under `key`: rank 0 makes it and
+// sets it; the others wait for it by polling (keySetWithin: a TCPStore's get holds its client
+// while it waits, and this rank's channels may have keys to publish through it meanwhile, as when
+// the group's first collective of CUDA tensors makes the CUDA communicator), for `limit` (the
+// group's timeout), saying what they waited for (`awaited`) if it never comes. Once its init has
+// ended, rank 0 deletes the key (every rank has read it): torch names a group made again after
+// destroy_process_group as before (an in-process restart over torchrun's store, which outlives
+// it), and its ranks must not read this communicator's id.
+inline braidComm_t commThroughStore(c10d::Store& store, const std::string& key, int rank,
+                                    int nranks, braidConfig_t config,
+                                    std::chrono::milliseconds limit, const std::string& awaited,
+                                    const char* what) {
   braidUniqueId id;
   if (rank == 0) {
     check(nullptr, braidGetUniqueId(&id), "braidGetUniqueId");
     store.set(key, std::vector<uint8_t>(id.internal, id.internal + sizeof id.internal));
-    return id;
+  } else {
+    limit = waitLimitOf(store, limit);
+    if (!keySetWithin(store, key, limit))
+      failBackend("braid backend: Timed out: rank " + std::to_string(rank) + " waited " +
+                  std::to_string(limit.count()) + " ms for " + awaited);
+    const std::vector<uint8_t> bytes = store.get(key);
+    TORCH_CHECK(bytes.size() == sizeof id.internal, "braid backend: the store's ", key, " has ",
+                bytes.size(), " bytes (expected ", sizeof id.internal, ")");
+    std::memcpy(id.internal, bytes.data(), bytes.size());
   }
-  limit = waitLimitOf(store, limit);
-  if (!keySetWithin(store, key, limit))
-    failBackend("braid backend: Timed out: rank " + std::to_string(rank) + " waited " +
-                std::to_string(limit.count()) + " ms for rank 0 to make the communicator (" + key +
-                ")");
-  const std::vector<uint8_t> bytes = store.get(key);
-  TORCH_CHECK(bytes.size() == sizeof id.internal, "braid backend: the store's ", key, " has ",
-              bytes.size(), " bytes (expected ", sizeof id.internal, ")");
-  std::memcpy(id.internal, bytes.data(), bytes.size());
-  return id;
+  braidComm_t comm = nullptr;
+  const braidResult_t result = braidCommInitRankConfig(&comm, nranks, id, rank, &config);
+  if (rank == 0) forgetKey(store, key);
+  check(nullptr, result, what);
+  return comm;
 }
 
 // A tensor as a braid call reads and writes it: itself when contiguous, else a contiguous copy

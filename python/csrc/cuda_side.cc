@@ -188,10 +188,10 @@ CudaCollectives::CudaCollectives(c10d::Store& store, int rank, int size,
                                  std::chrono::milliseconds timeout, c10::Device device)
     : device_(device), timeout_(timeout), stream_(newStream(device.index())) {
   c10::cuda::CUDAGuard onDevice(device_);  // the communicator's device is the current one
-  const braidUniqueId id = sharedUniqueId(store, "braid_torch/cuda_unique_id", rank, timeout);
-  braidConfig_t config = commConfig("cuda", "torch-cuda", timeout);
-  check(nullptr, braidCommInitRankConfig(&comm_, size, id, rank, &config),
-        "braidCommInitRankConfig (CUDA communicator)");
+  comm_ = commThroughStore(store, "braid_torch/cuda_unique_id", rank, size,
+                           commConfig("cuda", "torch-cuda", timeout), timeout,
+                           "rank 0's first collective of CUDA tensors",
+                           "braidCommInitRankConfig (CUDA communicator)");
 }
 
 // What was queued runs to its end (each of braid's waits is bounded) before the communicator goes.

@@ -159,27 +159,24 @@ void PeerChannels::awaitMeetingsInFlight() {
 }
 
 // The receiver says it has come; then the sender makes the unique id (whose rendezvous lives
-// for BRAID_TIMEOUT, so it is made only once both ranks are there) and hands it over.
+// for BRAID_TIMEOUT, so it is made only once both ranks are there) and hands it over. The sender,
+// its communicator made, deletes both keys (commThroughStore: a group made again by the same
+// name must not find them).
 braidComm_t PeerChannels::connect(int peer, bool send) {
   const std::string key = channelKey(peer, send);
-  braidUniqueId id;
-  if (send) {
-    awaitKey(key + "/receiver", "receive from", peer);
-    check(nullptr, braidGetUniqueId(&id), "braidGetUniqueId");
-    store_->set(key + "/id", std::vector<uint8_t>(id.internal, id.internal + sizeof id.internal));
-  } else {
-    store_->set(key + "/receiver", std::vector<uint8_t>{1});
-    awaitKey(key + "/id", "send to", peer);
-    const std::vector<uint8_t> bytes = store_->get(key + "/id");
-    TORCH_CHECK(bytes.size() == sizeof id.internal, "braid backend: the store's unique id of ", key,
-                " has ", bytes.size(), " bytes (expected ", sizeof id.internal, ")");
-    std::memcpy(id.internal, bytes.data(), bytes.size());
-  }
   braidConfig_t config = commConfig(device_.c_str(), "torch-p2p", timeout_);
   if (device_ == "cpu") config.minChannels = config.maxChannels = 1;  // sends use one set of links
-  braidComm_t made = nullptr;
-  check(nullptr, braidCommInitRankConfig(&made, 2, id, send ? 0 : 1, &config),
-        "braidCommInitRankConfig (point-to-point channel)");
+  const char* what = "braidCommInitRankConfig (point-to-point channel)";
+  if (!send) {
+    store_->set(key + "/receiver", std::vector<uint8_t>{1});
+    return commThroughStore(
+        *store_, key + "/id", 1, 2, config, waitLimit(),
+        "rank " + std::to_string(peer) + " to post its first send to rank " + std::to_string(rank_),
+        what);
+  }
+  awaitKey(key + "/receiver", "receive from", peer);
+  braidComm_t made = commThroughStore(*store_, key + "/id", 0, 2, config, waitLimit(), "", what);
+  forgetKey(*store_, key + "/receiver");
   return made;
 }
 

@@ -145,6 +145,44 @@ def test_torchrun_launches_it(tmp_path):
     assert out.count("ok") == 3, out
 
 
+REINIT = """
+import datetime, os, time
+import torch, torch.distributed as dist
+import braid_torch  # registers "braid"
+rank = int(os.environ["RANK"])
+for attempt in range(2):
+    if attempt == 1 and rank == 0:
+        time.sleep(2)  # rank 1 comes first: an id left from attempt 0 would be read at once
+    dist.init_process_group("braid", timeout=datetime.timedelta(seconds=15))
+    t = torch.full((4,), float(rank + 1))
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((4,), 3.0)), t
+    if rank == 0:
+        dist.send(torch.arange(3.0) + attempt, 1)
+    else:
+        got = torch.empty(3)
+        dist.recv(got, 0)
+        assert torch.equal(got, torch.arange(3.0) + attempt), got
+    store = dist.distributed_c10d._get_default_store()
+    if rank == 0:
+        time.sleep(1)
+        store.set(f"rank0-in-barrier-{attempt}", "1")
+    dist.monitored_barrier(timeout=datetime.timedelta(seconds=15))
+    assert store.check([f"rank0-in-barrier-{attempt}"]), "let through without rank 0"
+    print("rank", rank, "attempt", attempt, "ok", flush=True)
+    dist.destroy_process_group()
+"""
+
+
+def test_a_group_made_again_in_the_same_job_meets_afresh(tmp_path):
+    """torch names a group made again after destroy_process_group as before (an in-process
+    restart), and torchrun's store outlives it: the second group's ranks must find none of the
+    first's keys (its communicator's id, a channel's, a monitored barrier's release). Gloo fails
+    this (its first group's addresses)."""
+    out = torchrun(tmp_path, REINIT, 2)
+    assert out.count("ok") == 4, out
+
+
 def test_the_readme_example_trains(tmp_path):
     """The README's torch script, as a user would copy it, under torchrun with 2 processes."""
     import re
