@@ -92,14 +92,15 @@ class BraidBackend : public c10d::Backend {
  public:
   BraidBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                std::chrono::milliseconds timeout)
-      : c10d::Backend(rank, size),
-        store_(store),
-        timeout_(timeout),
-        channels_(std::make_unique<PeerChannels>(store, rank, timeout, "cpu")),
-        cudaChannels_(std::make_unique<PeerChannels>(store, rank, timeout, "cuda")) {
+      : c10d::Backend(rank, size), store_(store), timeout_(timeout) {
+    std::string instance;
     comm_ = commThroughStore(*store, "braid_torch/unique_id", rank, size,
                              commConfig("cpu", "torch", timeout), timeout,
-                             "rank 0 to make the group's communicator", "braidCommInitRankConfig");
+                             "rank 0 to make the group's communicator (or for its error)",
+                             "braidCommInitRankConfig", &instance);
+    keyPrefix_ = "braid_torch/" + instance + "/";
+    channels_ = std::make_unique<PeerChannels>(store, rank, timeout, "cpu", keyPrefix_);
+    cudaChannels_ = std::make_unique<PeerChannels>(store, rank, timeout, "cuda", keyPrefix_);
   }
   ~BraidBackend() override {
     withoutGil([this] {
@@ -460,7 +461,7 @@ class BraidBackend : public c10d::Backend {
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override {
     const std::chrono::milliseconds limit = opts.timeout.count() >= 0 ? opts.timeout : timeout_;
     const std::string prefix =
-        "braid_torch/monitored_barrier/" + std::to_string(monitoredBarriers_++) + "/";
+        keyPrefix_ + "monitored_barrier/" + std::to_string(monitoredBarriers_++) + "/";
     if (rank_ != 0) {
       const PeerChannels::MeetingInFlight waitingForRank0(*channels_);
       store_->set(prefix + std::to_string(rank_), std::vector<uint8_t>{1});
@@ -775,7 +776,9 @@ class BraidBackend : public c10d::Backend {
   CudaCollectives& cudaCollectives(c10::Device device) {
     bindCudaDevice(device);
     std::lock_guard<std::mutex> lock(cudaMutex_);
-    if (!cuda_) cuda_ = std::make_unique<CudaCollectives>(*store_, rank_, size_, timeout_, device);
+    if (!cuda_)
+      cuda_ =
+          std::make_unique<CudaCollectives>(*store_, keyPrefix_, rank_, size_, timeout_, device);
     return *cuda_;
   }
 
@@ -1074,9 +1077,11 @@ class BraidBackend : public c10d::Backend {
   std::chrono::milliseconds timeout_;
   braidComm_t comm_ = nullptr;
   std::atomic<uint64_t> collectivesIssued_{0};
+  // What begins this group instance's keys in the store (commThroughStore's instance tag).
+  std::string keyPrefix_;
   uint64_t monitoredBarriers_ = 0;          // numbers each monitored barrier's keys in the store
-  std::unique_ptr<PeerChannels> channels_;  // never null
-  std::unique_ptr<PeerChannels> cudaChannels_;  // never null until destroyed
+  std::unique_ptr<PeerChannels> channels_;  // never null once made
+  std::unique_ptr<PeerChannels> cudaChannels_;  // never null once made, until destroyed
   std::atomic<bool> left_{false};               // leaveGroup() has waited for the meetings
   std::mutex coalescingMutex_;
   bool coalescing_ = false;  // under coalescingMutex_

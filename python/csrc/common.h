@@ -8,8 +8,10 @@
 #include <chrono>
 #include <climits>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
@@ -133,13 +135,16 @@ inline void forgetKey(c10d::Store& store, const std::string& key) {
 // while it waits, and this rank's channels may have keys to publish through it meanwhile, as when
 // the group's first collective of CUDA tensors makes the CUDA communicator), for `limit` (the
 // group's timeout), saying what they waited for (`awaited`) if it never comes. Once its init has
-// ended, rank 0 deletes the key (every rank has read it): torch names a group made again after
-// destroy_process_group as before (an in-process restart over torchrun's store, which outlives
-// it), and its ranks must not read this communicator's id.
+// ended, rank 0 deletes the key (on success every rank has read it): torch names a group made again
+// after destroy_process_group as before (an in-process restart over torchrun's store, which
+// outlives it), and its ranks must not read this communicator's id (a failed init deletes it too).
+// instanceTag: a text derived from the id, alike on every rank and new with every communicator,
+// which begins the keys of the group's later meetings, so that a group made again by the same
+// name never meets the keys the first one left (a failed monitored barrier's, a probe's).
 inline braidComm_t commThroughStore(c10d::Store& store, const std::string& key, int rank,
                                     int nranks, braidConfig_t config,
                                     std::chrono::milliseconds limit, const std::string& awaited,
-                                    const char* what) {
+                                    const char* what, std::string* instanceTag = nullptr) {
   braidUniqueId id;
   if (rank == 0) {
     check(nullptr, braidGetUniqueId(&id), "braidGetUniqueId");
@@ -158,6 +163,9 @@ inline braidComm_t commThroughStore(c10d::Store& store, const std::string& key, 
   const braidResult_t result = braidCommInitRankConfig(&comm, nranks, id, rank, &config);
   if (rank == 0) forgetKey(store, key);
   check(nullptr, result, what);
+  if (instanceTag != nullptr)
+    *instanceTag = std::to_string(std::hash<std::string_view>{}(
+        std::string_view(reinterpret_cast<const char*>(id.internal), sizeof id.internal)));
   return comm;
 }
 

@@ -184,11 +184,11 @@ void CudaWork::awaitEndsOnHost(std::chrono::milliseconds limit) {
   if (const std::exception_ptr failure = exception()) std::rethrow_exception(failure);
 }
 
-CudaCollectives::CudaCollectives(c10d::Store& store, int rank, int size,
-                                 std::chrono::milliseconds timeout, c10::Device device)
+CudaCollectives::CudaCollectives(c10d::Store& store, const std::string& keyPrefix, int rank,
+                                 int size, std::chrono::milliseconds timeout, c10::Device device)
     : device_(device), timeout_(timeout), stream_(newStream(device.index())) {
   c10::cuda::CUDAGuard onDevice(device_);  // the communicator's device is the current one
-  comm_ = commThroughStore(store, "braid_torch/cuda_unique_id", rank, size,
+  comm_ = commThroughStore(store, keyPrefix + "cuda_unique_id", rank, size,
                            commConfig("cuda", "torch-cuda", timeout), timeout,
                            "rank 0's first collective of CUDA tensors",
                            "braidCommInitRankConfig (CUDA communicator)");

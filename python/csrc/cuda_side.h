@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <utility>
@@ -97,11 +98,12 @@ class CudaWork : public c10d::Work {
 };
 
 // The group's CUDA communicator on one device, made on the group's first collective of CUDA
-// tensors (on every rank alike), with the stream its collectives run on.
+// tensors (on every rank alike; its id under the group instance's keyPrefix), with the stream
+// its collectives run on.
 class CudaCollectives {
  public:
-  CudaCollectives(c10d::Store& store, int rank, int size, std::chrono::milliseconds timeout,
-                  c10::Device device);
+  CudaCollectives(c10d::Store& store, const std::string& keyPrefix, int rank, int size,
+                  std::chrono::milliseconds timeout, c10::Device device);
   ~CudaCollectives();
   CudaCollectives(const CudaCollectives&) = delete;
   CudaCollectives& operator=(const CudaCollectives&) = delete;

@@ -96,7 +96,7 @@ braidComm_t PeerChannels::receiveCommIfSenderCame(int peer) {
 
 std::string PeerChannels::channelKey(int peer, bool send) const {
   const int from = send ? rank_ : peer, to = send ? peer : rank_;
-  return "braid_torch/p2p/" + device_ + "/" + std::to_string(from) + "-" + std::to_string(to);
+  return keyPrefix_ + "p2p/" + device_ + "/" + std::to_string(from) + "-" + std::to_string(to);
 }
 
 std::chrono::milliseconds PeerChannels::waitLimit() const {
@@ -160,8 +160,8 @@ void PeerChannels::awaitMeetingsInFlight() {
 
 // The receiver says it has come; then the sender makes the unique id (whose rendezvous lives
 // for BRAID_TIMEOUT, so it is made only once both ranks are there) and hands it over. The sender,
-// its communicator made, deletes both keys (commThroughStore: a group made again by the same
-// name must not find them).
+// its communicator made or failed, deletes both keys (store hygiene: the keys are the group
+// instance's, see commThroughStore).
 braidComm_t PeerChannels::connect(int peer, bool send) {
   const std::string key = channelKey(peer, send);
   braidConfig_t config = commConfig(device_.c_str(), "torch-p2p", timeout_);
@@ -175,7 +175,13 @@ braidComm_t PeerChannels::connect(int peer, bool send) {
         what);
   }
   awaitKey(key + "/receiver", "receive from", peer);
-  braidComm_t made = commThroughStore(*store_, key + "/id", 0, 2, config, waitLimit(), "", what);
+  braidComm_t made = nullptr;
+  try {
+    made = commThroughStore(*store_, key + "/id", 0, 2, config, waitLimit(), "", what);
+  } catch (...) {
+    forgetKey(*store_, key + "/receiver");
+    throw;
+  }
   forgetKey(*store_, key + "/receiver");
   return made;
 }

@@ -36,14 +36,16 @@ namespace braid_torch {
 class PeerChannels {
  public:
   // device: the channels' communicators' ("cpu", or "cuda" on the device current where they are
-  // made: their operations choose it).
+  // made: their operations choose it). keyPrefix: what begins the channels' keys in the store
+  // (the group instance's: see commThroughStore).
   PeerChannels(c10::intrusive_ptr<c10d::Store> store, int rank, std::chrono::milliseconds timeout,
-               std::string device)
+               std::string device, std::string keyPrefix)
       : store_(std::move(store)),
         jobStore_(withoutPrefixes(store_)),
         rank_(rank),
         timeout_(timeout),
-        device_(std::move(device)) {}
+        device_(std::move(device)),
+        keyPrefix_(std::move(keyPrefix)) {}
   ~PeerChannels();
 
   // Drains every channel (each operation ends or fails within the timeout) and refuses
@@ -126,6 +128,7 @@ class PeerChannels {
   int rank_;
   std::chrono::milliseconds timeout_;
   std::string device_;
+  std::string keyPrefix_;
   std::mutex mutex_;  // guards closed_ and the map channels_ (not the channels)
   bool closed_ = false;
   std::map<std::pair<int, bool>, std::unique_ptr<Channel>> channels_;  // (peer, send)

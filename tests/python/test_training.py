@@ -164,11 +164,27 @@ for attempt in range(2):
         dist.recv(got, 0)
         assert torch.equal(got, torch.arange(3.0) + attempt), got
     store = dist.distributed_c10d._get_default_store()
-    if rank == 0:
-        time.sleep(1)
-        store.set(f"rank0-in-barrier-{attempt}", "1")
-    dist.monitored_barrier(timeout=datetime.timedelta(seconds=15))
-    assert store.check([f"rank0-in-barrier-{attempt}"]), "let through without rank 0"
+
+    def checked_barrier(name):  # rank 1 must not pass before rank 0 has come
+        if rank == 0:
+            time.sleep(1)
+            store.set(name, "1")
+        dist.monitored_barrier(timeout=datetime.timedelta(seconds=15))
+        assert store.check([name]), f"{name}: let through without rank 0"
+
+    checked_barrier(f"first-{attempt}")
+    if attempt == 0:  # rank 0 releases rank 1 after it gave up: the release is left behind
+        if rank == 1:
+            try:
+                dist.monitored_barrier(timeout=datetime.timedelta(seconds=1))
+                raise AssertionError("passed a barrier without rank 0")
+            except RuntimeError:
+                pass
+        else:
+            time.sleep(3)
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=5))
+    else:
+        checked_barrier(f"second-{attempt}")
     print("rank", rank, "attempt", attempt, "ok", flush=True)
     dist.destroy_process_group()
 """
@@ -177,8 +193,8 @@ for attempt in range(2):
 def test_a_group_made_again_in_the_same_job_meets_afresh(tmp_path):
     """torch names a group made again after destroy_process_group as before (an in-process
     restart), and torchrun's store outlives it: the second group's ranks must find none of the
-    first's keys (its communicator's id, a channel's, a monitored barrier's release). Gloo fails
-    this (its first group's addresses)."""
+    first's keys (its communicator's id, a channel's, the release of a monitored barrier that
+    failed on rank 1, which rank 0 left behind). Gloo fails this (its first group's addresses)."""
     out = torchrun(tmp_path, REINIT, 2)
     assert out.count("ok") == 4, out
 
