@@ -93,11 +93,20 @@ class BraidBackend : public c10d::Backend {
   BraidBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                std::chrono::milliseconds timeout)
       : c10d::Backend(rank, size), store_(store), timeout_(timeout) {
+    // The first group of a process that has none is the job's world group, made anew (maybe
+    // after a restart): its rank 0 resets the job's count of meetings before publishing its id.
+    const bool firstGroup = liveGroups_.fetch_add(1) == 0;
     std::string instance;
-    comm_ = commThroughStore(*store, "braid_torch/unique_id", rank, size,
-                             commConfig("cpu", "torch", timeout), timeout,
-                             "rank 0 to make the group's communicator (or for its error)",
-                             "braidCommInitRankConfig", &instance);
+    try {
+      if (firstGroup && rank == 0) PeerChannels::resetMeetings(store);
+      comm_ = commThroughStore(*store, "braid_torch/unique_id", rank, size,
+                               commConfig("cpu", "torch", timeout), timeout,
+                               "rank 0 to make the group's communicator (or for its error)",
+                               "braidCommInitRankConfig", &instance);
+    } catch (...) {
+      liveGroups_.fetch_sub(1);
+      throw;
+    }
     keyPrefix_ = "braid_torch/" + instance + "/";
     channels_ = std::make_unique<PeerChannels>(store, rank, timeout, "cpu", keyPrefix_);
     cudaChannels_ = std::make_unique<PeerChannels>(store, rank, timeout, "cuda", keyPrefix_);
@@ -553,7 +562,9 @@ class BraidBackend : public c10d::Backend {
     queue_->close();
     channels_->close();
     cudaChannels_->close();
-    if (!left_.exchange(true)) channels_->awaitMeetingsInFlight();  // CPU and CUDA: one count
+    if (left_.exchange(true)) return;
+    channels_->awaitMeetingsInFlight();  // CPU and CUDA: one count
+    liveGroups_.fetch_sub(1);
   }
 
   // The channels' last operations end before their communicators go, then the collectives'.
@@ -1081,8 +1092,9 @@ class BraidBackend : public c10d::Backend {
   std::string keyPrefix_;
   uint64_t monitoredBarriers_ = 0;          // numbers each monitored barrier's keys in the store
   std::unique_ptr<PeerChannels> channels_;  // never null once made
-  std::unique_ptr<PeerChannels> cudaChannels_;  // never null once made, until destroyed
-  std::atomic<bool> left_{false};               // leaveGroup() has waited for the meetings
+  std::unique_ptr<PeerChannels> cudaChannels_;    // never null once made, until destroyed
+  std::atomic<bool> left_{false};                 // leaveGroup() has waited for the meetings
+  static inline std::atomic<int> liveGroups_{0};  // this process's groups not yet left
   std::mutex coalescingMutex_;
   bool coalescing_ = false;  // under coalescingMutex_
   Batch batch_;              // under coalescingMutex_

@@ -136,6 +136,10 @@ void PeerChannels::meetingEnded(Channel& c) {
   c.counted = false;
 }
 
+void PeerChannels::resetMeetings(const c10::intrusive_ptr<c10d::Store>& store) {
+  withoutPrefixes(store)->set(kMeetingsKey, std::vector<uint8_t>{'0'});
+}
+
 bool PeerChannels::addMeetings(int64_t delta) {
   try {
     jobStore_->add(kMeetingsKey, delta);

@@ -150,10 +150,20 @@ import datetime, os, time
 import torch, torch.distributed as dist
 import braid_torch  # registers "braid"
 rank = int(os.environ["RANK"])
+job_store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                          is_master=False)  # torchrun's, which outlives the groups
+MEETINGS = "braid_torch/p2p/meetings_in_flight"
 for attempt in range(2):
+    if attempt == 1 and rank == 1:  # as a rank that crashed while its channel met would leave it
+        job_store.wait(["rank0-left"])  # (rank 0 would wait for it in its leave)
+        job_store.add(MEETINGS, 1)
+        job_store.set("leftover", "1")
     if attempt == 1 and rank == 0:
+        job_store.set("rank0-left", "1")
+        job_store.wait(["leftover"])
         time.sleep(2)  # rank 1 comes first: an id left from attempt 0 would be read at once
     dist.init_process_group("braid", timeout=datetime.timedelta(seconds=15))
+    assert job_store.add(MEETINGS, 0) == 0, "a count of meetings left from before"
     t = torch.full((4,), float(rank + 1))
     dist.all_reduce(t)
     assert torch.equal(t, torch.full((4,), 3.0)), t
@@ -194,7 +204,9 @@ def test_a_group_made_again_in_the_same_job_meets_afresh(tmp_path):
     """torch names a group made again after destroy_process_group as before (an in-process
     restart), and torchrun's store outlives it: the second group's ranks must find none of the
     first's keys (its communicator's id, a channel's, the release of a monitored barrier that
-    failed on rank 1, which rank 0 left behind). Gloo fails this (its first group's addresses)."""
+    failed on rank 1, which rank 0 left behind), and starts the job's count of meetings in flight
+    from 0 (a crashed rank's count would make every rank wait out its timeout leaving). Gloo
+    fails this (its first group's addresses)."""
     out = torchrun(tmp_path, REINIT, 2)
     assert out.count("ok") == 4, out
 
