@@ -19,7 +19,8 @@ HAS_CUDA = _C.has_cuda
 
 
 def _create_backend(store, rank, size, timeout):
-    return _C.create_backend(store, rank, size, timeout)
+    # The default group's backend is made before torch records the group (is_initialized()).
+    return _C.create_backend(store, rank, size, timeout, not dist.is_initialized())
 
 
 if BACKEND not in dist.Backend.backend_list:

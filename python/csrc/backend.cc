@@ -90,26 +90,19 @@ class CompletesAfter {
 
 class BraidBackend : public c10d::Backend {
  public:
+  // defaultGroup: the group init_process_group makes (see startMeetingsAfresh).
   BraidBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-               std::chrono::milliseconds timeout)
+               std::chrono::milliseconds timeout, bool defaultGroup)
       : c10d::Backend(rank, size), store_(store), timeout_(timeout) {
-    // The first group of a process that has none is the job's world group, made anew (maybe
-    // after a restart): its rank 0 resets the job's count of meetings before publishing its id.
-    const bool firstGroup = liveGroups_.fetch_add(1) == 0;
     std::string instance;
-    try {
-      if (firstGroup && rank == 0) PeerChannels::resetMeetings(store);
-      comm_ = commThroughStore(*store, "braid_torch/unique_id", rank, size,
-                               commConfig("cpu", "torch", timeout), timeout,
-                               "rank 0 to make the group's communicator (or for its error)",
-                               "braidCommInitRankConfig", &instance);
-    } catch (...) {
-      liveGroups_.fetch_sub(1);
-      throw;
-    }
+    comm_ = commThroughStore(*store, "braid_torch/unique_id", rank, size,
+                             commConfig("cpu", "torch", timeout), timeout,
+                             "rank 0 to make the group's communicator (or for its error)",
+                             "braidCommInitRankConfig", &instance);
     keyPrefix_ = "braid_torch/" + instance + "/";
     channels_ = std::make_unique<PeerChannels>(store, rank, timeout, "cpu", keyPrefix_);
     cudaChannels_ = std::make_unique<PeerChannels>(store, rank, timeout, "cuda", keyPrefix_);
+    if (defaultGroup) startMeetingsAfresh();
   }
   ~BraidBackend() override {
     withoutGil([this] {
@@ -562,9 +555,19 @@ class BraidBackend : public c10d::Backend {
     queue_->close();
     channels_->close();
     cudaChannels_->close();
-    if (left_.exchange(true)) return;
-    channels_->awaitMeetingsInFlight();  // CPU and CUDA: one count
-    liveGroups_.fetch_sub(1);
+    if (!left_.exchange(true)) channels_->awaitMeetingsInFlight();  // CPU and CUDA: one count
+  }
+
+  // The job's count of meetings in flight (PeerChannels) may hold what a rank that crashed while
+  // its channel met left in a store that outlives the job's processes (torchrun's). The default
+  // group's communicator is made: every rank of the job has entered init_process_group, so none
+  // has a meeting in flight (another group's were drained when it was destroyed). Rank 0 sets
+  // the count to 0, and a barrier keeps every rank from counting before that.
+  void startMeetingsAfresh() {
+    if (rank_ == 0) PeerChannels::resetMeetings(store_);
+    uint8_t byte = 0;
+    check(braidAllReduce(&byte, &byte, 1, braidUint8, braidSum, comm_, nullptr),
+          "braidAllReduce (the count of meetings reset)");
   }
 
   // The channels' last operations end before their communicators go, then the collectives'.
@@ -1092,9 +1095,8 @@ class BraidBackend : public c10d::Backend {
   std::string keyPrefix_;
   uint64_t monitoredBarriers_ = 0;          // numbers each monitored barrier's keys in the store
   std::unique_ptr<PeerChannels> channels_;  // never null once made
-  std::unique_ptr<PeerChannels> cudaChannels_;    // never null once made, until destroyed
-  std::atomic<bool> left_{false};                 // leaveGroup() has waited for the meetings
-  static inline std::atomic<int> liveGroups_{0};  // this process's groups not yet left
+  std::unique_ptr<PeerChannels> cudaChannels_;  // never null once made, until destroyed
+  std::atomic<bool> left_{false};               // leaveGroup() has waited for the meetings
   std::mutex coalescingMutex_;
   bool coalescing_ = false;  // under coalescingMutex_
   Batch batch_;              // under coalescingMutex_
@@ -1109,9 +1111,11 @@ class BraidBackend : public c10d::Backend {
 
 c10::intrusive_ptr<c10d::Backend> createBackend(const c10::intrusive_ptr<c10d::Store>& store,
                                                 int rank, int size,
-                                                const std::chrono::duration<float>& timeout) {
+                                                const std::chrono::duration<float>& timeout,
+                                                bool defaultGroup) {
   return c10::make_intrusive<BraidBackend>(
-      store, rank, size, std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+      store, rank, size, std::chrono::duration_cast<std::chrono::milliseconds>(timeout),
+      defaultGroup);
 }
 
 }  // namespace

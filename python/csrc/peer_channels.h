@@ -68,9 +68,8 @@ class PeerChannels {
   // how many are left); returns at once if the store has gone (its host left: nobody meets
   // through it now). For a rank leaving the group, its own channels drained.
   void awaitMeetingsInFlight();
-  // Sets the job's count of meetings in flight to 0: by rank 0 of the job's first group of a
-  // process that has no other, before anyone can count (a rank that crashed while its channel met
-  // left the count above 0, and the restarted job's ranks would wait out their timeout leaving).
+  // Sets the job's count of meetings in flight to 0 (the default group's rank 0, when no rank can
+  // have a meeting in flight: see BraidBackend::startMeetingsAfresh).
   static void resetMeetings(const c10::intrusive_ptr<c10d::Store>& store);
   // Whether every other rank's channel of receives to this one (of `size` ranks) has met: a
   // receive from any source then needs no store.
