@@ -512,10 +512,9 @@ class BraidBackend : public c10d::Backend {
     const std::optional<c10::Device> cudaDevice = cudaCollectivesMade();
     const bool behindCuda = cudaDevice.has_value();
     c10::intrusive_ptr<c10d::Work> onCpu =
-        run("barrier", {}, {}, opts.asyncOp && !behindCuda, [=, this](const Where& on) mutable {
+        run("barrier", {}, {}, opts.asyncOp && !behindCuda, [](const Where& on) {
           uint8_t byte = 0;
-          checkOn(on, braidAllReduce(&byte, &byte, 1, braidUint8, braidSum, on.comm, on.stream),
-                  "barrier (braidAllReduce)");
+          barrierOn(on, &byte);
         });
 #ifdef BRAID_TORCH_CUDA
     if (behindCuda) {
@@ -532,6 +531,11 @@ class BraidBackend : public c10d::Backend {
   }
   static void checkOn(const Where& on, braidResult_t result, const char* what) {
     braid_torch::check(on.comm, result, what);
+  }
+  // A barrier: a one-byte all-reduce of `byte` (host or device memory, as `on`'s communicator).
+  static void barrierOn(const Where& on, void* byte) {
+    checkOn(on, braidAllReduce(byte, byte, 1, braidUint8, braidSum, on.comm, on.stream),
+            "barrier (braidAllReduce)");
   }
 
   static std::exception_ptr shutDown() {
@@ -566,8 +570,7 @@ class BraidBackend : public c10d::Backend {
   void startMeetingsAfresh() {
     if (rank_ == 0) PeerChannels::resetMeetings(store_);
     uint8_t byte = 0;
-    check(braidAllReduce(&byte, &byte, 1, braidUint8, braidSum, comm_, nullptr),
-          "braidAllReduce (the count of meetings reset)");
+    barrierOn(Where{comm_, nullptr}, &byte);
   }
 
   // The channels' last operations end before their communicators go, then the collectives'.
@@ -800,13 +803,8 @@ class BraidBackend : public c10d::Backend {
   // its Work's wait() returns once it has run (torch's barrier() waits for it).
   c10::intrusive_ptr<c10d::Work> cudaBarrier(c10::Device device) {
     const at::Tensor flag = at::zeros({1}, at::TensorOptions().dtype(at::kByte).device(device));
-    c10::intrusive_ptr<CudaWork> work =
-        cudaCollectives(device).run({}, {flag}, [&flag](const Where& on) {
-          checkOn(on,
-                  braidAllReduce(flag.data_ptr(), flag.data_ptr(), 1, braidUint8, braidSum, on.comm,
-                                 on.stream),
-                  "barrier (braidAllReduce)");
-        });
+    c10::intrusive_ptr<CudaWork> work = cudaCollectives(device).run(
+        {}, {flag}, [&flag](const Where& on) { barrierOn(on, flag.data_ptr()); });
     work->waitOnHost();
     return work;
   }

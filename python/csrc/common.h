@@ -122,6 +122,16 @@ inline std::chrono::milliseconds waitLimitOf(const c10d::Store& store,
   return storeTimeout.count() > 0 ? storeTimeout : std::chrono::hours(24 * 365);
 }
 
+// Waits until `key` is set (keySetWithin, for waitLimitOf(store, limit)); else fails as
+// "Timed out", saying that `rank` waited for `awaited`.
+inline void awaitKeyOrFail(c10d::Store& store, const std::string& key,
+                           std::chrono::milliseconds limit, int rank, const std::string& awaited) {
+  limit = waitLimitOf(store, limit);
+  if (!keySetWithin(store, key, limit))
+    failBackend("braid backend: Timed out: rank " + std::to_string(rank) + " waited " +
+                std::to_string(limit.count()) + " ms for " + awaited);
+}
+
 // Deletes `key` from the store, best effort (a store whose host has gone keeps nothing anyway).
 inline void forgetKey(c10d::Store& store, const std::string& key) {
   try {
@@ -150,10 +160,7 @@ inline braidComm_t commThroughStore(c10d::Store& store, const std::string& key, 
     check(nullptr, braidGetUniqueId(&id), "braidGetUniqueId");
     store.set(key, std::vector<uint8_t>(id.internal, id.internal + sizeof id.internal));
   } else {
-    limit = waitLimitOf(store, limit);
-    if (!keySetWithin(store, key, limit))
-      failBackend("braid backend: Timed out: rank " + std::to_string(rank) + " waited " +
-                  std::to_string(limit.count()) + " ms for " + awaited);
+    awaitKeyOrFail(store, key, limit, rank, awaited);
     const std::vector<uint8_t> bytes = store.get(key);
     TORCH_CHECK(bytes.size() == sizeof id.internal, "braid backend: the store's ", key, " has ",
                 bytes.size(), " bytes (expected ", sizeof id.internal, ")");

@@ -1,5 +1,7 @@
 #include "peer_channels.h"
 
+#include <c10/util/ScopeExit.h>
+
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
@@ -103,16 +105,6 @@ std::chrono::milliseconds PeerChannels::waitLimit() const {
   return waitLimitOf(*store_, timeout_);
 }
 
-// Waits until `key` is set (keySetWithin: without holding the store, which would keep this
-// rank's other channels from publishing their keys).
-void PeerChannels::awaitKey(const std::string& key, const char* what, int peer) {
-  const std::chrono::milliseconds limit = waitLimit();
-  if (!keySetWithin(*store_, key, limit))
-    failBackend("braid backend: Timed out: rank " + std::to_string(rank_) + " waited " +
-                std::to_string(limit.count()) + " ms for rank " + std::to_string(peer) +
-                " to post its first " + what + " rank " + std::to_string(rank_));
-}
-
 bool PeerChannels::receivesMet(int size) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (int peer = 0; peer < size; ++peer) {
@@ -174,20 +166,15 @@ braidComm_t PeerChannels::connect(int peer, bool send) {
   if (!send) {
     store_->set(key + "/receiver", std::vector<uint8_t>{1});
     return commThroughStore(
-        *store_, key + "/id", 1, 2, config, waitLimit(),
+        *store_, key + "/id", 1, 2, config, timeout_,
         "rank " + std::to_string(peer) + " to post its first send to rank " + std::to_string(rank_),
         what);
   }
-  awaitKey(key + "/receiver", "receive from", peer);
-  braidComm_t made = nullptr;
-  try {
-    made = commThroughStore(*store_, key + "/id", 0, 2, config, waitLimit(), "", what);
-  } catch (...) {
-    forgetKey(*store_, key + "/receiver");
-    throw;
-  }
-  forgetKey(*store_, key + "/receiver");
-  return made;
+  awaitKeyOrFail(*store_, key + "/receiver", timeout_, rank_,
+                 "rank " + std::to_string(peer) + " to post its first receive from rank " +
+                     std::to_string(rank_));
+  const auto forgetReceiver = c10::make_scope_exit([&] { forgetKey(*store_, key + "/receiver"); });
+  return commThroughStore(*store_, key + "/id", 0, 2, config, timeout_, "", what);
 }
 
 }  // namespace braid_torch

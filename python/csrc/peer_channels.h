@@ -119,7 +119,6 @@ class PeerChannels {
   braidComm_t connect(int peer, bool send);
   std::string channelKey(int peer,
                          bool send) const;  // the store's keys of the channel begin with it
-  void awaitKey(const std::string& key, const char* what, int peer);
   void countMeeting(Channel& c);  // an operation posted: its channel's first meeting, if to come
   void meetingEnded(Channel& c);  // the communicator made or failed
   // Changes the job's count of meetings in flight by delta; false if the store has gone (its
