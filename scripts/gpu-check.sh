@@ -24,10 +24,11 @@
 #      (GPU_CHECK_SWEEP_BYTES) per engine (direct: one thread drives both ranks; ring: ranks as
 #      threads), protocol and channel (block) count, 1 and 16 channels first, so GB/s per block can
 #      be read off;
-#   6. the test programs on the other engines and protocols (ring, tree, LL tree, segmented) and
-#      ranks on two namespace hosts where `ip` exists;
+#   6. the test programs on the other engines and protocols (ring, tree, LL tree, segmented; a
+#      group's tree all-reduces as work lists) and ranks on two namespace hosts where `ip` exists;
 #   7. further braid-perf rows: the segmented protocol forced (2 and 8 ranks to 64 MiB), a group's
-#      work list against a launch per call, the device tree (Simple and LL), and 8 ranks with every
+#      work list against a launch per call (the ring, and the LL tree at 8 ranks), the device tree
+#      (Simple and LL), and 8 ranks with every
 #      stream in one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1), with the ranks' rounds and
 #      (20 s, expected to stall) without;
 #   8. the device form on CPU threads (ctest -L device) where the build tree has it.
@@ -243,6 +244,13 @@ more_tests() {
   BRAID_ALGO=tree gtest comm-ranks-tree test_gpu_comm "$limit" --gtest_filter='*CudaCommRanks*' &
   BRAID_ALGO=tree BRAID_PROTO=ll gtest comm-ranks-tree-ll test_gpu_comm "$limit" \
     --gtest_filter='*CudaCommRanks*' &
+  # A group's tree all-reduces as work lists (40 small ones: lists of 32 and 8), ranks as threads
+  # and driven from one thread, Simple and LL.
+  local groups='CudaComm.AGroupsCollectivesShareALaunch'
+  groups+=':CudaComm.OneThreadDrivesEveryRankThroughAGroupOfCollectives'
+  BRAID_ALGO=tree gtest comm-groups-tree test_gpu_comm "$limit" --gtest_filter="$groups" &
+  BRAID_ALGO=tree BRAID_PROTO=ll gtest comm-groups-tree-ll test_gpu_comm "$limit" \
+    --gtest_filter="$groups" &
   # The segmented protocol on every ring call.
   BRAID_PROTO=segmented gtest comm-onelaunch-segmented test_gpu_comm "$limit" \
     --gtest_filter=CudaComm.OneThreadDrivesEveryRankInOneLaunch &
@@ -262,6 +270,11 @@ more_perf_rows() {
       BRAID_DEVICE_LAUNCH_WORKS=$works perf \
         "perf-allreduce-2ranks-float-threads-m8-works$works-round$round" -t 2 -m 8 -b 8 -e 64K -f 4
     done
+  done
+  # The same on the LL tree, 8 ranks as threads, once: what a tree's lists save.
+  for works in 32 1; do
+    BRAID_ALGO=tree BRAID_PROTO=ll BRAID_DEVICE_LAUNCH_WORKS=$works perf \
+      "perf-allreduce-8ranks-float-threads-tree-ll-m8-works$works" -t 8 -m 8 -b 8 -e 64K -f 4
   done
   # The segmented protocol beside the chosen ones (Simple and LL): 2 and 8 ranks as threads.
   for ranks in 2 8; do

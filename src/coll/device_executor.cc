@@ -108,30 +108,35 @@ void launchRing(std::span<const RankCalls> ranks, DeviceProtocol protocol, const
   launch(kernel, blocks, ctx.threads, &params, stream, "collective", ctx.links->rank());
 }
 
-// The all-reduce on the trees: each tree channel of each rank a block with its share of the
-// elements, through the FIFOs P2pLinks laid out for it.
+// The all-reduces on the trees: each rank's calls are works of the launch, and each of its tree
+// channels a block that runs its share of them in order, through the FIFOs P2pLinks laid out for
+// that tree.
 template <class T, class Ports>
-void launchTree(std::span<const DeviceRankCall> ranks, DeviceProtocol protocol, const void* kernel,
+void launchTree(std::span<const RankCalls> ranks, DeviceProtocol protocol, const void* kernel,
                 void* stream) {
+  static_assert(sizeof(TreeLaunch<T, Ports>) <= 32764, "a kernel's parameters, CUDA 12.1 on");
   TreeLaunch<T, Ports> params{};
-  params.timeoutNs = ranks.front().ctx->timeoutNs;
-  int blocks = 0;
-  for (const DeviceRankCall& r : ranks) {
+  params.timeoutNs = ranks.front().front().ctx->timeoutNs;
+  int blocks = 0, works = 0;
+  for (const RankCalls& calls : ranks) {
+    const DeviceRankCall& r = calls.front();
     const P2pLinks& links = *r.ctx->links;
+    const int firstWork = works;
+    for (const DeviceRankCall& call : calls) {
+      TreeWork<T>& work = params.works[works++];
+      work = {Collective::AllReduce, static_cast<const T*>(call.args.sendbuff),
+              static_cast<T*>(call.args.recvbuff), call.args.count,
+              call.args.op == braidAvg ? links.nranks() : 1};
+      takeScale(work, call.scale);
+    }
     const int channels = links.treeChannels();
     for (int ch = 0; ch < channels; ++ch) {
-      TreeBlock<T, Ports>& block = params.blocks[blocks++];
+      TreeBlock<Ports>& block = params.blocks[blocks++];
       const P2pLinks::TreeChannel& tree = links.tree(ch);
       const TreeNode& node = tree.node;
-      const size_t begin = shareBegin<T>(r.args.count, ch, channels);
-      const size_t end = shareBegin<T>(r.args.count, ch + 1, channels);
-      block.call = {Collective::AllReduce,
-                    static_cast<const T*>(r.args.sendbuff) + begin,
-                    static_cast<T*>(r.args.recvbuff) + begin,
-                    end - begin,
-                    r.args.op == braidAvg ? links.nranks() : 1,
-                    node.parent >= 0,
-                    node.nChildren};
+      block.firstWork = firstWork;
+      block.nWorks = static_cast<int>(calls.size());
+      block.place = {node.parent >= 0, node.nChildren, ch, channels};
       auto portsAt = [&](int end) {
         Ports ports{};
         ports.in = tree.from(protocol, end).recvView();
@@ -140,12 +145,11 @@ void launchTree(std::span<const DeviceRankCall> ranks, DeviceProtocol protocol, 
       };
       if (node.parent >= 0) block.ports.parent = portsAt(0);
       for (int c = 0; c < node.nChildren; ++c) block.ports.children[c] = portsAt(1 + c);
-      takeScale(block, r.scale);
       block.failed = r.ctx->failed + ch;
     }
   }
-  launch(kernel, blocks, ranks.front().ctx->threads, &params, stream, "tree all-reduce",
-         ranks.front().ctx->links->rank());
+  const DeviceCollContext& ctx = *ranks.front().front().ctx;
+  launch(kernel, blocks, ctx.threads, &params, stream, "tree all-reduce", ctx.links->rank());
 }
 
 // Ranks that share the device, each reaching the others' buffers: every rank of the
@@ -210,8 +214,8 @@ braidRedOp_t kernelOp(RankCalls calls) {
 }
 
 // The launch's calls by rank (each rank's next to each other), checked: every rank makes the same
-// calls, all of them in one kernel, a ring's works and every rank's blocks within the launch's
-// parameters, one call per rank for the tree and direct engines.
+// calls, all of them in one kernel (the tree's all-reduces), the works and every rank's blocks
+// within the launch's parameters, one call per rank for the direct engine.
 std::vector<RankCalls> checkLaunch(std::span<const DeviceRankCall> calls,
                                    DeviceAlgorithm algorithm) {
   std::vector<RankCalls> ranks;
@@ -223,16 +227,18 @@ std::vector<RankCalls> checkLaunch(std::span<const DeviceRankCall> calls,
   const int rank = calls.front().ctx->links->rank();
   const bool tree =
       algorithm == DeviceAlgorithm::Tree || algorithm == DeviceAlgorithm::TreeLowLatency;
-  if (tree && calls.front().args.coll != Collective::AllReduce)
+  if (tree && std::any_of(calls.begin(), calls.end(), [](const DeviceRankCall& c) {
+        return c.args.coll != Collective::AllReduce;
+      }))
     fail(braidInternalError, "rank {}: the device tree runs all-reduces only", rank);
   const RankCalls& model = ranks.front();
-  std::vector<RingKernelCall> kernel;
+  std::vector<KernelCall> kernel;
   for (const DeviceRankCall& c : model) {
-    const RingKernelCall call = ringKernelCallOf(c.args, c.scale != nullptr, algorithm);
-    if (!kernel.empty() && !runsInRingKernelOf(kernel, call))
+    const KernelCall call = kernelCallOf(c.args, c.scale != nullptr, algorithm);
+    if (!kernel.empty() && !runsInKernelOf(kernel, call))
       fail(braidInternalError,
-           "rank {}: calls of one launch need different kernels (only a ring launch runs several "
-           "calls of a rank, of one datatype and operator)",
+           "rank {}: calls of one launch need different kernels (only a ring or tree launch runs "
+           "several calls of a rank, of one datatype and operator)",
            rank);
     kernel.push_back(call);
   }
@@ -298,9 +304,9 @@ void launchCollective(std::span<const DeviceRankCall> calls, DeviceAlgorithm alg
     switch (algorithm) {
       case DeviceAlgorithm::Direct: return launchDirect<T>(calls, kernel, stream);
       case DeviceAlgorithm::Tree:
-        return launchTree<T, FifoViewPorts>(calls, DeviceProtocol::Simple, kernel, stream);
+        return launchTree<T, FifoViewPorts>(ranks, DeviceProtocol::Simple, kernel, stream);
       case DeviceAlgorithm::TreeLowLatency:
-        return launchTree<T, LlPorts>(calls, DeviceProtocol::LowLatency, kernel, stream);
+        return launchTree<T, LlPorts>(ranks, DeviceProtocol::LowLatency, kernel, stream);
       case DeviceAlgorithm::LowLatency:
         return launchRing<T, LlPorts>(ranks, DeviceProtocol::LowLatency, kernel, stream);
       case DeviceAlgorithm::Segmented:

@@ -1,10 +1,10 @@
 // Runs a CUDA communicator's collectives and sends/receives as kernels (coll/device_kernels.cuh)
 // on the caller's stream, over the P2P transport's FIFOs: one launch per call, or per run of a
-// group's ring calls, a block per channel (per operation for sends and receives), everything the
-// blocks need in the launch's parameters. A launch allocates nothing, copies nothing and never
-// waits for the device, so the calls are stream-ordered and a CUDA graph can capture them; the
-// kernels take up the FIFOs' counters where the previous call left them, so a replayed graph
-// continues correctly.
+// group's ring or tree calls, a block per channel (per operation for sends and receives),
+// everything the blocks need in the launch's parameters. A launch allocates nothing, copies nothing
+// and never waits for the device, so the calls are stream-ordered and a CUDA graph can capture
+// them; the kernels take up the FIFOs' counters where the previous call left them, so a replayed
+// graph continues correctly.
 #pragma once
 
 #include <cstddef>
@@ -62,8 +62,9 @@ struct DeviceRankCall {
 // deviceLaunchBlocks(). A ring launch (Simple, LowLatency, Segmented) may carry up to
 // kMaxLaunchWorks calls, of any ring collective, each block running its rank's one after
 // another: calls of one datatype whose reducing ones share an operator, all PreMulSum or none
-// (a call that only moves runs under any built-in operator). The tree and direct engines take one
-// call per rank. Direct: all-reduce, reduce-scatter or all-gather of ranks that share the device
+// (a call that only moves runs under any built-in operator); a tree launch (Tree,
+// TreeLowLatency) as many all-reduces, under the same rule. The direct engine takes one call per
+// rank: all-reduce, reduce-scatter or all-gather of ranks that share the device
 // (ranksShareDevice()), either every rank of the communicator in the launch, PreMulSum's scalars
 // given by value, or one rank with every rank's buffers (and no PreMulSum).
 void launchCollective(std::span<const DeviceRankCall> calls, DeviceAlgorithm algorithm,

@@ -3,9 +3,9 @@
 // covers every block the call needs: a channel of one rank per block, and may carry several ranks
 // (CUDA does not promise that separately launched kernels run at the same time, and these blocks
 // wait for each other; a CUDA communicator launches a kernel per rank so far: docs/cuda.md). A
-// ring launch may carry several calls of a group, each block running its rank's in order. Each
-// block's work comes in the launch's parameters (__grid_constant__), so a call allocates nothing
-// and copies nothing before it runs, and a CUDA graph can capture it.
+// ring or tree launch may carry several calls of a group, each block running its rank's in order.
+// Each block's work comes in the launch's parameters (__grid_constant__), so a call allocates
+// nothing and copies nothing before it runs, and a CUDA graph can capture it.
 #pragma once
 
 #include <cuda/std/cstdint>
@@ -83,21 +83,22 @@ struct RingLaunch {
   RingBlock<Ports> blocks[kMaxLaunchBlocks];
 };
 
-// One block of a tree launch: a rank's share of an all-reduce on one tree channel, through the
-// FIFOs to and from its tree neighbours (Ports: FifoViewPorts or LlPorts).
-template <class T, class Ports>
+// One block of a tree launch: a rank's all-reduces (works [firstWork, firstWork + nWorks) of the
+// launch) on one tree channel, each its share of the elements, through the FIFOs to and from its
+// tree neighbours (Ports: FifoViewPorts or LlPorts).
+template <class Ports>
 struct TreeBlock {
-  TreeCall<T> call;
+  int firstWork, nWorks;
+  TreePlace place;
   TreePorts<Ports> ports;
-  const T* scale;  // PreMulSum, as in RingWork
-  T scaleValue;
   int* failed;
 };
 
 template <class T, class Ports>
 struct TreeLaunch {
   uint64_t timeoutNs;
-  TreeBlock<T, Ports> blocks[kMaxLaunchBlocks];
+  TreeWork<T> works[kMaxLaunchWorks];
+  TreeBlock<Ports> blocks[kMaxLaunchBlocks];
 };
 
 // One block of a direct launch: a rank's call on one channel, the barrier words of that channel.
@@ -137,14 +138,15 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock, 1)
     *block.failed = kGaveUp;
 }
 
-// The all-reduce on the double binary tree, Ports FifoViewPorts (Simple) or LlPorts.
+// The all-reduces on the double binary tree, Ports FifoViewPorts (Simple) or LlPorts.
 template <class R, bool kPrescaled, class Ports>
 __global__ void __launch_bounds__(kMaxThreadsPerBlock, 1)
     treeKernel(const __grid_constant__ TreeLaunch<typename R::Storage, Ports> launch) {
   const auto& block = launch.blocks[blockIdx.x];
   BlockGroup group(launch.timeoutNs);
-  const typename R::Storage scale = block.scale != nullptr ? *block.scale : block.scaleValue;
-  if (!runTreeOnViews<R, kPrescaled>(group, block.call, block.ports, scale) && threadIdx.x == 0)
+  if (!runTreeWorksOnViews<R, kPrescaled>(group, launch.works + block.firstWork, block.nWorks,
+                                          block.place, block.ports) &&
+      threadIdx.x == 0)
     *block.failed = kGaveUp;
 }
 

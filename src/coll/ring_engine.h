@@ -552,10 +552,10 @@ BRAID_HD bool runChannel(G& group, const M& move, const RingCall<typename M::Sto
   return runRing(group, move, part, ports);
 }
 
-// Whether a work list of reduction R holds one call: Avg's division leaves no room for the loop
-// over a list within the 128 registers a thread of a 512-thread block has (ptxas spilled 9 of
-// its ring kernels, every protocol's of some datatypes), so its calls keep a launch each
-// (coll/device_launch.h's runsInRingKernelOf).
+// Whether a work list of reduction R (a ring's or a tree's) holds one call: Avg's division leaves
+// no room for the loop over a list within the 128 registers a thread of a 512-thread block has
+// (ptxas spilled 9 of its ring kernels, every protocol's of some datatypes), so its calls keep a
+// launch each (coll/device_launch.h's runsInKernelOf).
 template <class R>
 constexpr bool kOneWorkPerList = R::kOperator == braidAvg;
 

@@ -233,14 +233,49 @@ BRAID_HD bool runTree(G& group, const M& move, const TreeCall<typename M::Storag
   return true;
 }
 
-// The device form: element reduction R over the FIFO views (Simple or low-latency ports), their
-// counters taken up from the FIFO words.
+// One call of a tree block's work list, whole (each block takes its tree channel's share) and,
+// for PreMulSum, the rank's scalar where the block reads it, or its value when `scale` is null.
+template <class T>
+struct TreeWork {
+  Collective collective;
+  const T* input;
+  T* output;
+  size_t count;
+  int divisor;
+  const T* scale = nullptr;
+  T scaleValue{};
+};
+
+// Where a block stands: its place on its tree (the same for every call of its list: the device
+// runs unrooted calls, all-reduces, whose trees do not move) and its channel's share.
+struct TreePlace {
+  bool hasParent;
+  int nChildren;
+  int channel, nChannels;
+};
+
+// The device form: a block's work list on one tree (a group's tree all-reduces in one launch, as
+// the ring's lists: coll/ring_engine.h's runWorksOnViews), element reduction R over the FIFO views
+// (Simple or low-latency ports). The counters are taken up from the FIFO words once and each
+// thread carries its own copy from call to call. Avg's lists hold one call (kOneWorkPerList).
 template <class R, bool kPrescaled = false, class G, class Ports>
-BRAID_HD bool runTreeOnViews(G& group, const TreeCall<typename R::Storage>& call,
-                             TreePorts<Ports> ports, typename R::Storage scale = {}) {
-  if (call.hasParent) ports.parent.resume(group);
-  forEachChild(ports, call.nChildren, [&](Ports& child) { child.resume(group); });
-  return runTree(group, ElementMover<R, kPrescaled>{scale}, call, ports);
+BRAID_HD bool runTreeWorksOnViews(G& group, const TreeWork<typename R::Storage>* works, int nWorks,
+                                  const TreePlace& place, TreePorts<Ports> ports) {
+  using T = typename R::Storage;
+  if (place.hasParent) ports.parent.resume(group);
+  forEachChild(ports, place.nChildren, [&](Ports& child) { child.resume(group); });
+  const int calls = kOneWorkPerList<R> ? 1 : nWorks;
+  for (int w = 0; w < calls; ++w) {
+    const TreeWork<T>& work = works[w];
+    const size_t begin = shareBegin<T>(work.count, place.channel, place.nChannels);
+    const size_t end = shareBegin<T>(work.count, place.channel + 1, place.nChannels);
+    const TreeCall<T> call{work.collective, work.input + begin, work.output + begin, end - begin,
+                           work.divisor,    place.hasParent,    place.nChildren};
+    ElementMover<R, kPrescaled> move{};
+    if constexpr (kPrescaled) move.scale = work.scale != nullptr ? *work.scale : work.scaleValue;
+    if (!runTree(group, move, call, ports)) return false;
+  }
+  return true;
 }
 
 }  // namespace braid

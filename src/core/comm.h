@@ -87,8 +87,8 @@ struct braidComm : public braid::Watchdog {
   int cudaDevice();
   void launch(std::span<const braid::CollArgs> ops, braidStream_t stream);
   // The launches `ops` make, in order (braid::DeviceSide::launchesOf: runs of sends and receives,
-  // runs of collectives one ring kernel runs, other collectives alone). launchOne makes one of
-  // them once this rank's turn has come (launchRounds).
+  // runs of collectives one ring or tree kernel runs, other collectives alone). launchOne makes one
+  // of them once this rank's turn has come (launchRounds).
   std::vector<braid::PlannedLaunch> launchesOf(std::span<const braid::CollArgs> ops);
   void launchOne(const braid::PlannedLaunch& launch, braidStream_t stream);
   // Where other ranks of this communicator share this rank's GPU from threads of this process,

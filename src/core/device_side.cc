@@ -122,13 +122,13 @@ std::vector<PlannedLaunch> DeviceSide::launchesOf(std::span<const CollArgs> ops)
     }
     std::vector<DeviceAlgorithm> algorithms;
     std::vector<std::optional<WindowCall>> windows;
-    std::vector<RingKernelCall> kernels;
+    std::vector<KernelCall> kernels;
     for (; end < ops.size() && !isPointToPoint(ops[end].coll); ++end) {
       algorithms.push_back(algorithmAlone(ops[end], windows.emplace_back()));
-      kernels.push_back(ringKernelCallOf(ops[end], false, algorithms.back()));
+      kernels.push_back(kernelCallOf(ops[end], false, algorithms.back()));
     }
     size_t first = 0;
-    for (size_t size : ringLaunchSizes(kernels, launchWorksPerRank(1))) {
+    for (size_t size : launchSizes(kernels, launchWorksPerRank(1))) {
       const auto from = static_cast<std::ptrdiff_t>(first),
                  to = from + static_cast<std::ptrdiff_t>(size);
       launches.push_back({ops.subspan(i + first, size),
@@ -231,13 +231,13 @@ plan::DeviceLaunch DeviceSide::togetherAs(std::span<const DeviceSide* const> sid
 
 std::vector<size_t> DeviceSide::launchesTogetherOf(std::span<const DeviceSide* const> sides,
                                                    std::span<const std::vector<CollArgs>> calls) {
-  std::vector<RingKernelCall> kernels;
+  std::vector<KernelCall> kernels;
   for (const std::vector<CollArgs>& call : calls) {
     const DeviceAlgorithm algorithm =
         sides.front()->algorithmOf(call.front(), togetherAs(sides, call));
-    kernels.push_back(ringKernelCallOf(call.front(), false, algorithm));
+    kernels.push_back(kernelCallOf(call.front(), false, algorithm));
   }
-  return ringLaunchSizes(kernels, launchWorksPerRank(sides.size()));  // every rank's in one
+  return launchSizes(kernels, launchWorksPerRank(sides.size()));  // every rank's in one
 }
 
 void DeviceSide::launchTogether(std::span<DeviceSide* const> sides,

@@ -59,11 +59,11 @@ class DeviceSide {
   LaunchRounds* rounds() const { return rounds_.get(); }
 
   // The launches `ops` (this rank's, in order) make: each run of sends and receives together,
-  // each run of collectives that one ring kernel runs together (coll/device_launch.h's
-  // ringLaunchSizes: NCCL's work list), every other collective alone. Ranks need not cut alike:
-  // the FIFOs carry calls, not launches, and the rounds count collectives. The direct engine only
-  // where a call's buffers lie in windows. launchOne makes one of them once this rank's turn has
-  // come.
+  // each run of collectives that one ring or tree kernel runs together (coll/device_launch.h's
+  // launchSizes: NCCL's work list), every other collective (the direct engine's, Avg's) alone.
+  // Ranks need not cut alike: the FIFOs carry calls, not launches, and the rounds count
+  // collectives. The direct engine only where a call's buffers lie in windows. launchOne makes one
+  // of them once this rank's turn has come.
   std::vector<PlannedLaunch> launchesOf(std::span<const CollArgs> ops) const;
   void launchOne(const PlannedLaunch& launch, braidStream_t stream, const char* operation);
   // Collectives of several ranks (sides[i] calls[i] on streams[i]): whether one launch can hold
@@ -72,8 +72,9 @@ class DeviceSide {
   static bool canLaunchTogether(std::span<const DeviceSide* const> sides,
                                 std::span<const CollArgs> calls);
   // Consecutive collectives of those ranks (calls[k][i]: side i's k-th), each k one launch could
-  // hold: the launches they make, as numbers of k, each run of calls one ring kernel runs together
-  // (at most kMaxLaunchWorks over all the ranks), every other call alone; and one such launch.
+  // hold: the launches they make, as numbers of k, each run of calls one ring or tree kernel runs
+  // together (at most kMaxLaunchWorks over all the ranks), every other call alone; and one such
+  // launch.
   static std::vector<size_t> launchesTogetherOf(std::span<const DeviceSide* const> sides,
                                                 std::span<const std::vector<CollArgs>> calls);
   static void launchTogether(std::span<DeviceSide* const> sides,

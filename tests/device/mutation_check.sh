@@ -13,9 +13,12 @@
 #   no-warp-barrier: the segmented protocol's warp barrier before a segment's flag is dropped
 #                 (coll/ring_engine.h), so the first lane publishes a segment while the warp's other
 #                 lanes may still write it.
-# And the tree engine's, on test_tree_form (6 ranks, 5 back to back, 7 as trees of hosts of 3):
+# And the tree engine's, on test_tree_form (6 ranks, 5 back to back, 7 as trees of hosts of 3, 3
+# running work lists):
 #   tree-no-barrier: the tree steps' votes before a post are dropped (coll/tree_engine.h);
 #   tree-no-resume:  a rank's port to its parent no longer takes up the FIFO's counters;
+#   tree-list-restart: each call of a work list starts from the counters the list started from
+#                 (its ports copied afresh), not where the call before it left them;
 #   tree-root-chain: a rooted tree's root no longer starts its host's chain (base/binary_trees.h,
 #                 TreesOfHosts), so the root is not the top of its trees.
 # Usage: [MUTANTS="no-barrier ..."] mutation_check.sh [gtest filter] (default: every mutant, on
@@ -25,7 +28,7 @@
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 filter="${1:-Grid/*4ranks_1ch_4threads_2slots*}"
-tree_filter='*/6ranks_4threads_2slots:*/backtoback_5ranks_2threads_1slots:*/7ranks_3perhost_2threads_2slots'
+tree_filter='*/6ranks_4threads_2slots:*/backtoback_5ranks_2threads_1slots:*/7ranks_3perhost_2threads_2slots:*/lists_3ranks_4threads_2slots'
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 cccl=/usr/local/cuda/include/cccl
@@ -55,7 +58,7 @@ for original in test_device_form.cc test_tree_form.cc; do
   fi
 done
 for mutant in ${MUTANTS:-no-barrier relaxed-post no-resume no-warp-barrier tree-no-barrier \
-  tree-no-resume tree-root-chain}; do
+  tree-no-resume tree-list-restart tree-root-chain}; do
   test=test_device_form.cc mf="$filter"
   case "$mutant" in
     no-barrier) file=src/coll/ring_engine.h expr='s/if (group.any(!ready)) return false;/if (!ready) return false;/' ;;
@@ -63,7 +66,8 @@ for mutant in ${MUTANTS:-no-barrier relaxed-post no-resume no-warp-barrier tree-
     no-resume) file=src/coll/ring_engine.h expr='s/^  ports.resume(group);$//' ;;
     no-warp-barrier) file=src/coll/ring_engine.h expr='s/^        group.syncWarp();  .*$//' ;;
     tree-no-barrier) file=src/coll/tree_engine.h expr='s/if (group.any(!ready)) return false;/if (!ready) return false;/' ;;
-    tree-no-resume) file=src/coll/tree_engine.h expr='s/^  if (call.hasParent) ports.parent.resume(group);$//' ;;
+    tree-no-resume) file=src/coll/tree_engine.h expr='s/^  if (place.hasParent) ports.parent.resume(group);$//' ;;
+    tree-list-restart) file=src/coll/tree_engine.h expr='s/if (!runTree(group, move, call, ports)) return false;/if (TreePorts<Ports> fresh = ports; !runTree(group, move, call, fresh)) return false;/' ;;
     tree-root-chain) file=base/binary_trees.h expr='s/^      while (chain.front() != root) {$/      while (false) {/' ;;
   esac
   [[ $mutant == tree-* ]] && test=test_tree_form.cc mf="$tree_filter"

@@ -6,7 +6,10 @@
 // low-latency one (LlPorts: flagged lines), ranks placed on the trees through a ring order that is
 // not the identity; every element against the multirank grid's independent reference
 // (device_cases.h), the outputs poisoned first. FIFOs carry the cases one after another, as a
-// communicator's do. Built with ThreadSanitizer too (label tsan). The device variant
+// communicator's do. Work lists (runTreeWorksOnViews, a group's tree all-reduces in one launch):
+// every block runs runs of all-reduces of one datatype and operator, counts 0 to beyond the FIFO,
+// in place and not, one call after another with no meeting between them, each its own buffers,
+// all checked at the end. Built with ThreadSanitizer too (label tsan). The device variant
 // (BRAID_DEVICE_FORM_NET) also runs every tree edge through the network proxy over loopback TCP, as
 // a CUDA communicator's tree neighbours on other hosts are reached (device/net_hops.h).
 #include <gtest/gtest.h>
@@ -39,17 +42,22 @@ constexpr int kTrees = 2;
 // then tree 1 over each pair's one FIFO, every case's call right after the last with no meeting
 // between them (each case its own buffers, all checked at the end), so one rank's next call, of
 // another collective or root, overlaps its peers' last one.
+// listed: a block per (rank, tree) as in lockstep, running the all-reduces as work lists (a list
+// per run of one datatype and operator; Avg's calls a list each, as its kernels run one), every
+// list right after the last.
 struct TreeShape {
   int ranks, threads, slots;
   bool backToBack = false;
   bool lowLatency = false;
   bool network = false;  // every edge through the network proxy
   int ranksPerHost = 0;  // ring positions per host, in order (TreesOfHosts); 0: one host
+  bool listed = false;
 };
 
 std::string treeShapeName(const TreeShape& s) {
   return std::string(s.network ? "net_" : "") + (s.lowLatency ? "ll_" : "") +
-         (s.backToBack ? "backtoback_" : "") + std::to_string(s.ranks) + "ranks_" +
+         (s.backToBack ? "backtoback_" : "") + (s.listed ? "lists_" : "") +
+         std::to_string(s.ranks) + "ranks_" +
          (s.ranksPerHost > 0 ? std::to_string(s.ranksPerHost) + "perhost_" : "") +
          std::to_string(s.threads) + "threads_" + std::to_string(s.slots) + "slots";
 }
@@ -67,15 +75,17 @@ std::vector<Case> treeCases(const TreeShape& s) {
            !(c.op == braidProd && c.type == braidFloat16) && !(c.op == braidAvg && byte);
   };
   std::vector<Case> cases;
-  // Back to back, every case's buffers live at once: three types of every width class.
+  // Back to back and listed, every case's buffers live at once: three types of every width class.
   auto kept = [&](const Case& c) {
-    return !s.backToBack || c.type == braidInt8 || c.type == braidBfloat16 ||
+    return !(s.backToBack || s.listed) || c.type == braidInt8 || c.type == braidBfloat16 ||
            c.type == braidFloat64;
   };
+  // Lists: the device tree's calls, all-reduces (a rooted call's trees move with its root).
+  auto listable = [&](const Case& c) { return !s.listed || c.collective == Collective::AllReduce; };
   for (const Case& c : casesFor(Shape{s.ranks, kTrees, s.threads, s.slots, Algorithm::Simple}))
     if ((c.collective == Collective::AllReduce || c.collective == Collective::Broadcast ||
          c.collective == Collective::Reduce) &&
-        (s.ranks <= 8 || exactBeyond8(c)) && kept(c))
+        (s.ranks <= 8 || exactBeyond8(c)) && kept(c) && listable(c))
       cases.push_back(c);
   return cases;
 }
@@ -87,11 +97,11 @@ class TreeGrid {
         cases_(treeCases(s)),
         words_(fifoCount()),
         slots_(fifoCount()),
-        buffers_(s.backToBack ? cases_.size() : 1, std::vector<RankBuffers>(s.ranks)),
+        buffers_(s.backToBack || s.listed ? cases_.size() : 1, std::vector<RankBuffers>(s.ranks)),
         gridBarrier_(s.ranks * blocksPerRank() * s.threads),
         blocks_(s.ranks * blocksPerRank(), s.threads) {
     for (auto& slots : slots_) slots.assign(kSlotBytes * s.slots + 64, 0);
-    if (s.backToBack)
+    if (s.backToBack || s.listed)
       for (size_t i = 0; i < cases_.size(); ++i)
         for (int rank = 0; rank < s.ranks; ++rank)
           layoutRank(cases_[i], rank, s.ranks, buffers_[i][rank]);
@@ -115,6 +125,7 @@ class TreeGrid {
         for (int t = 0; t < shape_.threads; ++t)
           threads.emplace_back([this, rank, block, t] {
             if (shape_.backToBack) return backToBack(rank, t);
+            if (shape_.listed) return lists(rank, block, t);
             lockstep(rank, block, t);
           });
     for (auto& t : threads) t.join();
@@ -181,10 +192,11 @@ class TreeGrid {
   void lockstep(int rank, int tree, int t) {
     const bool rankLeader = tree == 0 && t == 0;
     RankBuffers& b = buffers_[0][rank];
-    for (const Case& c : cases_) {
+    for (size_t i = 0; i < cases_.size(); ++i) {
+      const Case& c = cases_[i];
       if (rankLeader) layoutRank(c, rank, shape_.ranks, b);
       gridBarrier_.arrive_and_wait();
-      const bool ok = runBlock(c, b, rank, tree, t);
+      const bool ok = runList(i, i + 1, rank, tree, t);
       gridBarrier_.arrive_and_wait();
       if (!ok && t == 0)
         fail(c,
@@ -197,11 +209,29 @@ class TreeGrid {
   void backToBack(int rank, int t) {
     for (size_t i = 0; i < cases_.size(); ++i)
       for (int tree = 0; tree < kTrees; ++tree)
-        if (!runBlock(cases_[i], buffers_[i][rank], rank, tree, t) && t == 0)
+        if (!runList(i, i + 1, rank, tree, t) && t == 0)
           fail(cases_[i], "rank " + std::to_string(rank) + " tree " + std::to_string(tree) +
                               ": a wait gave up");
     gridBarrier_.arrive_and_wait();
     if (t == 0)
+      for (size_t i = 0; i < cases_.size(); ++i) check(cases_[i], rank, buffers_[i][rank]);
+  }
+
+  // Every list of a block's tree, one after another; once every block ran them all, each rank's
+  // every call checked.
+  void lists(int rank, int tree, int t) {
+    for (size_t first = 0, end = 0; first < cases_.size(); first = end) {
+      end = first + 1;
+      auto sameKernel = [&](const Case& c) {
+        return c.type == cases_[first].type && c.op == cases_[first].op && c.op != braidAvg;
+      };
+      while (end < cases_.size() && sameKernel(cases_[first]) && sameKernel(cases_[end])) ++end;
+      if (!runList(first, end, rank, tree, t) && t == 0)
+        fail(cases_[first], "rank " + std::to_string(rank) + " tree " + std::to_string(tree) +
+                                ": a wait gave up in the list of " + std::to_string(end - first));
+    }
+    gridBarrier_.arrive_and_wait();
+    if (tree == 0 && t == 0)
       for (size_t i = 0; i < cases_.size(); ++i) check(cases_[i], rank, buffers_[i][rank]);
   }
 
@@ -218,38 +248,55 @@ class TreeGrid {
                           " (tree " + treeShapeName(shape_) + "): " + what);
   }
 
-  bool runBlock(const Case& c, const RankBuffers& b, int rank, int tree, int t) {
+  // The rank's scalar of PreMulSum, as the grid's element type makes it, in the storage's bits.
+  template <class T>
+  static T scaleOf(const Case& c, int rank) {
+    T scale{};
+    visitDtype(c.type, [&](auto element) {
+      const auto value = premulScalar<decltype(element)>(rank);
+      // Every pairing of types compiles; only the grid's own (same size) runs.
+      if constexpr (sizeof value == sizeof scale) std::memcpy(&scale, &value, sizeof scale);
+    });
+    return scale;
+  }
+
+  // Cases [first, end), of one datatype and operator, as one work list of this rank's block on
+  // `tree` (one case: the list of one a call is): its scalar read where the block finds it, or
+  // given by value, in turn.
+  bool runList(size_t first, size_t end, int rank, int tree, int t) {
+    const Case& c = cases_[first];
     const int n = shape_.ranks;
     const bool rooted = c.collective != Collective::AllReduce;
     const braid::TreesOfHosts trees(hostOfPosition_, rooted ? positionOf_[c.root] : -1);
     const braid::TreeNode node = trees.node(tree, positionOf_[rank]);
     const int block = rank * blocksPerRank() + (shape_.backToBack ? 0 : tree);
     CpuGroup group = blocks_.group(block, t, Clock::now() + kDeadline);
+    const braid::TreePlace place{node.parent >= 0, node.nChildren, tree, kTrees};
     bool ok = true;
     withReduction(c.type, c.op, [&](auto reduction, auto prescaled) {
       using R = decltype(reduction);
       using T = typename R::Storage;
       constexpr bool kPrescaled = decltype(prescaled)::value;
-      const size_t begin = braid::shareBegin<T>(c.count, tree, kTrees);
-      const size_t end = braid::shareBegin<T>(c.count, tree + 1, kTrees);
-      const braid::TreeCall<T> call{c.collective,
-                                    reinterpret_cast<const T*>(b.input) + begin,
-                                    reinterpret_cast<T*>(b.output) + begin,
-                                    end - begin,
-                                    c.op == braidAvg ? n : 1,
-                                    node.parent >= 0,
-                                    node.nChildren};
-      T scale{};  // PreMulSum's, as the grid's element type makes it, in the storage's bits
-      visitDtype(c.type, [&](auto element) {
-        const auto value = premulScalar<decltype(element)>(rank);
-        // Every pairing of types compiles; only the grid's own (same size) runs.
-        if constexpr (sizeof value == sizeof scale) std::memcpy(&scale, &value, sizeof scale);
-      });
+      const T scale = scaleOf<T>(c, rank);
+      std::vector<braid::TreeWork<T>> works;
+      for (size_t i = first; i < end; ++i) {
+        const RankBuffers& b = buffers_[shape_.backToBack || shape_.listed ? i : 0][rank];
+        braid::TreeWork<T> work{cases_[i].collective, reinterpret_cast<const T*>(b.input),
+                                reinterpret_cast<T*>(b.output), cases_[i].count,
+                                c.op == braidAvg ? n : 1};
+        if (i % 2 == 0)
+          work.scale = &scale;
+        else
+          work.scaleValue = scale;
+        works.push_back(work);
+      }
+      const int size = static_cast<int>(works.size());
       ok = shape_.lowLatency
-               ? braid::runTreeOnViews<R, kPrescaled>(
-                     group, call, treePorts<braid::LlPorts>(node, tree, rank), scale)
-               : braid::runTreeOnViews<R, kPrescaled>(
-                     group, call, treePorts<braid::FifoViewPorts>(node, tree, rank), scale);
+               ? braid::runTreeWorksOnViews<R, kPrescaled>(
+                     group, works.data(), size, place, treePorts<braid::LlPorts>(node, tree, rank))
+               : braid::runTreeWorksOnViews<R, kPrescaled>(
+                     group, works.data(), size, place,
+                     treePorts<braid::FifoViewPorts>(node, tree, rank));
     });
     return ok;
   }
@@ -284,6 +331,8 @@ std::vector<TreeShape> treeShapes() {
   for (int ranks : {2, 3, 6}) shapes.push_back({ranks, 4, 2, false, true});
   shapes.push_back({5, 2, 1, true, true});
   for (bool lowLatency : {false, true}) shapes.push_back({7, 2, 2, false, lowLatency, false, 3});
+  for (bool lowLatency : {false, true})
+    shapes.push_back({3, 4, 2, false, lowLatency, false, 0, true});
 #else
   for (int ranks : {2, 3, 5, 8}) shapes.push_back({ranks, 2, 1, true});
   shapes.push_back({6, 4, 2, true});
@@ -303,6 +352,14 @@ std::vector<TreeShape> treeShapes() {
       shapes.push_back({ranks, 2, 2, false, lowLatency, false, perHost});
     shapes.push_back({8, 2, 1, true, lowLatency, false, 3});
   }
+  // Work lists: 1-8 ranks, one slot and two, 1 and 4 threads; trees of hosts.
+  for (bool lowLatency : {false, true}) {
+    for (int ranks : {1, 2, 3, 5, 8})
+      shapes.push_back({ranks, 4, 2, false, lowLatency, false, 0, true});
+    shapes.push_back({4, 1, 2, false, lowLatency, false, 0, true});
+    shapes.push_back({6, 2, 2, false, lowLatency, false, 2, true});
+  }
+  shapes.push_back({5, 2, 1, false, false, false, 0, true});
 #endif
 #if BRAID_DEVICE_FORM_NET
   // Every edge through the network, in both protocols, as trees of hosts run.
@@ -310,6 +367,7 @@ std::vector<TreeShape> treeShapes() {
     for (int ranks : {2, 3, 5}) shapes.push_back({ranks, 2, 2, false, lowLatency, true});
     shapes.push_back({4, 2, 2, true, lowLatency, true});
     shapes.push_back({6, 2, 2, false, lowLatency, true, 2});
+    shapes.push_back({4, 2, 2, false, lowLatency, true, 0, true});
   }
 #endif
   return shapes;

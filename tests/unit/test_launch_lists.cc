@@ -1,6 +1,6 @@
-// Which of a rank's collectives one ring launch carries (coll/device_launch.h): runs of calls one
-// ring kernel runs, cut where the kernel changes, at a call of another engine, or at the most
-// calls a launch holds. The expected cuts are written out by hand.
+// Which of a rank's collectives one ring or tree launch carries (coll/device_launch.h): runs of
+// calls one ring or tree kernel runs, cut where the kernel changes, at a call of another engine,
+// or at the most calls a launch holds. The expected cuts are written out by hand.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -10,31 +10,31 @@
 namespace braid {
 namespace {
 
-using Call = RingKernelCall;
+using Call = KernelCall;
 
 Call reducing(braidRedOp_t op, braidDataType_t type = braidFloat32,
               DeviceAlgorithm algorithm = DeviceAlgorithm::Simple) {
-  return RingKernelCall{algorithm, type, op, true, false};
+  return KernelCall{algorithm, type, op, true, false};
 }
 Call moving(braidRedOp_t op = braidSum, braidDataType_t type = braidFloat32,
             DeviceAlgorithm algorithm = DeviceAlgorithm::Simple) {
-  return RingKernelCall{algorithm, type, op, false, false};
+  return KernelCall{algorithm, type, op, false, false};
 }
 Call premulSum() {
-  return RingKernelCall{DeviceAlgorithm::Simple, braidFloat32, braidSum, true, true};
+  return KernelCall{DeviceAlgorithm::Simple, braidFloat32, braidSum, true, true};
 }
-Call tree() {
-  return RingKernelCall{DeviceAlgorithm::Tree, braidFloat32, braidSum, true, false};
+Call tree(braidRedOp_t op = braidSum, DeviceAlgorithm algorithm = DeviceAlgorithm::Tree) {
+  return KernelCall{algorithm, braidFloat32, op, true, false};
 }
 Call direct() {
-  return RingKernelCall{DeviceAlgorithm::Direct, braidFloat32, braidSum, true, false};
+  return KernelCall{DeviceAlgorithm::Direct, braidFloat32, braidSum, true, false};
 }
 
 std::vector<size_t> cut(const std::vector<Call>& calls, size_t maxCalls = 32) {
-  return ringLaunchSizes(calls, maxCalls);
+  return launchSizes(calls, maxCalls);
 }
 
-TEST(RingLaunches, CallsOfOneKernelShareALaunchWhateverTheirCollective) {
+TEST(LaunchLists, CallsOfOneKernelShareALaunchWhateverTheirCollective) {
   // All-reduce, all-gather, reduce-scatter, broadcast, reduce: one datatype, one operator.
   EXPECT_EQ(cut({reducing(braidSum), moving(), reducing(braidSum), moving(), reducing(braidSum)}),
             (std::vector<size_t>{5}));
@@ -43,7 +43,7 @@ TEST(RingLaunches, CallsOfOneKernelShareALaunchWhateverTheirCollective) {
             (std::vector<size_t>{4}));
 }
 
-TEST(RingLaunches, AnotherKernelStartsANewLaunch) {
+TEST(LaunchLists, AnotherKernelStartsANewLaunch) {
   EXPECT_EQ(cut({reducing(braidSum), reducing(braidMax)}), (std::vector<size_t>{1, 1}));
   // The operator is the run's, not the last call's: a moving call does not reset it.
   EXPECT_EQ(cut({reducing(braidSum), moving(braidMax), reducing(braidMax)}),
@@ -56,14 +56,14 @@ TEST(RingLaunches, AnotherKernelStartsANewLaunch) {
             (std::vector<size_t>{1, 1, 1}));
 }
 
-TEST(RingLaunches, PreMulSumRunsWithPreMulSumOnly) {
+TEST(LaunchLists, PreMulSumRunsWithPreMulSumOnly) {
   EXPECT_EQ(cut({premulSum(), premulSum(), reducing(braidSum), premulSum()}),
             (std::vector<size_t>{2, 1, 1}));
   // Its kernel scales every input it reads: a call that only moves stays out.
   EXPECT_EQ(cut({premulSum(), moving()}), (std::vector<size_t>{1, 1}));
 }
 
-TEST(RingLaunches, AvgRunsAlone) {
+TEST(LaunchLists, AvgRunsAlone) {
   // Its kernels run one call (their registers leave no room for a list's loop).
   EXPECT_EQ(cut({reducing(braidAvg), reducing(braidAvg), moving(), reducing(braidAvg)}),
             (std::vector<size_t>{1, 1, 1, 1}));
@@ -71,23 +71,34 @@ TEST(RingLaunches, AvgRunsAlone) {
             (std::vector<size_t>{1, 1, 1}));
 }
 
-TEST(RingLaunches, OtherEnginesRunAloneAndCutTheRun) {
-  EXPECT_EQ(cut({reducing(braidSum), tree(), reducing(braidSum), reducing(braidSum)}),
+TEST(LaunchLists, TreeAllReducesShareALaunchOfTheirOwn) {
+  EXPECT_EQ(cut({tree(), tree(), tree()}), (std::vector<size_t>{3}));
+  // The ring's kernel is another, as are the other tree protocol's and another operator's.
+  EXPECT_EQ(cut({reducing(braidSum), tree(), tree(), reducing(braidSum), reducing(braidSum)}),
+            (std::vector<size_t>{1, 2, 2}));
+  EXPECT_EQ(cut({tree(), tree(braidSum, DeviceAlgorithm::TreeLowLatency), tree(braidMax)}),
+            (std::vector<size_t>{1, 1, 1}));
+  EXPECT_EQ(cut({tree(braidAvg), tree(braidAvg)}), (std::vector<size_t>{1, 1}));
+  EXPECT_EQ(cut(std::vector<Call>(5, tree()), 2), (std::vector<size_t>{2, 2, 1}));
+}
+
+TEST(LaunchLists, TheDirectEngineRunsAloneAndCutsTheRun) {
+  EXPECT_EQ(cut({reducing(braidSum), direct(), reducing(braidSum), reducing(braidSum)}),
             (std::vector<size_t>{1, 1, 2}));
-  EXPECT_EQ(cut({tree(), tree(), reducing(braidSum)}), (std::vector<size_t>{1, 1, 1}));
   EXPECT_EQ(cut({direct(), direct()}), (std::vector<size_t>{1, 1}));
+  EXPECT_EQ(cut({tree(), direct(), tree()}), (std::vector<size_t>{1, 1, 1}));
   EXPECT_TRUE(cut({}).empty());
 }
 
 // What the cut reads of a call (DeviceSide::launchesOf: the user's arguments) and the launch's
 // check (a call whose PreMulSum operator was rewritten to Sum beside its scalar) agree.
-TEST(RingLaunches, ACallIsSeenAlikeBeforeAndAfterItsScalarIsTakenOut) {
+TEST(LaunchLists, ACallIsSeenAlikeBeforeAndAfterItsScalarIsTakenOut) {
   const auto premul = static_cast<braidRedOp_t>(braidNumOps + 3);  // a PreMulSum operator
   CollArgs a{Collective::AllReduce, nullptr, nullptr, 10, braidFloat16, premul};
-  const RingKernelCall before = ringKernelCallOf(a, false, DeviceAlgorithm::LowLatency);
+  const KernelCall before = kernelCallOf(a, false, DeviceAlgorithm::LowLatency);
   a.op = braidSum;
-  const RingKernelCall after = ringKernelCallOf(a, true, DeviceAlgorithm::LowLatency);
-  for (const RingKernelCall& c : {before, after}) {
+  const KernelCall after = kernelCallOf(a, true, DeviceAlgorithm::LowLatency);
+  for (const KernelCall& c : {before, after}) {
     EXPECT_TRUE(c.prescaled && c.reduces);
     EXPECT_EQ(c.op, braidSum);
     EXPECT_EQ(c.type, braidFloat16);
@@ -95,18 +106,18 @@ TEST(RingLaunches, ACallIsSeenAlikeBeforeAndAfterItsScalarIsTakenOut) {
   }
   // Two PreMulSum operators (their scalars differ) share a list: each work carries its own.
   a.op = static_cast<braidRedOp_t>(braidNumOps + 4);
-  const RingKernelCall other = ringKernelCallOf(a, false, DeviceAlgorithm::LowLatency);
-  EXPECT_TRUE(runsInRingKernelOf(std::vector<RingKernelCall>{before}, other));
+  const KernelCall other = kernelCallOf(a, false, DeviceAlgorithm::LowLatency);
+  EXPECT_TRUE(runsInKernelOf(std::vector<KernelCall>{before}, other));
   // A call that only moves reduces nothing, whatever its operator field says.
   const CollArgs gather{Collective::AllGather, nullptr, nullptr, 10, braidFloat16, braidMax};
-  EXPECT_FALSE(ringKernelCallOf(gather, false, DeviceAlgorithm::Simple).reduces);
+  EXPECT_FALSE(kernelCallOf(gather, false, DeviceAlgorithm::Simple).reduces);
   const CollArgs reduce{Collective::Reduce, nullptr, nullptr, 10, braidInt32, braidMax};
-  const RingKernelCall r = ringKernelCallOf(reduce, false, DeviceAlgorithm::Simple);
+  const KernelCall r = kernelCallOf(reduce, false, DeviceAlgorithm::Simple);
   EXPECT_TRUE(r.reduces && !r.prescaled);
   EXPECT_EQ(r.op, braidMax);
 }
 
-TEST(RingLaunches, ALaunchHoldsAtMostMaxCalls) {
+TEST(LaunchLists, ALaunchHoldsAtMostMaxCalls) {
   EXPECT_EQ(cut(std::vector<Call>(7, reducing(braidSum)), 3), (std::vector<size_t>{3, 3, 1}));
   EXPECT_EQ(cut(std::vector<Call>(kMaxLaunchWorks + 1, moving()), kMaxLaunchWorks),
             (std::vector<size_t>{static_cast<size_t>(kMaxLaunchWorks), 1}));
