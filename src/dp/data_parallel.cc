@@ -94,6 +94,9 @@ struct DataParallel::Impl {
   std::byte* ownedGradient(const Segment& segment);
   void update(const kernels::UpdateArgs& args);
   void updateOnHost(const kernels::UpdateArgs& args, const Segment& s, const SegmentState& st);
+  void checkStepMayRun();
+  Verdict agreeOnVerdict();
+  void applyStep(double scale, double gradNorm);
   StepResult step();
 
   braidComm_t comm;
@@ -648,8 +651,8 @@ void DataParallel::Impl::updateOnHost(const kernels::UpdateArgs& args, const Seg
   backend->copyFromHost(ownedWorking(s), hostWorking.data(), s.count * parameterBytes);
 }
 
-StepResult DataParallel::Impl::step() {
-  requireFinalized("step");
+// What step() expects of the window it ends.
+void DataParallel::Impl::checkStepMayRun() {
   for (size_t i = 0; i < layers.size(); ++i)
     if (!layers[i].gathered.empty())
       fail(braidInvalidUsage,
@@ -670,10 +673,12 @@ StepResult DataParallel::Impl::step() {
          "DataParallel on rank {}: step() {} (expected a micro-batch with gradient sync on "
          "to end the window)",
          rank, microBatchInWindow == 0 ? "before any micro-batch" : "after a no-sync micro-batch");
-  drain("reducing the gradient buckets");
+}
 
-  // The verdict stays in the backend's memory until the ranks agree on it, then comes to the
-  // host once per step (as GradScaler's found_inf does).
+// The step's overflow flag and squared gradient norm, alike on every rank (and every pipeline
+// stage). The verdict stays in the backend's memory until the ranks agree on it, then comes to
+// the host once per step (as GradScaler's found_inf does).
+Verdict DataParallel::Impl::agreeOnVerdict() {
   auto* agreed = reinterpret_cast<Verdict*>(verdict.data());
   backend->zero(agreed, sizeof(Verdict));
   for (const Segment& s : segments)
@@ -702,34 +707,40 @@ StepResult DataParallel::Impl::step() {
   drain("agreeing on overflow and the gradient norm");
   Verdict v;
   backend->copyToHost(&v, agreed, sizeof v);
-  const double sumSquares = v.sumSquares;
+  return v;
+}
 
+// The optimizer's step on the unscaled, clipped gradients; ZeRO-1 and 2 then gather the updated
+// shards into every rank's whole copy, ZeRO-3 keeps shards (the next forward pass gathers them).
+void DataParallel::Impl::applyStep(double scale, double gradNorm) {
+  const double maxNorm = options.optimizer.maxGradNorm;
+  const double clip = maxNorm > 0 ? std::min(1.0, maxNorm / (gradNorm + 1e-6)) : 1.0;
+  ++optimizerSteps;
+  const kernels::UpdateArgs args{options.optimizer, optimizerSteps,
+                                 static_cast<float>(clip / scale), gradientType, options.precision};
+  update(args);
+  if (!sharded() || shardsParameters()) return;
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    check(braidAllGather(workingAt(segments[i].flatOffset), workingAt(buckets[i].offset),
+                         segments[i].count, options.precision, comm, backend->stream()),
+          "braidAllGather of updated parameters");
+    collectiveBytes += buckets[i].count * parameterBytes;
+  }
+  drain("all-gathering the updated parameters");
+}
+
+StepResult DataParallel::Impl::step() {
+  requireFinalized("step");
+  checkStepMayRun();
+  drain("reducing the gradient buckets");
+  const Verdict v = agreeOnVerdict();
   const double scale = scaler.scale();
   const bool overflow = v.overflowFlag != 0;
   scaler.update(overflow);
   StepResult result{
       !overflow, scale,
-      overflow ? std::numeric_limits<double>::infinity() : std::sqrt(sumSquares) / scale};
-  if (!overflow) {
-    const double maxNorm = options.optimizer.maxGradNorm;
-    const double clip = maxNorm > 0 ? std::min(1.0, maxNorm / (result.gradNorm + 1e-6)) : 1.0;
-    ++optimizerSteps;
-    const kernels::UpdateArgs args{options.optimizer, optimizerSteps,
-                                   static_cast<float>(clip / scale), gradientType,
-                                   options.precision};
-    update(args);
-    // ZeRO-1 and 2 gather the updated shards into every rank's whole copy; ZeRO-3 keeps shards
-    // (the next forward pass gathers them).
-    if (sharded() && !shardsParameters()) {
-      for (size_t i = 0; i < buckets.size(); ++i) {
-        check(braidAllGather(workingAt(segments[i].flatOffset), workingAt(buckets[i].offset),
-                             segments[i].count, options.precision, comm, stream),
-              "braidAllGather of updated parameters");
-        collectiveBytes += buckets[i].count * parameterBytes;
-      }
-      drain("all-gathering the updated parameters");
-    }
-  }
+      overflow ? std::numeric_limits<double>::infinity() : std::sqrt(v.sumSquares) / scale};
+  if (!overflow) applyStep(scale, result.gradNorm);
   // Waits for the stream (Backend::zero): every buffer is idle when step() returns.
   backend->zero(gradients.data(), gradients.size());
   microBatchInWindow = 0;

@@ -56,6 +56,30 @@ void check(braidResult_t result, braidComm_t comm, int rank, const char* what) {
     fail(result, "Pipeline: rank {}: {} failed: {}", rank, what, braidGetLastError(comm));
 }
 
+// What the last step produced for a neighbour, sent together with the next step's receive.
+struct Transfer {
+  float* data = nullptr;
+  size_t count = 0;
+  int peer = -1;
+};
+
+// A send and a receive of one stage in one group; either may be absent.
+void exchange(braidComm_t comm, int stage, const Transfer& send, const Transfer& recv) {
+  if (send.data == nullptr && recv.data == nullptr) return;
+  check(braidGroupStart(), comm, stage, "braidGroupStart");
+  const braidResult_t sent = send.data == nullptr ? braidSuccess
+                                                  : braidSend(send.data, send.count, braidFloat32,
+                                                              send.peer, comm, nullptr);
+  const braidResult_t received =
+      recv.data == nullptr
+          ? braidSuccess
+          : braidRecv(recv.data, recv.count, braidFloat32, recv.peer, comm, nullptr);
+  const braidResult_t ended = braidGroupEnd();  // always, or the group would stay open
+  check(sent, comm, stage, "braidSend");
+  check(received, comm, stage, "braidRecv");
+  check(ended, comm, stage, "the send/recv group");
+}
+
 }  // namespace
 
 Pipeline::Pipeline(braidComm_t comm, const PipelineOptions& options)
@@ -91,28 +115,6 @@ PipelineStats Pipeline::run(const StageFunctions& functions) {
   std::vector<float> input(options_.inputElements), output(options_.outputElements);
   std::vector<float> inputGradient(options_.inputElements), outputGradient(options_.outputElements);
 
-  // What the last step produced for a neighbour, sent together with the next step's receive.
-  struct Transfer {
-    float* data = nullptr;
-    size_t count = 0;
-    int peer = -1;
-  };
-  auto exchange = [&](const Transfer& send, const Transfer& recv) {
-    if (send.data == nullptr && recv.data == nullptr) return;
-    check(braidGroupStart(), comm_, stage_, "braidGroupStart");
-    const braidResult_t sent = send.data == nullptr ? braidSuccess
-                                                    : braidSend(send.data, send.count, braidFloat32,
-                                                                send.peer, comm_, nullptr);
-    const braidResult_t received =
-        recv.data == nullptr
-            ? braidSuccess
-            : braidRecv(recv.data, recv.count, braidFloat32, recv.peer, comm_, nullptr);
-    const braidResult_t ended = braidGroupEnd();  // always, or the group would stay open
-    check(sent, comm_, stage_, "braidSend");
-    check(received, comm_, stage_, "braidRecv");
-    check(ended, comm_, stage_, "the send/recv group");
-  };
-
   PipelineStats stats;
   int held = 0;
   Transfer pending;
@@ -122,7 +124,7 @@ PipelineStats Pipeline::run(const StageFunctions& functions) {
     if (forward && stage_ > 0) recv = {input.data(), input.size(), previous};
     if (!forward && stage_ + 1 < stages_)
       recv = {outputGradient.data(), outputGradient.size(), next};
-    exchange(pending, recv);
+    exchange(comm_, stage_, pending, recv);
 
     const Clock::time_point computeStart = Clock::now();
     if (forward) {
@@ -138,7 +140,7 @@ PipelineStats Pipeline::run(const StageFunctions& functions) {
     if (forward && stage_ + 1 < stages_) pending = {output.data(), output.size(), next};
     if (!forward && stage_ > 0) pending = {inputGradient.data(), inputGradient.size(), previous};
   }
-  exchange(pending, {});
+  exchange(comm_, stage_, pending, {});
   stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return stats;
 }

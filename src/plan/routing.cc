@@ -38,40 +38,68 @@ int Router::nicOfRail(int host, int rail) const {
   return nics.empty() ? -1 : nics[rail % nics.size()];
 }
 
-void Router::routesFrom(int source) {
-  routed_[source] = 1;
-  const int host = graph_.vertices[source].host;
-  const long long count = static_cast<long long>(graph_.vertices.size());
-  auto sameHost = [&](int v) { return graph_.vertices[v].host == host; };
-  // Only switches and CPUs carry a route onward; ranks and NICs are where routes end.
-  auto passable = [&](int v) {
-    VertexKind kind = graph_.vertices[v].kind;
-    return v == source || kind == VertexKind::Cpu || kind == VertexKind::Switch ||
-           kind == VertexKind::NvSwitch;
-  };
-  // Widest bottleneck to every vertex of the host (Dijkstra on max-min).
+// Only switches and CPUs carry a route onward; ranks and NICs are where routes end.
+bool Router::passable(int source, int v) const {
+  const VertexKind kind = graph_.vertices[v].kind;
+  return v == source || kind == VertexKind::Cpu || kind == VertexKind::Switch ||
+         kind == VertexKind::NvSwitch;
+}
+
+bool Router::sameHost(int a, int b) const {
+  return graph_.vertices[a].host == graph_.vertices[b].host;
+}
+
+// Dijkstra on max-min.
+std::unordered_map<int, double> Router::widestFrom(int source) const {
   std::unordered_map<int, double> width{{source, std::numeric_limits<double>::infinity()}};
   std::priority_queue<std::pair<double, int>> queue;
   queue.push({width[source], -source});
   while (!queue.empty()) {
     auto [w, negative] = queue.top();
     queue.pop();
-    int v = -negative;
-    if (w < width[v] || !passable(v)) continue;
+    const int v = -negative;
+    if (w < width[v] || !passable(source, v)) continue;
     for (int e : out_[v]) {
-      int to = graph_.edges[e].to;
-      double through = std::min(w, graph_.edges[e].capacityGBs);
-      if (sameHost(to) && through > 0 && through > width[to]) {
+      const int to = graph_.edges[e].to;
+      const double through = std::min(w, graph_.edges[e].capacityGBs);
+      if (sameHost(to, source) && through > 0 && through > width[to]) {
         width[to] = through;
         queue.push({through, -to});
       }
     }
   }
-  // Among the widest paths the one with the fewest edges: a breadth-first search per width.
+  return width;
+}
+
+// A breadth-first search over the edges at least `w` wide: the last edge into every vertex.
+std::unordered_map<int, int> Router::fewestEdgesAtWidth(int source, double w) const {
+  std::unordered_map<int, int> parentEdge{{source, -1}};
+  std::queue<int> frontier;
+  frontier.push(source);
+  while (!frontier.empty()) {
+    const int v = frontier.front();
+    frontier.pop();
+    if (!passable(source, v)) continue;
+    for (int e : out_[v]) {
+      const int to = graph_.edges[e].to;
+      if (!sameHost(to, source) || graph_.edges[e].capacityGBs < w || parentEdge.count(to))
+        continue;
+      parentEdge[to] = e;
+      frontier.push(to);
+    }
+  }
+  return parentEdge;
+}
+
+void Router::routesFrom(int source) {
+  routed_[source] = 1;
+  const long long count = static_cast<long long>(graph_.vertices.size());
+  std::unordered_map<int, double> width = widestFrom(source);
+  // Among the widest paths to each rank and NIC the one with the fewest edges.
   std::set<double> widths;
   std::vector<int> targets;
   for (auto [v, w] : width) {
-    VertexKind kind = graph_.vertices[v].kind;
+    const VertexKind kind = graph_.vertices[v].kind;
     if (v != source && (kind == VertexKind::Rank || kind == VertexKind::Nic)) {
       targets.push_back(v);
       widths.insert(w);
@@ -79,20 +107,7 @@ void Router::routesFrom(int source) {
   }
   std::sort(targets.begin(), targets.end());
   for (double w : widths) {
-    std::unordered_map<int, int> parentEdge{{source, -1}};
-    std::queue<int> frontier;
-    frontier.push(source);
-    while (!frontier.empty()) {
-      int v = frontier.front();
-      frontier.pop();
-      if (!passable(v)) continue;
-      for (int e : out_[v]) {
-        int to = graph_.edges[e].to;
-        if (!sameHost(to) || graph_.edges[e].capacityGBs < w || parentEdge.count(to)) continue;
-        parentEdge[to] = e;
-        frontier.push(to);
-      }
-    }
+    std::unordered_map<int, int> parentEdge = fewestEdgesAtWidth(source, w);
     for (int target : targets) {
       if (width[target] != w) continue;
       std::vector<int>& path = routes_[source * count + target];

@@ -29,7 +29,13 @@ class Router {
   const std::vector<int>& outEdges(int vertex) const { return out_[vertex]; }
 
  private:
+  // Every route from `source` to the ranks and NICs of its host, into routes_.
   void routesFrom(int source);
+  // Each vertex of the host reached from `source`: the widest bottleneck of a path to it.
+  std::unordered_map<int, double> widestFrom(int source) const;
+  std::unordered_map<int, int> fewestEdgesAtWidth(int source, double w) const;
+  bool passable(int source, int v) const;
+  bool sameHost(int a, int b) const;
 
   const LinkGraph& graph_;
   std::vector<std::vector<int>> out_;  // vertex -> outgoing edges, in edge order
