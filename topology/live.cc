@@ -131,43 +131,43 @@ bool importantClass(unsigned classCode, bool nvidia) {
          (sub == 0x0680 && nvidia);
 }
 
-// Without hwloc: NUMA nodes from /sys/devices/system/node, the PCI tree from sysfs paths.
-Topology sysfsTree() {
-  Topology topology;
-  topology.source = Source::Live;
-  topology.origin = "live";
+// The NUMA nodes of /sys/devices/system/node as CPU nodes of `topology` (one for the whole machine
+// where there are none): their node ids by NUMA id.
+std::map<int, int> addNumaNodes(Topology& topology) {
   CpuInfo processor;
   readCpuInfo(&processor);
   std::map<int, int> cpuByNuma;
-  for (const std::string& entry : listDir("/sys/devices/system/node")) {
-    int numa = -1;
-    if (std::sscanf(entry.c_str(), "node%d", &numa) != 1) continue;
+  auto addCpu = [&](int numa, const std::string& cpuList) {
     Node node;
     node.kind = NodeKind::Cpu;
     node.cpu = processor;
     node.cpu.numaId = numa;
-    node.cpu.cpus = parseCpuList(readLine("/sys/devices/system/node/" + entry + "/cpulist"));
+    node.cpu.cpus = parseCpuList(readLine(cpuList));
     cpuByNuma[numa] = topology.add(std::move(node), -1);
-  }
-  if (cpuByNuma.empty()) {
-    Node node;
-    node.kind = NodeKind::Cpu;
-    node.cpu = processor;
-    node.cpu.numaId = 0;
-    node.cpu.cpus = parseCpuList(readLine("/sys/devices/system/cpu/online"));
-    cpuByNuma[0] = topology.add(std::move(node), -1);
-  }
-
-  struct Device {
-    std::string busId, hostBridge;
-    std::vector<std::string> path;  // bus ids from the root bus down to this device
-    unsigned classCode;
-    bool nvidia;
-    int numa;
   };
-  std::vector<Device> devices;
+  for (const std::string& entry : listDir("/sys/devices/system/node")) {
+    int numa = -1;
+    if (std::sscanf(entry.c_str(), "node%d", &numa) == 1)
+      addCpu(numa, "/sys/devices/system/node/" + entry + "/cpulist");
+  }
+  if (cpuByNuma.empty()) addCpu(0, "/sys/devices/system/cpu/online");
+  return cpuByNuma;
+}
+
+// A PCI device as sysfs shows it.
+struct SysfsDevice {
+  std::string busId, hostBridge;
+  std::vector<std::string> path;  // bus ids from the root bus down to this device
+  unsigned classCode;
+  bool nvidia;
+  int numa;
+};
+
+// The PCI devices under a root bus, parents before their children.
+std::vector<SysfsDevice> sysfsDevices() {
+  std::vector<SysfsDevice> devices;
   for (const std::string& entry : listDir(kPciDevices)) {
-    Device device;
+    SysfsDevice device;
     device.busId = canonicalBusId(entry);
     if (device.busId.empty()) continue;
     for (const std::string& part : split(realPath(kPciDevices + entry), '/')) {
@@ -184,17 +184,50 @@ Topology sysfsTree() {
     device.numa = std::atoi(readLine(kPciDevices + entry + "/numa_node").c_str());
     if (!device.hostBridge.empty() && !device.path.empty()) devices.push_back(std::move(device));
   }
-  std::stable_sort(devices.begin(), devices.end(),
-                   [](const Device& a, const Device& b) { return a.path.size() < b.path.size(); });
+  std::stable_sort(devices.begin(), devices.end(), [](const SysfsDevice& a, const SysfsDevice& b) {
+    return a.path.size() < b.path.size();
+  });
+  return devices;
+}
 
+// The device's node: its ids from sysfs, its kind from its class and vendor.
+Node pciNode(const SysfsDevice& device) {
+  Node node;
+  node.busId = device.busId;
+  node.pciClass = fmt::format("0x{:06x}", device.classCode);
+  node.vendor = readLine(kPciDevices + device.busId + "/vendor");
+  node.device = readLine(kPciDevices + device.busId + "/device");
+  node.subsystemVendor = readLine(kPciDevices + device.busId + "/subsystem_vendor");
+  node.subsystemDevice = readLine(kPciDevices + device.busId + "/subsystem_device");
+  const unsigned sub = device.classCode >> 8;
+  const bool nvidia = node.vendor == "0x10de";
+  if (sub == 0x0604)
+    node.kind = NodeKind::Bridge;
+  else if ((device.classCode >> 16) == 0x03 && nvidia)
+    node.kind = NodeKind::Gpu;
+  else if (sub == 0x0680 && nvidia)
+    node.kind = NodeKind::NvSwitch;
+  else if ((device.classCode >> 16) == 0x02 || sub == 0x0c06)
+    node.kind = NodeKind::Nic;
+  else
+    node.kind = NodeKind::PciDevice;
+  return node;
+}
+
+// Without hwloc: NUMA nodes from /sys/devices/system/node, the PCI tree from sysfs paths.
+Topology sysfsTree() {
+  Topology topology;
+  topology.source = Source::Live;
+  topology.origin = "live";
+  const std::map<int, int> cpuByNuma = addNumaNodes(topology);
+  const std::vector<SysfsDevice> devices = sysfsDevices();
   // Keep what hwloc would: important devices and the bridges above them.
   std::map<std::string, bool> keep;
-  for (const Device& device : devices)
+  for (const SysfsDevice& device : devices)
     if (importantClass(device.classCode, device.nvidia))
       for (const std::string& busId : device.path) keep[busId] = true;
-
   std::map<std::string, int> hostBridges;
-  for (const Device& device : devices) {
+  for (const SysfsDevice& device : devices) {
     if (!keep.count(device.busId)) continue;
     int parent = -1;
     if (device.path.size() > 1) parent = topology.findBus(device.path[device.path.size() - 2]);
@@ -202,7 +235,7 @@ Topology sysfsTree() {
       auto it = hostBridges.find(device.hostBridge);
       if (it == hostBridges.end()) {
         auto numa = cpuByNuma.find(device.numa);
-        int cpu = numa != cpuByNuma.end() ? numa->second : cpuByNuma.begin()->second;
+        const int cpu = numa != cpuByNuma.end() ? numa->second : cpuByNuma.begin()->second;
         Node bridge;
         bridge.kind = NodeKind::HostBridge;
         bridge.busId = device.hostBridge;
@@ -210,26 +243,7 @@ Topology sysfsTree() {
       }
       parent = it->second;
     }
-    Node node;
-    node.busId = device.busId;
-    node.pciClass = fmt::format("0x{:06x}", device.classCode);
-    node.vendor = readLine(kPciDevices + device.busId + "/vendor");
-    node.device = readLine(kPciDevices + device.busId + "/device");
-    node.subsystemVendor = readLine(kPciDevices + device.busId + "/subsystem_vendor");
-    node.subsystemDevice = readLine(kPciDevices + device.busId + "/subsystem_device");
-    unsigned sub = device.classCode >> 8;
-    bool nvidia = node.vendor == "0x10de";
-    if (sub == 0x0604)
-      node.kind = NodeKind::Bridge;
-    else if ((device.classCode >> 16) == 0x03 && nvidia)
-      node.kind = NodeKind::Gpu;
-    else if (sub == 0x0680 && nvidia)
-      node.kind = NodeKind::NvSwitch;
-    else if ((device.classCode >> 16) == 0x02 || sub == 0x0c06)
-      node.kind = NodeKind::Nic;
-    else
-      node.kind = NodeKind::PciDevice;
-    topology.add(std::move(node), parent);
+    topology.add(pciNode(device), parent);
   }
   assignBridgeRoles(topology);
   return topology;
@@ -394,98 +408,99 @@ struct NvmlPciInfo {  // nvmlPciInfo_t as nvmlDeviceGetPciInfo_v3 fills it
   char busId[32];
 };
 
-void addNvml(Topology& topology) {
-  DynamicLibrary nvml({"libnvidia-ml.so.1", "libnvidia-ml.so"});
+// The NVML functions the topology reads, from the loaded library (null where it lacks one).
+struct Nvml {
   using Device = void*;
-  auto init = nvml.symbol<int (*)()>("nvmlInit_v2");
-  auto shutdown = nvml.symbol<int (*)()>("nvmlShutdown");
-  auto errorString = nvml.symbol<const char* (*)(int)>("nvmlErrorString");
-  auto getCount = nvml.symbol<int (*)(unsigned*)>("nvmlDeviceGetCount_v2");
-  auto getHandle = nvml.symbol<int (*)(unsigned, Device*)>("nvmlDeviceGetHandleByIndex_v2");
-  auto getPci = nvml.symbol<int (*)(Device, NvmlPciInfo*)>("nvmlDeviceGetPciInfo_v3");
-  auto getName = nvml.symbol<int (*)(Device, char*, unsigned)>("nvmlDeviceGetName");
-  auto getCapability =
-      nvml.symbol<int (*)(Device, int*, int*)>("nvmlDeviceGetCudaComputeCapability");
-  auto getLinkState = nvml.symbol<int (*)(Device, unsigned, int*)>("nvmlDeviceGetNvLinkState");
-  auto getRemotePci =
-      nvml.symbol<int (*)(Device, unsigned, NvmlPciInfo*)>("nvmlDeviceGetNvLinkRemotePciInfo_v2");
-  auto getRemoteType =
-      nvml.symbol<int (*)(Device, unsigned, int*)>("nvmlDeviceGetNvLinkRemoteDeviceType");
-  auto getNuma = nvml.symbol<int (*)(Device, unsigned*)>("nvmlDeviceGetNumaNodeId");
-  if (!nvml.loaded()) {
-    BRAID_INFO(log::kInit, "topology: NVML not loaded ({}); no NVLink information", nvml.error());
-    topology.sources.push_back("NVML: not loaded (" + nvml.error() + "), so no NVLink information");
-    return;
+  explicit Nvml(DynamicLibrary& lib)
+      : init(lib.symbol<int (*)()>("nvmlInit_v2")),
+        shutdown(lib.symbol<int (*)()>("nvmlShutdown")),
+        errorString(lib.symbol<const char* (*)(int)>("nvmlErrorString")),
+        getCount(lib.symbol<int (*)(unsigned*)>("nvmlDeviceGetCount_v2")),
+        getHandle(lib.symbol<int (*)(unsigned, Device*)>("nvmlDeviceGetHandleByIndex_v2")),
+        getPci(lib.symbol<int (*)(Device, NvmlPciInfo*)>("nvmlDeviceGetPciInfo_v3")),
+        getName(lib.symbol<int (*)(Device, char*, unsigned)>("nvmlDeviceGetName")),
+        getCapability(
+            lib.symbol<int (*)(Device, int*, int*)>("nvmlDeviceGetCudaComputeCapability")),
+        getLinkState(lib.symbol<int (*)(Device, unsigned, int*)>("nvmlDeviceGetNvLinkState")),
+        getRemotePci(lib.symbol<int (*)(Device, unsigned, NvmlPciInfo*)>(
+            "nvmlDeviceGetNvLinkRemotePciInfo_v2")),
+        getRemoteType(
+            lib.symbol<int (*)(Device, unsigned, int*)>("nvmlDeviceGetNvLinkRemoteDeviceType")),
+        getNuma(lib.symbol<int (*)(Device, unsigned*)>("nvmlDeviceGetNumaNodeId")) {}
+  // Whether the functions every version since NVLink's has are there.
+  bool complete() const {
+    return init && shutdown && getCount && getHandle && getPci && getLinkState && getRemotePci;
   }
-  if (!init || !shutdown || !getCount || !getHandle || !getPci || !getLinkState || !getRemotePci) {
-    topology.sources.push_back("NVML: too old (missing v2/v3 functions), so no NVLink information");
-    return;
-  }
-  if (int status = init(); status != 0) {
-    std::string why = errorString ? errorString(status) : fmt::format("error {}", status);
-    BRAID_INFO(log::kInit, "topology: nvmlInit failed: {}", why);
-    topology.sources.push_back("NVML: nvmlInit failed (" + why + ")");
-    return;
-  }
+
+  int (*init)();
+  int (*shutdown)();
+  const char* (*errorString)(int);
+  int (*getCount)(unsigned*);
+  int (*getHandle)(unsigned, Device*);
+  int (*getPci)(Device, NvmlPciInfo*);
+  int (*getName)(Device, char*, unsigned);
+  int (*getCapability)(Device, int*, int*);
+  int (*getLinkState)(Device, unsigned, int*);
+  int (*getRemotePci)(Device, unsigned, NvmlPciInfo*);
+  int (*getRemoteType)(Device, unsigned, int*);
+  int (*getNuma)(Device, unsigned*);
+};
+
+std::string nvmlBusOf(const NvmlPciInfo& pci) {
+  return fmt::format("{:04x}:{:02x}:{:02x}.0", pci.domain, pci.bus, pci.device);
+}
+
+// The GPU's model, compute capability and NUMA node, where NVML gives them.
+void describeGpu(const Nvml& nvml, Nvml::Device device, unsigned index, GpuInfo& gpu) {
+  gpu.index = static_cast<int>(index);
+  gpu.described = true;
+  char name[96] = {};
+  if (nvml.getName && nvml.getName(device, name, sizeof(name)) == 0) gpu.model = name;
+  int major = 0, minor = 0;
+  if (nvml.getCapability && nvml.getCapability(device, &major, &minor) == 0)
+    gpu.sm = major * 10 + minor;
+  unsigned numa = 0;
+  if (nvml.getNuma && nvml.getNuma(device, &numa) == 0 && numa < 1u << 16)
+    gpu.numaId = static_cast<int>(numa);
+}
+
+// The GPU's active NVLinks, counted per remote bus id into gpu.links (peers as NVSwitches until
+// every GPU is known); the remote device type NVML reports, by bus id.
+std::map<std::string, int> addNvLinks(const Nvml& nvml, Nvml::Device device, GpuInfo& gpu) {
   constexpr int kNvmlErrorInvalidArgument = 2, kNvmlFeatureEnabled = 1, kNvmlMaxLinks = 18;
-  constexpr int kRemoteGpu = 0, kRemoteIbmNpu = 1, kRemoteSwitch = 2;
-  auto busOf = [](const NvmlPciInfo& pci) {
-    return fmt::format("{:04x}:{:02x}:{:02x}.0", pci.domain, pci.bus, pci.device);
-  };
-  unsigned count = 0;
-  getCount(&count);
-  for (Node& node : topology.nodes)
-    if (node.kind == NodeKind::Gpu) node.gpu.index = -1;  // NVML's numbering replaces bus order
-  std::vector<std::pair<int, std::map<std::string, int>>> remoteTypes;
-  for (unsigned i = 0; i < count; ++i) {
-    Device device = nullptr;
-    NvmlPciInfo pci{};
-    if (getHandle(i, &device) != 0 || getPci(device, &pci) != 0) continue;
-    int index = topology.findBus(busOf(pci));
-    if (index < 0) {
-      topology.notes.push_back(
-          fmt::format("NVML GPU {} ({}) is not in the PCI tree.", i, busOf(pci)));
+  std::map<std::string, int> types;
+  for (int link = 0; link < kNvmlMaxLinks; ++link) {
+    int state = 0;
+    const int status = nvml.getLinkState(device, link, &state);
+    if (status == kNvmlErrorInvalidArgument) break;
+    NvmlPciInfo remote{};
+    if (status != 0 || state != kNvmlFeatureEnabled ||
+        nvml.getRemotePci(device, link, &remote) != 0)
       continue;
+    const std::string target = nvmlBusOf(remote);
+    auto existing = std::find_if(gpu.links.begin(), gpu.links.end(),
+                                 [&](const GpuLink& l) { return l.target == target; });
+    if (existing == gpu.links.end()) {
+      gpu.links.push_back(GpuLink{target, 0, PeerKind::NvSwitch, ""});
+      existing = gpu.links.end() - 1;
     }
-    Node& node = topology.nodes[index];
-    node.kind = NodeKind::Gpu;
-    GpuInfo& gpu = node.gpu;
-    gpu.index = static_cast<int>(i);
-    gpu.described = true;
-    char name[96] = {};
-    if (getName && getName(device, name, sizeof(name)) == 0) gpu.model = name;
-    int major = 0, minor = 0;
-    if (getCapability && getCapability(device, &major, &minor) == 0) gpu.sm = major * 10 + minor;
-    unsigned numa = 0;
-    if (getNuma && getNuma(device, &numa) == 0 && numa < 1u << 16)
-      gpu.numaId = static_cast<int>(numa);
-    std::map<std::string, int> types;
-    for (int link = 0; link < kNvmlMaxLinks; ++link) {
-      int state = 0;
-      int status = getLinkState(device, link, &state);
-      if (status == kNvmlErrorInvalidArgument) break;
-      NvmlPciInfo remote{};
-      if (status != 0 || state != kNvmlFeatureEnabled || getRemotePci(device, link, &remote) != 0)
-        continue;
-      std::string target = busOf(remote);
-      auto existing = std::find_if(gpu.links.begin(), gpu.links.end(),
-                                   [&](const GpuLink& l) { return l.target == target; });
-      if (existing == gpu.links.end()) {
-        gpu.links.push_back(GpuLink{target, 0, PeerKind::NvSwitch, ""});
-        existing = gpu.links.end() - 1;
-      }
-      ++existing->count;
-      int type = -1;
-      if (getRemoteType && getRemoteType(device, link, &type) == 0) types[target] = type;
-    }
-    remoteTypes.emplace_back(index, std::move(types));
+    ++existing->count;
+    int type = -1;
+    if (nvml.getRemoteType && nvml.getRemoteType(device, link, &type) == 0) types[target] = type;
   }
-  shutdown();
-  // Peers are known once every GPU is: a GPU's bus id, else what NVML says, else an NVSwitch.
-  for (auto& [index, types] : remoteTypes) {
+  return types;
+}
+
+// Each link's peer, once every GPU is known: a GPU's bus id, else what NVML says, else an
+// NVSwitch. `remoteTypes`: by GPU node, NVML's remote device types by bus id.
+void classifyNvLinkPeers(
+    Topology& topology,
+    const std::vector<std::pair<int, std::map<std::string, int>>>& remoteTypes) {
+  constexpr int kRemoteGpu = 0, kRemoteIbmNpu = 1, kRemoteSwitch = 2;
+  for (const auto& [index, types] : remoteTypes)
     for (GpuLink& link : topology.nodes[index].gpu.links) {
-      int peer = topology.findBus(link.target);
-      auto type = types.find(link.target);
+      const int peer = topology.findBus(link.target);
+      const auto type = types.find(link.target);
       if ((peer >= 0 && topology.nodes[peer].kind == NodeKind::Gpu) ||
           (type != types.end() && type->second == kRemoteGpu))
         link.peer = PeerKind::Gpu;
@@ -494,7 +509,50 @@ void addNvml(Topology& topology) {
       else if (type == types.end() || type->second == kRemoteSwitch)
         link.peer = PeerKind::NvSwitch;
     }
+}
+
+void addNvml(Topology& topology) {
+  DynamicLibrary library({"libnvidia-ml.so.1", "libnvidia-ml.so"});
+  const Nvml nvml(library);
+  if (!library.loaded()) {
+    BRAID_INFO(log::kInit, "topology: NVML not loaded ({}); no NVLink information",
+               library.error());
+    topology.sources.push_back("NVML: not loaded (" + library.error() +
+                               "), so no NVLink information");
+    return;
   }
+  if (!nvml.complete()) {
+    topology.sources.push_back("NVML: too old (missing v2/v3 functions), so no NVLink information");
+    return;
+  }
+  if (int status = nvml.init(); status != 0) {
+    std::string why = nvml.errorString ? nvml.errorString(status) : fmt::format("error {}", status);
+    BRAID_INFO(log::kInit, "topology: nvmlInit failed: {}", why);
+    topology.sources.push_back("NVML: nvmlInit failed (" + why + ")");
+    return;
+  }
+  unsigned count = 0;
+  nvml.getCount(&count);
+  for (Node& node : topology.nodes)
+    if (node.kind == NodeKind::Gpu) node.gpu.index = -1;  // NVML's numbering replaces bus order
+  std::vector<std::pair<int, std::map<std::string, int>>> remoteTypes;
+  for (unsigned i = 0; i < count; ++i) {
+    Nvml::Device device = nullptr;
+    NvmlPciInfo pci{};
+    if (nvml.getHandle(i, &device) != 0 || nvml.getPci(device, &pci) != 0) continue;
+    const int index = topology.findBus(nvmlBusOf(pci));
+    if (index < 0) {
+      topology.notes.push_back(
+          fmt::format("NVML GPU {} ({}) is not in the PCI tree.", i, nvmlBusOf(pci)));
+      continue;
+    }
+    Node& node = topology.nodes[index];
+    node.kind = NodeKind::Gpu;
+    describeGpu(nvml, device, i, node.gpu);
+    remoteTypes.emplace_back(index, addNvLinks(nvml, device, node.gpu));
+  }
+  nvml.shutdown();
+  classifyNvLinkPeers(topology, remoteTypes);
   topology.sources.push_back(fmt::format("NVML: {} GPU(s)", count));
 }
 

@@ -300,52 +300,56 @@ void printSummary(std::ostream& out, const Topology& topology) {
   for (const std::string& note : topology.notes) out << "  Note: " << note << '\n';
 }
 
-std::string toJson(const Topology& topology, const Matrix& matrix) {
-  using nlohmann::json;
-  json nodes = json::array();
-  for (size_t i = 0; i < topology.nodes.size(); ++i) {
-    const Node& node = topology.nodes[i];
-    json entry = {{"id", i}, {"kind", kindName(node.kind)}, {"parent", node.parent}};
-    if (!node.busId.empty()) entry["busid"] = node.busId;
-    if (!node.pciClass.empty()) entry["class"] = node.pciClass;
-    if (!node.name.empty()) entry["name"] = node.name;
-    if (node.kind == NodeKind::Bridge) entry["role"] = roleName(node.role);
-    if (node.kind != NodeKind::Cpu && node.kind != NodeKind::HostBridge && !node.link.internal)
-      entry["link"] = {{"gts", node.link.laneGTs},
-                       {"width", node.link.width},
-                       {"gbps", node.link.bandwidth()},
-                       {"estimated", node.link.estimated()}};
-    if (node.kind == NodeKind::Cpu) {
-      const CpuInfo& cpu = node.cpu;
-      entry["numa"] = cpu.numaId;
-      entry["cpus"] = cpuList(cpu.cpus);
-      entry["arch"] = cpu.arch;
-      entry["vendor"] = cpu.vendor;
-      if (!cpu.model.empty()) entry["model"] = cpu.model;
-    }
-    if (node.kind == NodeKind::Gpu) {
-      json links = json::array();
-      for (const GpuLink& link : node.gpu.links)
-        links.push_back({{"target", link.target},
-                         {"count", link.count},
-                         {"peer", link.peer == PeerKind::Gpu        ? "gpu"
-                                  : link.peer == PeerKind::NvSwitch ? "nvswitch"
-                                                                    : "cpu"}});
-      entry["gpu"] = {{"index", node.gpu.index},
-                      {"sm", node.gpu.sm},
-                      {"model", node.gpu.model},
-                      {"links", links},
-                      {"link_kind", node.gpu.xgmi ? "xgmi" : "nvlink"}};
-    }
-    if (node.kind == NodeKind::Nic) {
-      json ports = json::array();
-      for (const NetPort& port : node.ports)
-        ports.push_back(
-            {{"name", port.name}, {"speed_mbps", port.speedMbps}, {"in_matrix", port.inMatrix}});
-      entry["ports"] = ports;
-    }
-    nodes.push_back(entry);
+namespace {
+
+using nlohmann::json;
+
+// One node of the tree, with what its kind adds (a CPU's cores, a GPU's links, a NIC's ports).
+json nodeJson(const Node& node, size_t id) {
+  json entry = {{"id", id}, {"kind", kindName(node.kind)}, {"parent", node.parent}};
+  if (!node.busId.empty()) entry["busid"] = node.busId;
+  if (!node.pciClass.empty()) entry["class"] = node.pciClass;
+  if (!node.name.empty()) entry["name"] = node.name;
+  if (node.kind == NodeKind::Bridge) entry["role"] = roleName(node.role);
+  if (node.kind != NodeKind::Cpu && node.kind != NodeKind::HostBridge && !node.link.internal)
+    entry["link"] = {{"gts", node.link.laneGTs},
+                     {"width", node.link.width},
+                     {"gbps", node.link.bandwidth()},
+                     {"estimated", node.link.estimated()}};
+  if (node.kind == NodeKind::Cpu) {
+    const CpuInfo& cpu = node.cpu;
+    entry["numa"] = cpu.numaId;
+    entry["cpus"] = cpuList(cpu.cpus);
+    entry["arch"] = cpu.arch;
+    entry["vendor"] = cpu.vendor;
+    if (!cpu.model.empty()) entry["model"] = cpu.model;
   }
+  if (node.kind == NodeKind::Gpu) {
+    json links = json::array();
+    for (const GpuLink& link : node.gpu.links)
+      links.push_back({{"target", link.target},
+                       {"count", link.count},
+                       {"peer", link.peer == PeerKind::Gpu        ? "gpu"
+                                : link.peer == PeerKind::NvSwitch ? "nvswitch"
+                                                                  : "cpu"}});
+    entry["gpu"] = {{"index", node.gpu.index},
+                    {"sm", node.gpu.sm},
+                    {"model", node.gpu.model},
+                    {"links", links},
+                    {"link_kind", node.gpu.xgmi ? "xgmi" : "nvlink"}};
+  }
+  if (node.kind == NodeKind::Nic) {
+    json ports = json::array();
+    for (const NetPort& port : node.ports)
+      ports.push_back(
+          {{"name", port.name}, {"speed_mbps", port.speedMbps}, {"in_matrix", port.inMatrix}});
+    entry["ports"] = ports;
+  }
+  return entry;
+}
+
+// The matrix as nvidia-smi topo -m prints it: labels, names, each pair's class and bandwidth.
+json matrixJson(const Topology& topology, const Matrix& matrix) {
   json labels = json::array(), names = json::array(), classes = json::array(),
        bandwidth = json::array();
   for (const Endpoint& endpoint : matrix.endpoints) {
@@ -364,14 +368,22 @@ std::string toJson(const Topology& topology, const Matrix& matrix) {
     classes.push_back(classRow);
     bandwidth.push_back(bandwidthRow);
   }
-  json document = {
-      {"source", sourceName(topology)},
-      {"host_bridges_known", topology.hostBridgesKnown},
-      {"nodes", nodes},
-      {"matrix",
-       {{"labels", labels}, {"names", names}, {"classes", classes}, {"bandwidth_gbps", bandwidth}}},
-      {"notes", topology.notes},
-      {"sources", topology.sources}};
+  return {
+      {"labels", labels}, {"names", names}, {"classes", classes}, {"bandwidth_gbps", bandwidth}};
+}
+
+}  // namespace
+
+std::string toJson(const Topology& topology, const Matrix& matrix) {
+  json nodes = json::array();
+  for (size_t i = 0; i < topology.nodes.size(); ++i)
+    nodes.push_back(nodeJson(topology.nodes[i], i));
+  json document = {{"source", sourceName(topology)},
+                   {"host_bridges_known", topology.hostBridgesKnown},
+                   {"nodes", nodes},
+                   {"matrix", matrixJson(topology, matrix)},
+                   {"notes", topology.notes},
+                   {"sources", topology.sources}};
   if (topology.source == Source::Live) document["discovery_ms"] = topology.discoveryMs;
   // Names come from files and sysfs: bytes that are not UTF-8 become U+FFFD instead of throwing.
   return document.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
