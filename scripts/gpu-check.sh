@@ -244,11 +244,13 @@ more_tests() {
   BRAID_ALGO=tree gtest comm-ranks-tree test_gpu_comm "$limit" --gtest_filter='*CudaCommRanks*' &
   BRAID_ALGO=tree BRAID_PROTO=ll gtest comm-ranks-tree-ll test_gpu_comm "$limit" \
     --gtest_filter='*CudaCommRanks*' &
-  # A group's tree all-reduces as work lists (40 small ones: lists of 32 and 8), ranks as threads
-  # and driven from one thread, Simple and LL.
+  # A group's tree all-reduces as work lists (40 small ones: lists of up to 32 calls per rank as
+  # threads, 16 or fewer per rank when one thread drives them; Avg's calls alone), ranks as threads
+  # and driven from one thread, on Simple slots (named: the model gives small calls LL) and LL.
   local groups='CudaComm.AGroupsCollectivesShareALaunch'
   groups+=':CudaComm.OneThreadDrivesEveryRankThroughAGroupOfCollectives'
-  BRAID_ALGO=tree gtest comm-groups-tree test_gpu_comm "$limit" --gtest_filter="$groups" &
+  BRAID_ALGO=tree BRAID_PROTO=Simple gtest comm-groups-tree test_gpu_comm "$limit" \
+    --gtest_filter="$groups" &
   BRAID_ALGO=tree BRAID_PROTO=ll gtest comm-groups-tree-ll test_gpu_comm "$limit" \
     --gtest_filter="$groups" &
   # The segmented protocol on every ring call.

@@ -114,7 +114,7 @@ void launchRing(std::span<const RankCalls> ranks, DeviceProtocol protocol, const
 template <class T, class Ports>
 void launchTree(std::span<const RankCalls> ranks, DeviceProtocol protocol, const void* kernel,
                 void* stream) {
-  static_assert(sizeof(TreeLaunch<T, Ports>) <= 32764, "a kernel's parameters, CUDA 12.1 on");
+  static_assert(sizeof(TreeLaunch<T, Ports>) <= 12288, "kMaxLaunchWorks's promise");
   TreeLaunch<T, Ports> params{};
   params.timeoutNs = ranks.front().front().ctx->timeoutNs;
   int blocks = 0, works = 0;

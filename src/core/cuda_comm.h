@@ -88,7 +88,7 @@ struct CudaCall {
 // Queues the same collectives of one rank, or of several ranks of one communicator in this
 // process on one GPU, in one launch (their blocks wait for each other, and CUDA does not promise
 // that kernels launched apart run together); each rank stays ordered on its own stream. A rank's
-// calls are next to each other, on one stream; several of them share a ring kernel
+// calls are next to each other, on one stream; several of them share a ring or tree kernel
 // (coll/device_executor.h's launchCollective). The direct engine needs every rank of the
 // communicator in the launch, or one rank's call with its `window`. Returns without waiting for
 // the device.

@@ -14,7 +14,7 @@
 #                 (coll/ring_engine.h), so the first lane publishes a segment while the warp's other
 #                 lanes may still write it.
 # And the tree engine's, on test_tree_form (6 ranks, 5 back to back, 7 as trees of hosts of 3, 3
-# running work lists):
+# running work lists in each protocol):
 #   tree-no-barrier: the tree steps' votes before a post are dropped (coll/tree_engine.h);
 #   tree-no-resume:  a rank's port to its parent no longer takes up the FIFO's counters;
 #   tree-list-restart: each call of a work list starts from the counters the list started from
@@ -28,7 +28,7 @@
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 filter="${1:-Grid/*4ranks_1ch_4threads_2slots*}"
-tree_filter='*/6ranks_4threads_2slots:*/backtoback_5ranks_2threads_1slots:*/7ranks_3perhost_2threads_2slots:*/lists_3ranks_4threads_2slots'
+tree_filter='*/6ranks_4threads_2slots:*/backtoback_5ranks_2threads_1slots:*/7ranks_3perhost_2threads_2slots:*/lists_3ranks_4threads_2slots:*/ll_lists_3ranks_4threads_2slots'
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 cccl=/usr/local/cuda/include/cccl

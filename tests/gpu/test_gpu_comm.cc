@@ -314,7 +314,8 @@ const std::pair<braidDataType_t, braidRedOp_t> kGroupKinds[] = {
     {braidFloat32, kPreMulSum},
     {braidFloat64, braidAvg}};  // Avg: a launch per call that reduces
 
-// A group's ring collectives of one kernel share a launch (a work list, docs/core.md): each rank,
+// A group's ring collectives of one kernel share a launch (a work list, docs/core.md; with
+// BRAID_ALGO=tree, as gpu-check runs it too, the all-reduces' runs share a tree kernel): each rank,
 // a thread, issues in one group mixed collectives of one datatype and operator (all-reduce,
 // all-gather, reduce-scatter, broadcast, reduce; in place and not; sizes for LL, Simple and in
 // between, so the model cuts the run where the protocol changes), then 40 small all-reduces in
@@ -377,7 +378,8 @@ TEST_F(CudaComm, AGroupsCollectivesShareALaunch) {
 }
 
 // One thread drives every rank of the GPU through the same groups (braidCommInitAll): the k-th
-// calls of every rank go in one launch, and a run of them one ring kernel runs in one launch too
+// calls of every rank go in one launch, and a run of them one ring (or, with BRAID_ALGO=tree, tree)
+// kernel runs in one launch too
 // (every rank's calls a work list; at most 32 calls over the ranks). A stream per rank.
 TEST_F(CudaComm, OneThreadDrivesEveryRankThroughAGroupOfCollectives) {
   for (int n : {2, 4, 8})  // 8 ranks: at most 4 calls of each in a launch
