@@ -311,6 +311,44 @@ void writeAll(int fd, const char* data, size_t size) {
   }
 }
 
+// The child's part: imports the file and writes hwloc's export of it to `out` (status 0), or why
+// not (status 1). A crash here is the child's own end, reported by the parent: no inherited crash
+// handler runs, and hwloc's warnings about the file stay quiet (the parent says what went wrong).
+[[noreturn]] void importInChild(const std::string& xml, int out) {
+  for (int signal : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) std::signal(signal, SIG_DFL);
+  setenv("HWLOC_HIDE_ERRORS", "2", 1);
+  HwlocHandle hwloc = loadXmlBuffer(xml);
+  char* exported = nullptr;
+  int length = 0;
+  if (hwloc && hwloc_topology_export_xmlbuffer(hwloc.get(), &exported, &length, 0) == 0) {
+    writeAll(out, exported, static_cast<size_t>(length > 0 ? length - 1 : 0));
+    _exit(0);
+  }
+  const char* why = std::strerror(errno);
+  writeAll(out, why, std::strlen(why));
+  _exit(1);
+}
+
+// Everything `fd` carries until its writer closes it, into `output`; false when `timeoutMs` ran
+// out first.
+bool readAllWithin(int fd, int timeoutMs, std::string& output) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
+  while (true) {
+    const int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                          deadline - std::chrono::steady_clock::now())
+                                          .count());
+    pollfd ready{fd, POLLIN, 0};
+    const int polled = left > 0 ? poll(&ready, 1, left) : 0;
+    if (polled < 0 && errno == EINTR) continue;
+    if (polled <= 0) return false;
+    char chunk[65536];
+    const ssize_t got = read(fd, chunk, sizeof(chunk));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return true;
+    output.append(chunk, static_cast<size_t>(got));
+  }
+}
+
 // hwloc's importer is not hardened against hostile files (hwloc 2.9 dereferences a NUMA node's
 // missing complete_nodeset, for one). So a child process imports the file and hands back hwloc's
 // own export of what it read, which this process then imports: a crash or a hang costs the child
@@ -319,51 +357,20 @@ std::string importedByChild(const std::string& xml, const std::string& origin) {
   constexpr int kTimeoutMs = 10000;  // hwloc reads a large machine's file in well under a second
   int fds[2];
   if (pipe(fds) != 0) failErrno(braidSystemError, origin + ": pipe", errno);
-  pid_t child = fork();
+  const pid_t child = fork();
   if (child < 0) {
-    int err = errno;
+    const int err = errno;
     close(fds[0]);
     close(fds[1]);
     failErrno(braidSystemError, origin + ": fork", err);
   }
   if (child == 0) {
     close(fds[0]);
-    // A crash here is the child's own end, reported by the parent: no inherited crash handler runs,
-    // and hwloc's warnings about the file stay quiet (the parent says what went wrong).
-    for (int signal : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) std::signal(signal, SIG_DFL);
-    setenv("HWLOC_HIDE_ERRORS", "2", 1);
-    HwlocHandle hwloc = loadXmlBuffer(xml);
-    char* exported = nullptr;
-    int length = 0;
-    if (hwloc && hwloc_topology_export_xmlbuffer(hwloc.get(), &exported, &length, 0) == 0) {
-      writeAll(fds[1], exported, static_cast<size_t>(length > 0 ? length - 1 : 0));
-      _exit(0);
-    }
-    const char* why = std::strerror(errno);
-    writeAll(fds[1], why, std::strlen(why));
-    _exit(1);
+    importInChild(xml, fds[1]);
   }
   close(fds[1]);
   std::string output;
-  bool timedOut = false;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kTimeoutMs);
-  while (true) {
-    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                    deadline - std::chrono::steady_clock::now())
-                                    .count());
-    pollfd ready{fds[0], POLLIN, 0};
-    int polled = left > 0 ? poll(&ready, 1, left) : 0;
-    if (polled < 0 && errno == EINTR) continue;
-    if (polled <= 0) {
-      timedOut = true;
-      break;
-    }
-    char chunk[65536];
-    ssize_t got = read(fds[0], chunk, sizeof(chunk));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;
-    output.append(chunk, static_cast<size_t>(got));
-  }
+  const bool timedOut = !readAllWithin(fds[0], kTimeoutMs, output);
   close(fds[0]);
   if (timedOut) kill(child, SIGKILL);
   int status = 0;
