@@ -134,7 +134,7 @@ class Grid {
     layoutRank(c, rank, shape_.ranks, b);
     visitDtype(c.type, [&](auto element) {
       using T = decltype(element);
-      const T scale = premulScalar<T>(rank);
+      const T scale = premulScalar<T>(rank, c.salt);
       std::memcpy(scales_.data() + rank * sizeof(T), &scale, sizeof(T));
     });
     inputs_[rank] = b.input;
@@ -578,11 +578,14 @@ class WorkListGrid {
       using R = decltype(reduction);
       using T = typename R::Storage;
       constexpr bool kPrescaled = decltype(prescaled)::value;
-      T scale{};  // the rank's scalar in the datatype's bits (the storage type holds them)
-      visitDtype(list.front().type, [&](auto element) {
-        const auto value = premulScalar<decltype(element)>(rank);
-        if constexpr (sizeof value == sizeof scale) std::memcpy(&scale, &value, sizeof scale);
-      });
+      // Each call's scalar of this rank (they differ from call to call) in the datatype's bits
+      // (the storage type holds them).
+      std::vector<T> scales(list.size());
+      for (size_t k = 0; k < list.size(); ++k)
+        visitDtype(list[k].type, [&](auto element) {
+          const auto value = premulScalar<decltype(element)>(rank, list[k].salt);
+          if constexpr (sizeof value == sizeof(T)) std::memcpy(&scales[k], &value, sizeof(T));
+        });
       std::vector<braid::RingWork<T>> works;
       for (size_t k = 0; k < list.size(); ++k) {
         const Case& c = list[k];
@@ -591,9 +594,9 @@ class WorkListGrid {
                                  reinterpret_cast<T*>(b.output), c.count, c.count,
                                  c.op == braidAvg ? n : 1}};
         if (k % 2 == 0)  // the scalar read where the block finds it, or given by value
-          work.scale = &scale;
+          work.scale = &scales[k];
         else
-          work.scaleValue = scale;
+          work.scaleValue = scales[k];
         works.push_back(work);
       }
       const int size = static_cast<int>(works.size());

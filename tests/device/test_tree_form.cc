@@ -248,12 +248,13 @@ class TreeGrid {
                           " (tree " + treeShapeName(shape_) + "): " + what);
   }
 
-  // The rank's scalar of PreMulSum, as the grid's element type makes it, in the storage's bits.
+  // The rank's scalar of PreMulSum in case c, as the grid's element type makes it, in the
+  // storage's bits.
   template <class T>
   static T scaleOf(const Case& c, int rank) {
     T scale{};
     visitDtype(c.type, [&](auto element) {
-      const auto value = premulScalar<decltype(element)>(rank);
+      const auto value = premulScalar<decltype(element)>(rank, c.salt);
       // Every pairing of types compiles; only the grid's own (same size) runs.
       if constexpr (sizeof value == sizeof scale) std::memcpy(&scale, &value, sizeof scale);
     });
@@ -277,7 +278,8 @@ class TreeGrid {
       using R = decltype(reduction);
       using T = typename R::Storage;
       constexpr bool kPrescaled = decltype(prescaled)::value;
-      const T scale = scaleOf<T>(c, rank);
+      std::vector<T> scales;  // each call's: they differ from call to call
+      for (size_t i = first; i < end; ++i) scales.push_back(scaleOf<T>(cases_[i], rank));
       std::vector<braid::TreeWork<T>> works;
       for (size_t i = first; i < end; ++i) {
         const RankBuffers& b = buffers_[shape_.backToBack || shape_.listed ? i : 0][rank];
@@ -285,9 +287,9 @@ class TreeGrid {
                                 reinterpret_cast<T*>(b.output), cases_[i].count,
                                 c.op == braidAvg ? n : 1};
         if (i % 2 == 0)
-          work.scale = &scale;
+          work.scale = &scales[i - first];
         else
-          work.scaleValue = scale;
+          work.scaleValue = scales[i - first];
         works.push_back(work);
       }
       const int size = static_cast<int>(works.size());

@@ -65,7 +65,7 @@ inline braidResult_t issueCase(const Case& c, int rank, int n, braidComm_t comm,
   if (c.op == kPreMulSum) {
     visitDtype(c.type, [&](auto element) {
       using T = decltype(element);
-      T scalar = premulScalar<T>(rank);
+      T scalar = premulScalar<T>(rank, c.salt);
       braidRedOpCreatePreMulSum(&op, &scalar, c.type, braidScalarHostImmediate, comm);
     });
   }

@@ -62,7 +62,7 @@ void runCase(const Shape& shape, const Case& c, DeviceArena& arena, cudaStream_t
       for (int r = 0; r < n; ++r) {
         launch.inputs[r] = reinterpret_cast<const T*>(dev[r].input);
         launch.outputs[r] = reinterpret_cast<T*>(dev[r].output);
-        launch.scales[r] = premulScalar<T>(r);
+        launch.scales[r] = premulScalar<T>(r, c.salt);
         for (int ch = 0; ch < channels; ++ch)
           launch.blocks[r * channels + ch] = {c.collective,
                                               n,
@@ -114,7 +114,7 @@ void runCase(const Shape& shape, const Case& c, DeviceArena& arena, cudaStream_t
                        c.count,
                        c.count,
                        divisor};
-          work.scaleValue = premulScalar<T>(r);
+          work.scaleValue = premulScalar<T>(r, c.salt);
           auto& block = launch.blocks[b];
           block.firstWork = b;
           block.nWorks = 1;

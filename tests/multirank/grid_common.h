@@ -199,7 +199,8 @@ std::string formatElement(const T& v) {
 //         floats: random bit patterns, NaN and -0 replaced so max/min are unambiguous (fp8:
 //         also infinity, which the saturating conversion turns into the largest finite value).
 //  PreMulSum  as Sum, each rank's input times premulScalar (1, or -1 for floats and 3 for
-//         integers on odd ranks), which keeps every sum as exact as Sum's.
+//         integers on ranks past the first, as the case's salt says), which keeps every sum as
+//         exact as Sum's.
 //  Avg    floats: as Sum; integers: [-15, 15] signed, [0, 31] unsigned, so the sum of 8 ranks
 //         never wraps and only the division rounds (C truncation toward zero).
 enum class InputKind { Data, Sum, Prod, MaxMin, Avg };
@@ -354,14 +355,17 @@ T inputValue(uint64_t salt, int rank, size_t index) {
   }
 }
 
-// PreMulSum's scalar of each rank: 1 on even ranks; on odd ones -1 for floats (exact, so the Sum
-// inputs' sums stay exact) and 3 for integers (which wrap, exactly).
-inline int premulFactor(bool isFloat, int rank) {
-  return rank % 2 == 0 ? 1 : isFloat ? -1 : 3;
+// PreMulSum's scalar of each rank in the case of `salt`: 1, or on ranks past the first as the
+// salt's bits say, -1 for floats (exact, so the Sum inputs' sums stay exact) and 3 for integers
+// (which wrap, exactly). Calls of one kernel launch (a work list) thus carry different scalars.
+// Rank 0's stays 1: a lone rank's 0 times -1 is -0, which the reference (in integers) writes 0.
+inline int premulFactor(bool isFloat, int rank, uint64_t salt) {
+  const bool scaled = rank > 0 && ((salt >> (rank % 64)) & 1) != 0;
+  return !scaled ? 1 : isFloat ? -1 : 3;
 }
 template <typename T>
-T premulScalar(int rank) {
-  return fromDouble<T>(premulFactor(kIsFloat<T>, rank));
+T premulScalar(int rank, uint64_t salt) {
+  return fromDouble<T>(premulFactor(kIsFloat<T>, rank, salt));
 }
 
 // The reduction with kOp over ranks 0..nranks-1 of their inputs at `index`. Floats are reduced in
@@ -395,7 +399,7 @@ T referenceReduce(uint64_t salt, int nranks, size_t index) {
   } else if constexpr (kIsFloat<T>) {  // Sum, Avg, PreMulSum
     int steps = 0;
     for (int rank = 0; rank < nranks; ++rank) {
-      const int factor = kOp == kPreMulSum ? premulFactor(true, rank) : 1;
+      const int factor = kOp == kPreMulSum ? premulFactor(true, rank, salt) : 1;
       steps += factor * sumSteps<T>(mixBits(salt, rank, index));
     }
     const double exact = steps * kSumUnit<T>;
@@ -416,7 +420,7 @@ T referenceReduce(uint64_t salt, int nranks, size_t index) {
     uint64_t wrapped = kOp == braidProd ? 1 : 0;  // modulo 2^64, truncated to T's width below
     for (int rank = 0; rank < nranks; ++rank) {
       auto v = static_cast<uint64_t>(static_cast<int64_t>(input(rank)));
-      if (kOp == kPreMulSum) v *= static_cast<uint64_t>(premulFactor(false, rank));
+      if (kOp == kPreMulSum) v *= static_cast<uint64_t>(premulFactor(false, rank, salt));
       wrapped = kOp == braidProd ? wrapped * v : wrapped + v;
     }
     return static_cast<T>(static_cast<std::make_unsigned_t<T>>(wrapped));

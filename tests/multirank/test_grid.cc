@@ -504,7 +504,7 @@ class RankRun {
       auto setScalar = [&](bool right) {
         visitDtype(c.type, [&](auto element) {
           using T = decltype(element);
-          const T scalar = right ? premulScalar<T>(rank_) : fromDouble<T>(2);
+          const T scalar = right ? premulScalar<T>(rank_, c.salt) : fromDouble<T>(2);
           std::memcpy(scalar_, &scalar, sizeof scalar);
         });
       };
