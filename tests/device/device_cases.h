@@ -156,6 +156,19 @@ inline std::vector<Case> casesFor(const Shape& shape) {
   return cases;
 }
 
+// Rank `rank`'s PreMulSum scalar of case c (premulScalar), in the bits of storage type T (an
+// engine's R::Storage, which holds the element type's bits).
+template <class T>
+T premulScalarBits(const Case& c, int rank) {
+  T scale{};
+  visitDtype(c.type, [&](auto element) {
+    const auto value = premulScalar<decltype(element)>(rank, c.salt);
+    // Every pairing of types compiles; only the grid's own (same size) runs.
+    if constexpr (sizeof value == sizeof scale) std::memcpy(&scale, &value, sizeof scale);
+  });
+  return scale;
+}
+
 inline InputKind kindOf(const Case& c) {
   return reduces(c.collective) ? inputKindFor(c.op) : InputKind::Data;
 }

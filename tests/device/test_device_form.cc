@@ -578,14 +578,8 @@ class WorkListGrid {
       using R = decltype(reduction);
       using T = typename R::Storage;
       constexpr bool kPrescaled = decltype(prescaled)::value;
-      // Each call's scalar of this rank (they differ from call to call) in the datatype's bits
-      // (the storage type holds them).
-      std::vector<T> scales(list.size());
-      for (size_t k = 0; k < list.size(); ++k)
-        visitDtype(list[k].type, [&](auto element) {
-          const auto value = premulScalar<decltype(element)>(rank, list[k].salt);
-          if constexpr (sizeof value == sizeof(T)) std::memcpy(&scales[k], &value, sizeof(T));
-        });
+      std::vector<T> scales;  // each call's: they differ from call to call
+      for (const Case& c : list) scales.push_back(premulScalarBits<T>(c, rank));
       std::vector<braid::RingWork<T>> works;
       for (size_t k = 0; k < list.size(); ++k) {
         const Case& c = list[k];

@@ -248,19 +248,6 @@ class TreeGrid {
                           " (tree " + treeShapeName(shape_) + "): " + what);
   }
 
-  // The rank's scalar of PreMulSum in case c, as the grid's element type makes it, in the
-  // storage's bits.
-  template <class T>
-  static T scaleOf(const Case& c, int rank) {
-    T scale{};
-    visitDtype(c.type, [&](auto element) {
-      const auto value = premulScalar<decltype(element)>(rank, c.salt);
-      // Every pairing of types compiles; only the grid's own (same size) runs.
-      if constexpr (sizeof value == sizeof scale) std::memcpy(&scale, &value, sizeof scale);
-    });
-    return scale;
-  }
-
   // Cases [first, end), of one datatype and operator, as one work list of this rank's block on
   // `tree` (one case: the list of one a call is): its scalar read where the block finds it, or
   // given by value, in turn.
@@ -279,7 +266,7 @@ class TreeGrid {
       using T = typename R::Storage;
       constexpr bool kPrescaled = decltype(prescaled)::value;
       std::vector<T> scales;  // each call's: they differ from call to call
-      for (size_t i = first; i < end; ++i) scales.push_back(scaleOf<T>(cases_[i], rank));
+      for (size_t i = first; i < end; ++i) scales.push_back(premulScalarBits<T>(cases_[i], rank));
       std::vector<braid::TreeWork<T>> works;
       for (size_t i = first; i < end; ++i) {
         const RankBuffers& b = buffers_[shape_.backToBack || shape_.listed ? i : 0][rank];
