@@ -173,11 +173,90 @@ std::vector<size_t> sweepSizes(const Options& o) {
   return sizes;
 }
 
-std::optional<Options> parseOptions(int argc, char** argv) {
-  Options o;
-  std::string collective, minBytes, maxBytes, stepBytes, datatype = "float", op = "sum";
-  int check = 1, blocking = 0;
+namespace {
 
+// The flags CLI11 fills as text or numbers, before they become Options.
+struct Flags {
+  std::string collective, minBytes, maxBytes, stepBytes, datatype = "float", op = "sum";
+  std::string bind = "core";
+  int check = 1, blocking = 0;
+  bool showEnv = false;
+  CLI::Option* processes = nullptr;
+};
+
+void addSweepFlags(CLI::App& app, Options& o, Flags& f) {
+  app.add_option("collective", f.collective, "which collective to run");
+  app.add_flag("--env", f.showEnv,
+               "print braid's tunables (environment variables, values in use, defaults) and exit");
+  app.add_option("-b,--minbytes", f.minBytes, "smallest message size (default 32M)");
+  app.add_option("-e,--maxbytes", f.maxBytes, "largest message size (default 32M)");
+  app.add_option("-i,--stepbytes", f.stepBytes, "size increment when -f is 1 (default 1M)");
+  app.add_option("-f,--stepfactor", o.stepFactor, "size multiplier between rows (default 1)");
+  app.add_option("-n,--iters", o.iters, "timed iterations per row (default 20)");
+  app.add_option("-w,--warmup_iters", o.warmupIters, "warm-up iterations (default 5)");
+  app.add_option("-m,--agg_iters", o.aggIters,
+                 "calls aggregated in one group per timed iteration, each on its own part of the "
+                 "buffers where they hold several (default 1)");
+  app.add_option("-c,--check", f.check,
+                 "1: check every element of one more run per row (default 1)")
+      ->check(CLI::IsMember({0, 1}));
+  app.add_option("-d,--datatype", f.datatype,
+                 "int8 ... bfloat16, f8e4m3, f8e5m2, or all (default float)");
+  app.add_option("-o,--op", f.op, "sum, prod, max, min, avg, or all (default sum)");
+  app.add_option("-r,--root", o.root, "root rank of broadcast and reduce (default 0)");
+  app.add_option("-z,--blocking", f.blocking,
+                 "1: NULL stream, each call completes before it returns; 0: a host stream, "
+                 "synchronized after the timed loop (default 0)")
+      ->check(CLI::IsMember({0, 1}));
+}
+
+void addRunFlags(CLI::App& app, Options& o, Flags& f) {
+  app.add_option("-R,--local_register", o.registration,
+                 "register the device buffers: 1 as buffers, 2 as windows (symmetric; every "
+                 "rank's buffers at the same offsets), 0 not (default 0)")
+      ->check(CLI::IsMember({0, 1, 2}));
+  app.add_option("-t,--nthreads", o.threadsPerProcess, "ranks as threads per process (default 1)");
+  app.add_option("-g,--ngpus", o.ranksPerThread,
+                 "ranks each thread drives, their calls in one group (nccl-tests' GPUs per thread; "
+                 "with --device cuda rank r is on GPU r % GPUs; default 1)");
+  f.processes = app.add_option("--np", o.processes, "fork this many local processes");
+  app.add_option("--bind", f.bind,
+                 "with --np: core binds each process to cores of its own when the ranks fit the "
+                 "cores, as mpirun does; none leaves placement to the kernel (default core)")
+      ->check(CLI::IsMember({"core", "none"}));
+  app.add_option("--device", o.device, "cpu or cuda (default cpu)");
+  app.add_option("-T,--timeout", o.timeoutSeconds,
+                 "seconds the whole run may take before it is stopped (default 3600)");
+  app.add_option("--json", o.jsonPath, "also write every row and the configuration to this file");
+  app.add_option("--csv", o.csvPath,
+                 "also write every row, each with the configuration, to this CSV file");
+}
+
+// The text flags into `o`, checked.
+void applyFlags(const Flags& f, Options& o) {
+  if (f.collective.empty())
+    throw UsageError(
+        fmt::format("which collective? expected one of: {} (or --env, --help)", collectiveNames()));
+  o.collective = findCollective(f.collective);
+  if (o.collective == nullptr)
+    throw UsageError(fmt::format("unknown collective '{}'; expected one of: {}", f.collective,
+                                 collectiveNames()));
+  if (!f.minBytes.empty()) o.minBytes = parseSize(f.minBytes, "-b");
+  if (!f.maxBytes.empty()) o.maxBytes = parseSize(f.maxBytes, "-e");
+  if (!f.stepBytes.empty()) o.stepBytes = parseSize(f.stepBytes, "-i");
+  o.datatypes = parseDatatypes(f.datatype);
+  o.ops = parseOps(f.op);
+  o.check = f.check == 1;
+  o.bindCores = f.bind == "core";
+  o.blocking = f.blocking == 1;
+  if (f.processes->count() > 0 && o.processes < 1)
+    throw UsageError(fmt::format("--np {}: need at least one process", o.processes));
+  validate(o);
+}
+
+}  // namespace
+
+std::optional<Options> parseOptions(int argc, char** argv) {
   CLI::App app{"braid-perf: bandwidth and correctness of braid's collectives, nccl-tests style.",
                "braid-perf"};
   app.footer(fmt::format(
@@ -188,50 +267,10 @@ std::optional<Options> parseOptions(int argc, char** argv) {
       "passed, 1 wrong values, 2 bad command line, 3 the run failed.\nExample: braid-perf "
       "allreduce -b 8 -e 256M -f 2 --np 2 -c 1",
       collectiveNames()));
-  bool showEnv = false;
-  app.add_option("collective", collective, "which collective to run");
-  app.add_flag("--env", showEnv,
-               "print braid's tunables (environment variables, values in use, defaults) and exit");
-  app.add_option("-b,--minbytes", minBytes, "smallest message size (default 32M)");
-  app.add_option("-e,--maxbytes", maxBytes, "largest message size (default 32M)");
-  app.add_option("-i,--stepbytes", stepBytes, "size increment when -f is 1 (default 1M)");
-  app.add_option("-f,--stepfactor", o.stepFactor, "size multiplier between rows (default 1)");
-  app.add_option("-n,--iters", o.iters, "timed iterations per row (default 20)");
-  app.add_option("-w,--warmup_iters", o.warmupIters, "warm-up iterations (default 5)");
-  app.add_option("-m,--agg_iters", o.aggIters,
-                 "calls aggregated in one group per timed iteration, each on its own part of the "
-                 "buffers where they hold several (default 1)");
-  app.add_option("-c,--check", check, "1: check every element of one more run per row (default 1)")
-      ->check(CLI::IsMember({0, 1}));
-  app.add_option("-d,--datatype", datatype,
-                 "int8 ... bfloat16, f8e4m3, f8e5m2, or all (default float)");
-  app.add_option("-o,--op", op, "sum, prod, max, min, avg, or all (default sum)");
-  app.add_option("-r,--root", o.root, "root rank of broadcast and reduce (default 0)");
-  app.add_option("-z,--blocking", blocking,
-                 "1: NULL stream, each call completes before it returns; 0: a host stream, "
-                 "synchronized after the timed loop (default 0)")
-      ->check(CLI::IsMember({0, 1}));
-  app.add_option("-R,--local_register", o.registration,
-                 "register the device buffers: 1 as buffers, 2 as windows (symmetric; every "
-                 "rank's buffers at the same offsets), 0 not (default 0)")
-      ->check(CLI::IsMember({0, 1, 2}));
-  app.add_option("-t,--nthreads", o.threadsPerProcess, "ranks as threads per process (default 1)");
-  app.add_option("-g,--ngpus", o.ranksPerThread,
-                 "ranks each thread drives, their calls in one group (nccl-tests' GPUs per thread; "
-                 "with --device cuda rank r is on GPU r % GPUs; default 1)");
-  CLI::Option* np = app.add_option("--np", o.processes, "fork this many local processes");
-  std::string bind = "core";
-  app.add_option("--bind", bind,
-                 "with --np: core binds each process to cores of its own when the ranks fit the "
-                 "cores, as mpirun does; none leaves placement to the kernel (default core)")
-      ->check(CLI::IsMember({"core", "none"}));
-  app.add_option("--device", o.device, "cpu or cuda (default cpu)");
-  app.add_option("-T,--timeout", o.timeoutSeconds,
-                 "seconds the whole run may take before it is stopped (default 3600)");
-  app.add_option("--json", o.jsonPath, "also write every row and the configuration to this file");
-  app.add_option("--csv", o.csvPath,
-                 "also write every row, each with the configuration, to this CSV file");
-
+  Options o;
+  Flags f;
+  addSweepFlags(app, o, f);
+  addRunFlags(app, o, f);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -240,29 +279,11 @@ std::optional<Options> parseOptions(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     throw UsageError(e.what());
   }
-  if (showEnv) {
+  if (f.showEnv) {
     printParams();
     return std::nullopt;
   }
-  if (collective.empty())
-    throw UsageError(
-        fmt::format("which collective? expected one of: {} (or --env, --help)", collectiveNames()));
-
-  o.collective = findCollective(collective);
-  if (o.collective == nullptr)
-    throw UsageError(
-        fmt::format("unknown collective '{}'; expected one of: {}", collective, collectiveNames()));
-  if (!minBytes.empty()) o.minBytes = parseSize(minBytes, "-b");
-  if (!maxBytes.empty()) o.maxBytes = parseSize(maxBytes, "-e");
-  if (!stepBytes.empty()) o.stepBytes = parseSize(stepBytes, "-i");
-  o.datatypes = parseDatatypes(datatype);
-  o.ops = parseOps(op);
-  o.check = check == 1;
-  o.bindCores = bind == "core";
-  o.blocking = blocking == 1;
-  if (np->count() > 0 && o.processes < 1)
-    throw UsageError(fmt::format("--np {}: need at least one process", o.processes));
-  validate(o);
+  applyFlags(f, o);
   return o;
 }
 
