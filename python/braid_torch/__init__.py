@@ -7,6 +7,8 @@ it was built with torch's CUDA (HAS_CUDA):
     torch.distributed.init_process_group("braid", ...)
 """
 
+import atexit
+
 import torch
 import torch.distributed as dist
 
@@ -22,6 +24,10 @@ def _create_backend(store, rank, size, timeout):
     # The default group's backend is made before torch records the group (is_initialized()).
     return _C.create_backend(store, rank, size, timeout, not dist.is_initialized())
 
+
+# A process that ends without destroy_process_group: its groups' operations end, and their threads
+# with them, while the interpreter is whole (they release tensors Python holds).
+atexit.register(_C.leave_groups_at_exit)
 
 if BACKEND not in dist.Backend.backend_list:
     dist.Backend.register_backend(

@@ -88,6 +88,58 @@ class CompletesAfter {
   std::exception_ptr first_;  // under mutex_
 };
 
+// The process's live backends, so that a process that ends without destroy_process_group still
+// has their queues' threads end while the interpreter is whole (shutdownAll, from Python's
+// atexit). Left to the interpreter's end, a thread releasing a tensor Python also holds takes the
+// GIL, which then ends the thread by unwinding it through a noexcept frame: the process aborted.
+class LiveBackends {
+  struct Entry {
+    std::mutex mutex;
+    c10d::Backend* backend = nullptr;  // under mutex; null once the backend has left
+  };
+
+ public:
+  // A backend's place in the list, from the end of its construction to the start of its
+  // destruction (which waits while exit shuts the backend down).
+  class Membership {
+   public:
+    explicit Membership(c10d::Backend* backend) : entry_(std::make_shared<Entry>()) {
+      entry_->backend = backend;
+      std::lock_guard<std::mutex> lock(listMutex_);
+      std::erase_if(entries_, [](const std::weak_ptr<Entry>& e) { return e.expired(); });
+      entries_.push_back(entry_);
+    }
+    ~Membership() {
+      std::lock_guard<std::mutex> lock(entry_->mutex);
+      entry_->backend = nullptr;
+    }
+    Membership(const Membership&) = delete;
+    Membership& operator=(const Membership&) = delete;
+
+   private:
+    std::shared_ptr<Entry> entry_;
+  };
+
+  // Every live backend shut down (destroy_process_group's part: its operations run, each bounded
+  // by the group's timeout, and its threads end).
+  static void shutdownAll() {
+    std::vector<std::shared_ptr<Entry>> live;
+    {
+      std::lock_guard<std::mutex> lock(listMutex_);
+      for (const std::weak_ptr<Entry>& e : entries_)
+        if (std::shared_ptr<Entry> entry = e.lock()) live.push_back(std::move(entry));
+    }
+    for (const std::shared_ptr<Entry>& entry : live) {
+      std::lock_guard<std::mutex> lock(entry->mutex);
+      if (entry->backend != nullptr) entry->backend->shutdown();
+    }
+  }
+
+ private:
+  static inline std::mutex listMutex_;
+  static inline std::vector<std::weak_ptr<Entry>> entries_;  // under listMutex_
+};
+
 class BraidBackend : public c10d::Backend {
  public:
   // defaultGroup: the group init_process_group makes (see startMeetingsAfresh).
@@ -103,8 +155,10 @@ class BraidBackend : public c10d::Backend {
     channels_ = std::make_unique<PeerChannels>(store, rank, timeout, "cpu", keyPrefix_);
     cudaChannels_ = std::make_unique<PeerChannels>(store, rank, timeout, "cuda", keyPrefix_);
     if (defaultGroup) startMeetingsAfresh();
+    membership_.emplace(this);  // whole now
   }
   ~BraidBackend() override {
+    membership_.reset();
     withoutGil([this] {
       leaveGroup();
       releaseCuda();
@@ -651,7 +705,6 @@ class BraidBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> pointToPoint(bool send, const at::Tensor& tensor, int peer) {
     TORCH_CHECK(peer >= 0 && peer < size_, "braid backend: ", send ? "send to" : "receive from",
                 " rank ", peer, " on rank ", rank_, " (expected a rank of 0 to ", size_ - 1, ")");
-    braidType(tensor);  // an unsupported type refused here, not on the channel's thread
     const PointToPoint op{send, tensor, peer};
     {
       std::lock_guard<std::mutex> lock(coalescingMutex_);
@@ -824,14 +877,21 @@ class BraidBackend : public c10d::Backend {
   }
 #endif
 
+  // A send moves its tensor's elements as braid's datatype of them, or as bytes where braid has
+  // none (int16, uint16, uint32, uint64, ...: Gloo sends those too; no collective reduces them).
+  static std::pair<braidDataType_t, size_t> messageOf(const Flat& f) {
+    if (const std::optional<braidDataType_t> type = braidTypeOf(f.flat)) return {*type, f.count()};
+    return {braidUint8, f.count() * f.flat.element_size()};
+  }
+
   // On its channel's thread: in a channel, the sender is rank 0 and the receiver rank 1.
   void transfer(const PointToPoint& op, const Where& on) {
     Flat f(op.tensor);
-    const braidDataType_t type = braidType(f.flat);
+    const auto [type, count] = messageOf(f);
     if (op.send) {
-      checkOn(on, braidSend(f.data(), f.count(), type, 1, on.comm, on.stream), "braidSend");
+      checkOn(on, braidSend(f.data(), count, type, 1, on.comm, on.stream), "braidSend");
     } else {
-      checkOn(on, braidRecv(f.data(), f.count(), type, 0, on.comm, on.stream), "braidRecv");
+      checkOn(on, braidRecv(f.data(), count, type, 0, on.comm, on.stream), "braidRecv");
       f.writeBack();
     }
   }
@@ -1105,6 +1165,7 @@ class BraidBackend : public c10d::Backend {
   ChannelStreams channelStreams_;
 #endif
   std::unique_ptr<OperationQueue> queue_ = std::make_unique<OperationQueue>();  // never null
+  std::optional<LiveBackends::Membership> membership_;  // from the constructor's end
 };
 
 c10::intrusive_ptr<c10d::Backend> createBackend(const c10::intrusive_ptr<c10d::Store>& store,
@@ -1122,6 +1183,9 @@ c10::intrusive_ptr<c10d::Backend> createBackend(const c10::intrusive_ptr<c10d::S
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("create_backend", &braid_torch::createBackend, py::call_guard<py::gil_scoped_release>(),
         "A braid communicator of this group's ranks as a c10d backend");
+  m.def("leave_groups_at_exit", &braid_torch::LiveBackends::shutdownAll,
+        py::call_guard<py::gil_scoped_release>(),
+        "Runs every live braid backend's queued operations and ends its threads (atexit)");
 #ifdef BRAID_TORCH_CUDA
   m.attr("has_cuda") = true;
 #else

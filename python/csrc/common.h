@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -20,7 +21,8 @@
 
 namespace braid_torch {
 
-inline braidDataType_t braidType(const at::Tensor& t) {
+// braid's datatype of the tensor's elements, if braid has one.
+inline std::optional<braidDataType_t> braidTypeOf(const at::Tensor& t) {
   switch (t.scalar_type()) {
     case at::kFloat: return braidFloat32;
     case at::kDouble: return braidFloat64;
@@ -33,11 +35,15 @@ inline braidDataType_t braidType(const at::Tensor& t) {
     case at::kLong: return braidInt64;
     case at::kFloat8_e4m3fn: return braidFloat8e4m3;
     case at::kFloat8_e5m2: return braidFloat8e5m2;
-    default:
-      throw std::invalid_argument("braid backend: tensors of type " +
-                                  std::string(c10::toString(t.scalar_type())) +
-                                  " are not supported (expected a float, integer or bool type)");
+    default: return std::nullopt;
   }
+}
+
+inline braidDataType_t braidType(const at::Tensor& t) {
+  if (const std::optional<braidDataType_t> type = braidTypeOf(t)) return *type;
+  throw std::invalid_argument("braid backend: tensors of type " +
+                              std::string(c10::toString(t.scalar_type())) +
+                              " are not supported (expected a float, integer or bool type)");
 }
 
 // Raises `message` as the backend's failures are raised: a DistBackendError (a RuntimeError), as

@@ -211,6 +211,32 @@ def test_a_group_made_again_in_the_same_job_meets_afresh(tmp_path):
     assert out.count("ok") == 4, out
 
 
+EXIT_WITHOUT_DESTROY = """
+import torch, torch.distributed as dist
+import braid_torch  # registers "braid"
+dist.init_process_group("braid")
+rank, n = dist.get_rank(), dist.get_world_size()
+waited = [dist.isend(torch.ones(1000), (rank + 1) % n), dist.irecv(torch.zeros(1000), (rank - 1) % n)]
+for w in waited:
+    w.wait()
+for peer in range(n):  # posted, never waited
+    if peer != rank:
+        dist.isend(torch.ones(100000), peer)
+        dist.irecv(torch.zeros(100000), peer)
+dist.all_reduce(torch.ones(1000), async_op=True)
+print("rank", rank, "ok")
+"""
+
+
+def test_a_process_that_ends_without_destroying_its_group_exits_cleanly(tmp_path):
+    """Sends and receives waited or not, a collective not waited, and no destroy_process_group:
+    every process still exits with status 0. Left to the interpreter's end, a channel's thread
+    releasing a tensor took the GIL, which ended the thread through a noexcept frame (SIGABRT);
+    braid_torch's atexit now runs and ends the groups' operations first."""
+    out = torchrun(tmp_path, EXIT_WITHOUT_DESTROY, 3)
+    assert out.count("ok") == 3, out
+
+
 def test_the_readme_example_trains(tmp_path):
     """The README's torch script, as a user would copy it, under torchrun with 2 processes."""
     import re
