@@ -31,24 +31,27 @@ size_t copiedBytes(const CollArgs& call, int nranks) {
 }
 
 // Whether the collectives among calls [first, end) cost less fused than one by one, as `limits`
-// prices them; false for fewer than two.
+// prices them; false for fewer than two, which are not priced (a lone call may be one the model
+// has no price for: a gather's or scatter's marker).
 bool worthFusing(std::span<const CollArgs> calls, size_t first, size_t end, int nranks,
                  const GroupFuseLimits& limits) {
-  const bool priced = limits.callUs && limits.copyUs;
+  const auto members = std::count_if(calls.begin() + static_cast<ptrdiff_t>(first),
+                                     calls.begin() + static_cast<ptrdiff_t>(end),
+                                     [](const CollArgs& c) { return !isSendOrRecv(c.coll); });
+  if (members < 2) return false;
+  if (!limits.callUs || !limits.copyUs) return true;
   CollArgs fused = calls[first];
   fused.count = 0;
   double alone = 0;
-  size_t copied = 0, members = 0;
+  size_t copied = 0;
   for (size_t i = first; i < end; ++i) {
     const CollArgs& call = calls[i];
     if (isSendOrRecv(call.coll)) continue;
-    ++members;
-    if (!priced) continue;
     alone += limits.callUs(call);
     fused.count += call.count;
     copied += copiedBytes(call, nranks);
   }
-  return members >= 2 && (!priced || limits.callUs(fused) + limits.copyUs(copied) < alone);
+  return limits.callUs(fused) + limits.copyUs(copied) < alone;
 }
 
 // One past the last call of the run of collectives that calls[first] begins: the fusable ones

@@ -44,9 +44,40 @@ struct Group {
   int index(const Member& m) const { return static_cast<int>(&m - members.data()); }
 };
 
-// The calls, issued in one group: all-reduces (one in place, one too large to fuse), a ring of
-// sends and receives, all-gathers (one in place), reduce-scatters, broadcasts and reduces (max,
-// one without an output off its root). Reserve first: members are referred to by address.
+// A gather to rank 0, a scatter from the last rank and an all-to-all, built of sends and receives
+// behind a marker call each (which the group's planning once failed to price).
+void issuePersonalized(Group& g, braidComm_t comm, braidStream_t stream,
+                       std::vector<braidResult_t>& results) {
+  const int n = g.n, rank = g.rank, scatterRoot = n - 1;
+  constexpr size_t kCount = 5;
+  {
+    Member& m = g.add(kCount, kCount * n);
+    const int k = g.index(m);
+    if (rank == 0)
+      for (size_t i = 0; i < kCount * n; ++i)
+        m.want[i] = value(static_cast<int>(i / kCount), k, i % kCount);
+    results.push_back(braidGather(m.in.data(), m.out.data(), kCount, braidInt32, 0, comm, stream));
+  }
+  {
+    Member& m = g.add(kCount * n, kCount);
+    const int k = g.index(m);
+    for (size_t i = 0; i < kCount; ++i) m.want[i] = value(scatterRoot, k, rank * kCount + i);
+    results.push_back(
+        braidScatter(m.in.data(), m.out.data(), kCount, braidInt32, scatterRoot, comm, stream));
+  }
+  {
+    Member& m = g.add(kCount * n, kCount * n);
+    const int k = g.index(m);
+    for (size_t i = 0; i < kCount * n; ++i)
+      m.want[i] = value(static_cast<int>(i / kCount), k, rank * kCount + i % kCount);
+    results.push_back(braidAlltoAll(m.in.data(), m.out.data(), kCount, braidInt32, comm, stream));
+  }
+}
+
+// The calls, issued in one group: all-reduces (one in place, one too large to fuse), a gather, a
+// scatter and an all-to-all, a ring of sends and receives, all-gathers (one in place),
+// reduce-scatters, broadcasts and reduces (max, one without an output off its root). Reserve first:
+// members are referred to by address.
 void issue(Group& g, braidComm_t comm, braidStream_t stream, std::vector<braidResult_t>& results) {
   const int n = g.n, rank = g.rank;
   g.members.reserve(32);
@@ -64,6 +95,7 @@ void issue(Group& g, braidComm_t comm, braidStream_t stream, std::vector<braidRe
     results.push_back(braidAllReduce(inPlace ? m.out.data() : m.in.data(), m.out.data(), count,
                                      braidInt32, braidSum, comm, stream));
   }
+  issuePersonalized(g, comm, stream, results);
   {
     Member& m = g.add(33, 33);
     const int k = g.index(m), from = (rank - 1 + n) % n;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -195,6 +196,26 @@ TEST(GroupPlan, ARunFusesWhereTheModelPricesItBelowItsCallsOneByOne) {
   EXPECT_EQ(kinds(plan), (std::vector<K>{K::Alone, K::Alone, K::Alone, K::Alone, K::Fused}));
   for (size_t k = 0; k < 4; ++k) EXPECT_EQ(callsOf(plan, k), std::vector<size_t>{k});
   EXPECT_EQ(callsOf(plan, 4), (std::vector<size_t>{4, 5}));
+}
+
+// A gather's or scatter's marker (the root agreement its sends and receives follow) has no price
+// in the model: a call that cannot fuse runs alone without being priced. The communicator's
+// pricing failed on it ("array::at"), failing every group that held a gather or scatter beside
+// another collective.
+TEST(GroupPlan, ACallThatCannotFuseRunsAloneUnpriced) {
+  braid::GroupFuseLimits limits = priced(20);
+  limits.callUs = [](const CollArgs& c) {
+    if (braid::isPointToPoint(c.coll)) throw std::logic_error("priced a point-to-point call");
+    return 20 + braid::callSizeBytes(c, 2) / 1e3;
+  };
+  const std::vector<CollArgs> calls = {
+      call(Collective::Gather, 0),    call(Collective::Send, 4),    call(Collective::AllReduce, 8),
+      call(Collective::AllReduce, 8), call(Collective::Scatter, 0), call(Collective::Recv, 4),
+      call(Collective::AllReduce, 8)};
+  braid::GroupPlan plan;
+  ASSERT_NO_THROW(plan = braid::planGroup(calls, 2, limits));
+  EXPECT_EQ(kinds(plan),
+            (std::vector<K>{K::Alone, K::SendRecv, K::Fused, K::Alone, K::SendRecv, K::Alone}));
 }
 
 // The collectives' meaning on every rank's arrays of floats (sum; root 1 for the rooted ones).
