@@ -575,6 +575,7 @@ braidResult_t braidCommDestroy(braidComm_t comm) {
   return guarded(nullptr, [&] {
     if (comm == nullptr) return;  // as nccl: destroying NULL is a no-op
     comm->pending().waitDrained();
+    comm->callsInside().waitDrained();  // another thread's call on it, returning
     try {
       comm->waitReady();
     } catch (const Error&) {
@@ -588,6 +589,8 @@ braidResult_t braidCommAbort(braidComm_t comm) {
   return guarded(nullptr, [&] {
     if (comm == nullptr) return;
     comm->abort("braidCommAbort");
+    // A call on another thread, failed by the abort, records its error in comm on its way out.
+    comm->callsInside().waitDrained();
     delete comm;
   });
 }

@@ -115,6 +115,7 @@ struct braidComm : public braid::Watchdog {
   // Operations queued on host streams but not finished, or being launched on a device (a launch
   // may wait for its turn); finalize, abort and destroy wait for them.
   braid::PendingOperations& pending() { return status_.pending(); }
+  braid::PendingOperations& callsInside() { return status_.callsInside(); }
 
   void finalize();
   // finalize() on a thread of its own (a non-blocking communicator's): the status says

@@ -35,11 +35,11 @@ std::string CommStatus::lastError() const {
   return lastError_;
 }
 
+// Under the mutex: a waiter sees none pending only once this has let go of the mutex, and may then
+// free the communicator that holds it.
 void PendingOperations::end() {
-  if (count_.fetch_sub(1) == 1) {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    drained_.notify_all();
-  }
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (count_.fetch_sub(1) == 1) drained_.notify_all();
 }
 
 void PendingOperations::waitDrained() {

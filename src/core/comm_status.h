@@ -15,7 +15,8 @@
 
 namespace braid {
 
-// Operations queued on host streams but not finished, or being launched on a device.
+// Operations queued on host streams but not finished, or being launched on a device; or the
+// C API's calls inside a communicator (CommStatus::callsInside).
 class PendingOperations {
  public:
   void begin() { count_.fetch_add(1); }
@@ -50,6 +51,10 @@ class CommStatus {
   std::string lastError() const;
 
   PendingOperations& pending() { return pending_; }
+  // The C API's calls on this communicator that have not returned (api::guarded): abort and
+  // destroy wait for them to leave, since a call failing as the communicator is aborted still
+  // records its error in it on its way out.
+  PendingOperations& callsInside() { return callsInside_; }
 
  private:
   mutable std::mutex mutex_;
@@ -59,6 +64,7 @@ class CommStatus {
   std::atomic<braidResult_t> code_{braidInProgress};
   std::string lastError_;
   PendingOperations pending_;
+  PendingOperations callsInside_;
   void exchange(braidResult_t from, braidResult_t to) { code_.compare_exchange_strong(from, to); }
 };
 

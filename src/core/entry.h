@@ -16,8 +16,25 @@ std::string& threadLastError();
 // code. Never throws: with no memory left to record the sentence, the code still gets out.
 braidResult_t recordCurrentError(braidComm* comm) noexcept;
 
+// The call counted inside `comm` (if any) until it has returned, its error recorded.
+class CallInside {
+ public:
+  explicit CallInside(braidComm* comm) : comm_(comm) {
+    if (comm_ != nullptr) comm_->callsInside().begin();
+  }
+  ~CallInside() {
+    if (comm_ != nullptr) comm_->callsInside().end();  // the call's last touch of comm
+  }
+  CallInside(const CallInside&) = delete;
+  CallInside& operator=(const CallInside&) = delete;
+
+ private:
+  braidComm* comm_;
+};
+
 template <typename Body>
 braidResult_t guarded(braidComm* comm, Body&& body) noexcept {
+  const CallInside inside(comm);
   try {
     body();
     return braidSuccess;
