@@ -49,25 +49,6 @@ void runBatch(braidComm* comm, std::span<const CollArgs> ops) {
   }
 }
 
-void submitToStream(Batch batch) {
-  braidComm* comm = batch.comm;
-  comm->pending().begin();
-  static_cast<braid::HostStream*>(batch.stream)->enqueue([batch = std::move(batch)] {
-    struct Done {
-      braidComm* comm;
-      ~Done() { comm->pending().end(); }
-    } done{batch.comm};
-    try {
-      runBatch(batch.comm, batch.ops);
-    } catch (...) {
-      const Error e = braid::currentError();
-      batch.comm->recordError(e);
-      BRAID_WARN(braid::log::kColl, "{}", e.what());
-      throw e;
-    }
-  });
-}
-
 // Runs part(i) of every communicator i of a group at once (their ranks must progress together):
 // the first on this thread, the others on this thread's group workers. Each communicator keeps the
 // story of its own failure; the first failure is rethrown.
@@ -87,13 +68,35 @@ void runTogetherPerComm(size_t n, const std::function<braidComm*(size_t)>& commO
     if (error) throw *error;
 }
 
-// Runs batches that have no stream to completion; each communicator keeps its own failure
-// (braidGetLastError of it says why its part of the group failed).
+// Runs batches to completion, together (on the caller's thread, or as a host stream's task); each
+// communicator keeps its own failure (braidGetLastError of it says why its part failed).
 void runNow(std::vector<Batch>& batches) {
   if (batches.empty()) return;
   runTogetherPerComm(
       batches.size(), [&](size_t i) { return batches[i].comm; },
       [&](size_t i) { runBatch(batches[i].comm, batches[i].ops); });
+}
+
+// Batches on one host stream as one task of it, run together as runNow runs them (a group's ranks
+// on one stream, one after another, would have the first wait for the second behind it).
+void submitToStream(std::vector<Batch> batches) {
+  for (const Batch& b : batches) b.comm->pending().begin();
+  auto* stream = static_cast<braid::HostStream*>(batches.front().stream);
+  stream->enqueue([batches = std::move(batches)]() mutable {
+    struct Done {
+      std::vector<Batch>& batches;
+      ~Done() {
+        for (const Batch& b : batches) b.comm->pending().end();
+      }
+    } done{batches};
+    try {
+      runNow(batches);
+    } catch (...) {
+      const Error e = braid::currentError();
+      BRAID_WARN(braid::log::kColl, "{}", e.what());
+      throw e;
+    }
+  });
 }
 
 // Each rank's operations on its own stream, issued round by round: ranks of a GPU queue their
@@ -158,6 +161,19 @@ void launchOnDevices(const std::vector<Batch>& device) {
   }
 }
 
+// The batches by stream, in the order their streams first appear.
+std::vector<std::vector<Batch>> byStream(std::vector<Batch> batches) {
+  std::vector<std::vector<Batch>> streams;
+  for (Batch& b : batches) {
+    auto same = std::find_if(streams.begin(), streams.end(), [&](const std::vector<Batch>& s) {
+      return s.front().stream == b.stream;
+    });
+    if (same == streams.end()) same = streams.insert(streams.end(), std::vector<Batch>{});
+    same->push_back(std::move(b));
+  }
+  return streams;
+}
+
 GroupState& threadGroup() {
   thread_local GroupState group;
   return group;
@@ -215,15 +231,17 @@ void endGroup() {
              "turns, so they cannot run in one group (expected separate groups)",
              now[i].comm->rank(), now[j].comm->rank());
   launchOnDevices(device);
-  for (Batch& b : queued) submitToStream(std::move(b));
+  for (std::vector<Batch>& onOneStream : byStream(std::move(queued)))
+    submitToStream(std::move(onOneStream));
   runNow(now);
 }
 
 braidResult_t enqueue(const CollArgs& args, braidComm* comm, braidStream_t stream) {
   return guarded(comm, [&] {
     validate(comm, args, stream);
-    // Outside a group: run now, or a kernel that must finish before the matching call is made.
-    const bool completesAlone = threadGroup().depth == 0 && (comm->onDevice() || stream == nullptr);
+    // Outside a group a call runs alone: now, as a kernel, or as a host stream's task of its own;
+    // so it ends before the matching call is made.
+    const bool completesAlone = threadGroup().depth == 0;
     if (isSendOrRecv(args.coll) && args.root == comm->rank() && args.count != 0 && completesAlone)
       fail(braidInvalidUsage,
            "{} on rank {}: a send to or receive from self outside a group can never complete "
@@ -239,7 +257,7 @@ void dispatch(braidComm* comm, std::span<const CollArgs> ops, braidStream_t stre
     return;
   }
   if (comm->onDevice()) return comm->launch(ops, stream);
-  if (stream != nullptr) return submitToStream(Batch{comm, stream, {ops.begin(), ops.end()}});
+  if (stream != nullptr) return submitToStream({Batch{comm, stream, {ops.begin(), ops.end()}}});
   runBatch(comm, ops);
 }
 

@@ -49,8 +49,8 @@ struct Batch {
   braidStream_t stream;
   std::vector<CollArgs> ops;
 };
-// Queues a batch on its host stream.
-void submitToStream(Batch batch);
+// Queues batches of one host stream as one task of it, which runs them together.
+void submitToStream(std::vector<Batch> batches);
 
 // Outside a group the child is made now; inside, at the group's end.
 void addChild(PendingChild child);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -417,6 +418,40 @@ TEST(Groups, SendRecvBeyondTheFifoBothWaysOnePerRank) {
   runAs({Launch::Threads, Launch::Processes}, 2, onEachRank("the exchange", exchange));
 }
 
+// One thread drives both ranks in a group, every call on one host stream: the stream runs the
+// group's calls of both ranks together (one after another, rank 0's all-reduce waited for rank
+// 1's, queued behind it, until the timeout).
+TEST(Groups, RanksDrivenFromOneThreadMayShareAHostStream) {
+  setenv("BRAID_TIMEOUT", "20000", 1);  // a hang fails within the test's limit
+  braidComm_t comms[2] = {};
+  ASSERT_EQ(braidCommInitAll(comms, 2, nullptr), braidSuccess) << lastError(nullptr);
+  braidStream_t stream = nullptr;
+  ASSERT_EQ(braidStreamCreate(&stream), braidSuccess) << lastError(nullptr);
+  std::vector<float> in[2] = {{1, 2, 3}, {10, 20, 30}}, sum[2], gathered[2];
+  for (int round = 0; round < 2; ++round) {
+    for (int r = 0; r < 2; ++r) {
+      sum[r].assign(3, -1);
+      gathered[r].assign(6, -1);
+    }
+    braidGroupStart();
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(
+          braidAllReduce(in[r].data(), sum[r].data(), 3, braidFloat32, braidSum, comms[r], stream),
+          braidSuccess);
+      EXPECT_EQ(braidAllGather(in[r].data(), gathered[r].data(), 3, braidFloat32, comms[r], stream),
+                braidSuccess);
+    }
+    ASSERT_EQ(braidGroupEnd(), braidSuccess) << lastError(comms[0]);
+    ASSERT_EQ(braidStreamSynchronize(stream), braidSuccess) << lastError(comms[0]);
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(sum[r], (std::vector<float>{11, 22, 33})) << "rank " << r << ", round " << round;
+      EXPECT_EQ(gathered[r], (std::vector<float>{1, 2, 3, 10, 20, 30})) << "rank " << r;
+    }
+  }
+  EXPECT_EQ(braidStreamDestroy(stream), braidSuccess);
+  for (braidComm_t comm : comms) EXPECT_EQ(braidCommDestroy(comm), braidSuccess);
+}
+
 TEST(Groups, SendRecvBeyondTheFifoBothWaysFromOneThread) {
   braidComm_t comms[2] = {};
   ASSERT_EQ(braidCommInitAll(comms, 2, nullptr), braidSuccess) << lastError(nullptr);
@@ -424,6 +459,31 @@ TEST(Groups, SendRecvBeyondTheFifoBothWaysFromOneThread) {
     ADD_FAILURE() << failure;
   }
   for (braidComm_t comm : comms) EXPECT_EQ(braidCommDestroy(comm), braidSuccess);
+}
+
+// Outside a group a send to self (or a receive from self) runs alone, so it can never meet its
+// match: refused at once, on the NULL stream and on a host stream alike (on a host stream it was
+// taken, then failed the communicator for good when the stream ran it). Inside a group it works.
+TEST_F(Arguments, ASendToSelfOutsideAGroupIsRefusedOnEveryStream) {
+  braidComm_t rank1 = comms_[1];
+  braidStream_t hostStream = nullptr;
+  ASSERT_EQ(braidStreamCreate(&hostStream), braidSuccess) << lastError(nullptr);
+  for (braidStream_t stream : {braidStream_t{}, hostStream}) {
+    EXPECT_EQ(braidSend(send_, 4, braidFloat32, 1, rank1, stream), braidInvalidUsage)
+        << lastError(rank1);
+    EXPECT_NE(lastError(rank1).find("self"), std::string::npos) << lastError(rank1);
+    EXPECT_EQ(braidRecv(recv_, 4, braidFloat32, 1, rank1, stream), braidInvalidUsage)
+        << lastError(rank1);
+  }
+  std::fill(std::begin(send_), std::end(send_), 7.0f);
+  std::fill(std::begin(recv_), std::end(recv_), -1.0f);
+  braidGroupStart();
+  EXPECT_EQ(braidSend(send_, 4, braidFloat32, 1, rank1, hostStream), braidSuccess);
+  EXPECT_EQ(braidRecv(recv_, 4, braidFloat32, 1, rank1, hostStream), braidSuccess);
+  EXPECT_EQ(braidGroupEnd(), braidSuccess) << lastError(rank1);
+  EXPECT_EQ(braidStreamSynchronize(hostStream), braidSuccess) << lastError(rank1);
+  EXPECT_EQ(std::vector<float>(recv_, recv_ + 5), (std::vector<float>{7, 7, 7, 7, -1}));
+  EXPECT_EQ(braidStreamDestroy(hostStream), braidSuccess);
 }
 
 TEST_F(Arguments, ProbeArgumentsAreNamed) {
