@@ -574,8 +574,9 @@ braidResult_t braidCommFinalize(braidComm_t comm) {
 braidResult_t braidCommDestroy(braidComm_t comm) {
   return guarded(nullptr, [&] {
     if (comm == nullptr) return;  // as nccl: destroying NULL is a no-op
+    // Another thread's call on it, returning; then what such a call may have queued meanwhile.
+    comm->callsInside().waitDrained();
     comm->pending().waitDrained();
-    comm->callsInside().waitDrained();  // another thread's call on it, returning
     try {
       comm->waitReady();
     } catch (const Error&) {
@@ -589,8 +590,10 @@ braidResult_t braidCommAbort(braidComm_t comm) {
   return guarded(nullptr, [&] {
     if (comm == nullptr) return;
     comm->abort("braidCommAbort");
-    // A call on another thread, failed by the abort, records its error in comm on its way out.
+    // A call on another thread, failed by the abort, records its error in comm on its way out;
+    // and it may have queued work on a host stream meanwhile (which fails as it runs).
     comm->callsInside().waitDrained();
+    comm->pending().waitDrained();
     delete comm;
   });
 }

@@ -1,6 +1,7 @@
 #include "core/groups.h"
 
 #include <algorithm>
+#include <deque>
 #include <iterator>
 #include <optional>
 #include <span>
@@ -161,6 +162,18 @@ void launchOnDevices(const std::vector<Batch>& device) {
   }
 }
 
+// Communicators that share links take turns, so batches run together cannot be two of them.
+void refuseSharedLinks(const std::vector<Batch>& together) {
+  for (size_t i = 0; i < together.size(); ++i)
+    for (size_t j = i + 1; j < together.size(); ++j)
+      if (together[i].comm->sharesLinksWith(*together[j].comm))
+        fail(braidInvalidUsage,
+             "braidGroupEnd: the group holds operations of two communicators that share their "
+             "links (splitShare/shrinkShare; rank {} of one, rank {} of the other): they take "
+             "turns, so they cannot run in one group (expected separate groups)",
+             together[i].comm->rank(), together[j].comm->rank());
+}
+
 // The batches by stream, in the order their streams first appear.
 std::vector<std::vector<Batch>> byStream(std::vector<Batch> batches) {
   std::vector<std::vector<Batch>> streams;
@@ -221,18 +234,16 @@ void endGroup() {
     }
     it->ops.push_back(op.first);
   }
-  // Communicators that share links take turns, so a group cannot run them together.
-  for (size_t i = 0; i < now.size(); ++i)
-    for (size_t j = i + 1; j < now.size(); ++j)
-      if (now[i].comm->sharesLinksWith(*now[j].comm))
-        fail(braidInvalidUsage,
-             "braidGroupEnd: the group holds operations of two communicators that share their "
-             "links (splitShare/shrinkShare; rank {} of one, rank {} of the other): they take "
-             "turns, so they cannot run in one group (expected separate groups)",
-             now[i].comm->rank(), now[j].comm->rank());
+  // Each communicator counted inside until the group has returned (as a call on it is: abort and
+  // destroy wait for it).
+  std::deque<CallInside> inside;
+  for (const std::vector<Batch>* list : {&now, &queued, &device})
+    for (const Batch& b : *list) inside.emplace_back(b.comm);
+  refuseSharedLinks(now);
+  std::vector<std::vector<Batch>> streams = byStream(std::move(queued));
+  for (const std::vector<Batch>& onOneStream : streams) refuseSharedLinks(onOneStream);
   launchOnDevices(device);
-  for (std::vector<Batch>& onOneStream : byStream(std::move(queued)))
-    submitToStream(std::move(onOneStream));
+  for (std::vector<Batch>& onOneStream : streams) submitToStream(std::move(onOneStream));
   runNow(now);
 }
 
