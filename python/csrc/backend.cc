@@ -158,8 +158,8 @@ class BraidBackend : public c10d::Backend {
     membership_.emplace(this);  // whole now
   }
   ~BraidBackend() override {
-    membership_.reset();
     withoutGil([this] {
+      membership_.reset();  // waits while exit shuts this backend down: without the GIL
       leaveGroup();
       releaseCuda();
       if (comm_ != nullptr) braidCommDestroy(comm_);
@@ -473,7 +473,6 @@ class BraidBackend : public c10d::Backend {
       throw std::invalid_argument(c10::str(
           "braid backend: a receive from any source of a tensor on ", tensor.device(), " on rank ",
           rank_, " (expected a CPU tensor: a CUDA communicator cannot tell whose send waits)"));
-    braidType(tensor);
     {
       std::lock_guard<std::mutex> lock(coalescingMutex_);
       TORCH_CHECK(!coalescing_,

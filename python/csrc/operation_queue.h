@@ -87,7 +87,10 @@ class OperationQueue {
       stop_ = true;
     }
     wake_.notify_all();
-    if (thread_.joinable() && !onQueueThread()) thread_.join();
+    if (onQueueThread()) return;
+    // One joiner: exit's shutdown and torch's destroy_process_group may close at once.
+    std::lock_guard<std::mutex> joining(joinMutex_);
+    if (thread_.joinable()) thread_.join();
   }
 
   // Queues op; false (op dropped) once the queue has closed.
@@ -143,6 +146,7 @@ class OperationQueue {
   }
 
   std::mutex mutex_;
+  std::mutex joinMutex_;  // close()'s join
   std::condition_variable wake_;
   std::deque<std::function<void()>> ops_;
   bool running_ = false;  // an operation runs, on either thread
