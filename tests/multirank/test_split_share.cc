@@ -111,26 +111,23 @@ Failures runShare(const RankEnv& env, Via via, bool processes) {
   }
 
   if (shared) {
-    float x = 1, y = 1;
-    braidGroupStart();
-    braidAllReduce(&x, &x, 1, braidFloat32, braidSum, parent, nullptr);
-    braidAllReduce(&y, &y, 1, braidFloat32, braidSum, child, nullptr);
-    r = braidGroupEnd();
-    const std::string sentence = braidGetLastError(nullptr);
-    if (r != braidInvalidUsage || sentence.find("share their links") == std::string::npos)
-      failures.push_back("a group with parent and shared child: " + describeResult(r, nullptr));
-    // On one host stream too: its task runs a group's calls together.
-    braidStream_t stream = nullptr;
-    if (braidStreamCreate(&stream) != braidSuccess) return {"braidStreamCreate"};
-    braidGroupStart();
-    braidAllReduce(&x, &x, 1, braidFloat32, braidSum, parent, stream);
-    braidAllReduce(&y, &y, 1, braidFloat32, braidSum, child, stream);
-    r = braidGroupEnd();
-    const std::string onStream = braidGetLastError(nullptr);
-    if (r != braidInvalidUsage || onStream.find("share their links") == std::string::npos)
-      failures.push_back("a group with parent and shared child on one host stream: " +
-                         describeResult(r, nullptr));
-    if (braidStreamDestroy(stream) != braidSuccess) failures.push_back("braidStreamDestroy");
+    // Refused in one group, on the NULL stream and on one host stream (whose task runs a group's
+    // calls together) alike.
+    braidStream_t hostStream = nullptr;
+    if (braidStreamCreate(&hostStream) != braidSuccess) return {"braidStreamCreate"};
+    for (braidStream_t stream : {braidStream_t{}, hostStream}) {
+      float x = 1, y = 1;
+      braidGroupStart();
+      braidAllReduce(&x, &x, 1, braidFloat32, braidSum, parent, stream);
+      braidAllReduce(&y, &y, 1, braidFloat32, braidSum, child, stream);
+      r = braidGroupEnd();
+      const std::string sentence = braidGetLastError(nullptr);
+      if (r != braidInvalidUsage || sentence.find("share their links") == std::string::npos)
+        failures.push_back(std::string("a group with parent and shared child") +
+                           (stream != nullptr ? " on a host stream: " : ": ") +
+                           describeResult(r, nullptr));
+    }
+    if (braidStreamDestroy(hostStream) != braidSuccess) failures.push_back("braidStreamDestroy");
   }
 
   // The parent goes first; the child keeps the links.
