@@ -177,8 +177,8 @@ braidResult_t braidCommRevoke(braidComm_t comm, int revokeFlags);
 /* Memory for communication buffers (ncclMemAlloc), of the kind a communicator made now takes by
  * default: device memory of the calling thread's current CUDA device where one can be used and
  * BRAID_DEVICE is not "cpu" (as NCCL's); else page-aligned host memory whose pages are mapped at
- * once, so no collective pays their first-touch faults. Free with braidMemFree; any other pointer
- * is refused. With ranks as threads of one GPU, allocate and free device memory while no call is
+ * once, so no collective pays their first-touch faults. Free with braidMemFree (NULL: nothing to
+ * do, as free()); any other pointer is refused. With ranks as threads of one GPU, allocate and free device memory while no call is
  * in flight: cudaMalloc and cudaFree may wait for kernels that wait for a peer (docs/cuda.md). */
 braidResult_t braidMemAlloc(void** ptr, size_t size);
 braidResult_t braidMemFree(void* ptr);
@@ -302,6 +302,10 @@ braidResult_t braidRecv(void* recvbuff, size_t count, braidDataType_t datatype, 
 braidResult_t braidProbe(int peer, braidComm_t comm, int* waiting, size_t* count,
                          braidDataType_t* datatype);
 
+/* A thread's calls between braidGroupStart and the outermost braidGroupEnd run together at its end
+ * (nccl.h's groups). As NCCL's: where a call inside the group fails, braidGroupEnd returns that
+ * failure and runs none of the group's operations (communicators the group initializes, splits or
+ * shrinks are still made). */
 braidResult_t braidGroupStart(void);
 braidResult_t braidGroupEnd(void);
 

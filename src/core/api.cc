@@ -81,6 +81,11 @@ CommOptions optionsFrom(const braidConfig_t* config, int rank) {
            "braidCommInitRankConfig on rank {}: config was not initialized with "
            "BRAID_CONFIG_INITIALIZER",
            rank);
+    for (auto [flag, name] :
+         {std::pair{config->blocking, "blocking"}, std::pair{config->splitShare, "splitShare"},
+          std::pair{config->shrinkShare, "shrinkShare"}})
+      if (flag != BRAID_CONFIG_UNDEF_INT && flag != 0 && flag != 1)
+        fail(braidInvalidArgument, "rank {}: config {} is {} (expected 0 or 1)", rank, name, flag);
     if (config->blocking != BRAID_CONFIG_UNDEF_INT) options.blocking = config->blocking != 0;
     if (config->commName != nullptr) options.name = config->commName;
     if (config->timeoutMs != BRAID_CONFIG_UNDEF_INT) options.timeoutMs = config->timeoutMs;
@@ -127,7 +132,7 @@ braidResult_t initRank(braidComm_t* out, int nranks, const braidUniqueId& commId
                        const braidConfig_t* config) {
   bool started = false;
   bool* inProgress = &started;
-  braidResult_t result = guarded(nullptr, [&] {
+  braidResult_t result = collected(nullptr, [&] {
     if (out == nullptr) fail(braidInvalidArgument, "braidCommInitRank: comm is NULL");
     *out = nullptr;
     if (nranks < 1)
@@ -238,7 +243,7 @@ enum class Personalized { AlltoAll, Gather, Scatter };
 braidResult_t personalized(Personalized kind, const char* fn, const void* sendbuff, void* recvbuff,
                            size_t count, braidDataType_t type, int root, braidComm* comm,
                            braidStream_t stream) {
-  return guarded(comm, [&] {
+  return collected(comm, [&] {
     checkComm(comm, fn);
     const int n = comm->nranks(), rank = comm->rank();
     const size_t elem = checkTypeAndCount(comm, fn, type, count, static_cast<size_t>(n));
@@ -397,7 +402,7 @@ braidResult_t braidCommInitFromEnv(braidComm_t* comm, braidConfig_t* config) {
 
 braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* newcomm,
                              braidConfig_t* config) {
-  return guarded(comm, [&] {
+  return collected(comm, [&] {
     checkComm(comm, "braidCommSplit");
     if (newcomm == nullptr)
       fail(braidInvalidArgument, "braidCommSplit on rank {}: newcomm is NULL", comm->rank());
@@ -415,7 +420,7 @@ braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* 
 
 braidResult_t braidCommShrink(braidComm_t comm, int* excludeRanksList, int excludeRanksCount,
                               braidComm_t* newcomm, braidConfig_t* config, int shrinkFlags) {
-  return guarded(comm, [&] {
+  return collected(comm, [&] {
     checkComm(comm, "braidCommShrink");
     const int rank = comm->rank(), n = comm->nranks();
     if (newcomm == nullptr)
@@ -505,6 +510,7 @@ braidResult_t braidMemAlloc(void** ptr, size_t size) {
 
 braidResult_t braidMemFree(void* ptr) {
   return guarded(nullptr, [&] {
+    if (ptr == nullptr) return;  // as free(), and NCCL's ncclMemFree
     if (braid::releaseDeviceMemory(ptr)) return;
     std::lock_guard<std::mutex> lock(gAllocationsMutex);
     auto it = gAllocations.find(ptr);
@@ -815,6 +821,7 @@ braidResult_t braidGroupSimulateEnd(braidSimInfo_t* simInfo) {
     if (--threadGroup().depth > 0) return;
     GroupState group = std::move(threadGroup());
     threadGroup() = GroupState{};
+    failIfAnyCallFailed(group, "braidGroupSimulateEnd");
     if (!group.inits.empty() || !group.children.empty())
       fail(braidInvalidUsage,
            "braidGroupSimulateEnd: the group creates communicators (expected a group of "

@@ -210,13 +210,27 @@ void addChild(PendingChild child) {
   *child.newcomm = child.make();
 }
 
+void failIfAnyCallFailed(const GroupState& group, const char* fn) {
+  if (group.failure)
+    fail(group.failure->code, "{}: none of the group's {} operations ran: a call in it failed: {}",
+         fn, group.ops.size(), group.failure->sentence);
+}
+
 void endGroup() {
-  std::vector<PendingInit> inits = std::move(threadGroup().inits);
-  std::vector<PendingChild> children = std::move(threadGroup().children);
-  auto ops = std::move(threadGroup().ops);
+  GroupState group = std::move(threadGroup());
   threadGroup() = GroupState{};
-  initializeAll(inits);
-  makeChildren(children);
+  {
+    // Counted inside while they are used (abort and destroy wait for them).
+    std::deque<CallInside> inside;
+    for (const PendingInit& init : group.inits) inside.emplace_back(init.comm);
+    for (const PendingChild& child : group.children) inside.emplace_back(child.parent);
+    // Communicators are made even where the group failed: their peers' initializations wait for
+    // them, and each was a whole call.
+    initializeAll(group.inits);
+    makeChildren(group.children);
+  }
+  failIfAnyCallFailed(group, "braidGroupEnd");
+  auto& ops = group.ops;
 
   std::vector<Batch> now, queued, device;
   for (auto& [comm, op] : ops) {
@@ -248,7 +262,7 @@ void endGroup() {
 }
 
 braidResult_t enqueue(const CollArgs& args, braidComm* comm, braidStream_t stream) {
-  return guarded(comm, [&] {
+  return collected(comm, [&] {
     validate(comm, args, stream);
     // Outside a group a call runs alone: now, as a kernel, or as a host stream's task of its own;
     // so it ends before the matching call is made.

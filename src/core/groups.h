@@ -4,7 +4,9 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -12,6 +14,7 @@
 #include "coll/call.h"
 #include "core/bootstrap.h"
 #include "core/comm.h"
+#include "core/entry.h"
 
 namespace braid::api {
 
@@ -28,14 +31,37 @@ struct PendingChild {
   std::function<braidComm*()> make;
 };
 
+// The first call of a group that failed: its code and sentence.
+struct GroupFailure {
+  braidResult_t code;
+  std::string sentence;
+};
+
 struct GroupState {
   int depth = 0;
   std::vector<std::pair<braidComm*, std::pair<CollArgs, braidStream_t>>> ops;
   std::vector<PendingInit> inits;
   std::vector<PendingChild> children;
+  std::optional<GroupFailure> failure;
 };
 // This thread's group.
 GroupState& threadGroup();
+
+// A call the group collects (an operation, an initialization, a split or shrink), run as guarded()
+// runs it. As NCCL, one that fails inside a group fails the group too: braidGroupEnd then runs
+// none of its operations and returns the first failure (a program that goes on as if the group
+// were whole would wait for a call that never comes).
+template <typename Body>
+braidResult_t collected(braidComm* comm, Body&& body) noexcept {
+  const braidResult_t result = guarded(comm, std::forward<Body>(body));
+  GroupState& group = threadGroup();
+  if (result != braidSuccess && group.depth > 0 && !group.failure) try {
+      group.failure = GroupFailure{result, threadLastError()};
+    } catch (...) {
+      group.failure = GroupFailure{result, {}};  // no memory for the sentence: the code still
+    }
+  return result;
+}
 
 // Initializes communicators together (one thread's ranks meet over the bootstrap); throws the
 // first failure.
@@ -55,7 +81,11 @@ void submitToStream(std::vector<Batch> batches);
 // Outside a group the child is made now; inside, at the group's end.
 void addChild(PendingChild child);
 
-// The outermost braidGroupEnd: initializes, makes the children, runs or queues the operations.
+// Throws the failure of a call of `group`, naming `fn` (the call that ends the group).
+void failIfAnyCallFailed(const GroupState& group, const char* fn);
+
+// The outermost braidGroupEnd: initializes, makes the children, runs or queues the operations
+// (none where a call of the group failed: that failure is thrown).
 void endGroup();
 
 // One call of the C API (not AlltoAll, Gather or Scatter): checked, then dispatched.

@@ -486,6 +486,45 @@ TEST_F(Arguments, ASendToSelfOutsideAGroupIsRefusedOnEveryStream) {
   EXPECT_EQ(braidStreamDestroy(hostStream), braidSuccess);
 }
 
+// As NCCL: a call that fails inside a group fails braidGroupEnd too, which then runs none of the
+// group's operations (rank 0's all-reduce alone would wait for rank 1's, refused, until the
+// timeout), also from a nested group; the next group starts whole.
+TEST_F(Arguments, ACallThatFailsInAGroupFailsTheGroupAndNoneOfItsOperationsRun) {
+  const auto badType = static_cast<braidDataType_t>(42);
+  float received[2][4];
+  for (bool nested : {false, true}) {
+    std::fill(&received[0][0], &received[0][0] + 8, -1.0f);
+    ASSERT_EQ(braidGroupStart(), braidSuccess);
+    if (nested) {
+      ASSERT_EQ(braidGroupStart(), braidSuccess);
+    }
+    EXPECT_EQ(braidAllReduce(send_, received[0], 4, braidFloat32, braidSum, comms_[0], nullptr),
+              braidSuccess);
+    EXPECT_EQ(braidAllReduce(send_, received[1], 4, badType, braidSum, comms_[1], nullptr),
+              braidInvalidArgument);
+    if (nested) {
+      EXPECT_EQ(braidGroupEnd(), braidSuccess);
+    }
+    EXPECT_EQ(braidGroupEnd(), braidInvalidArgument);
+    const std::string sentence = lastError(nullptr);
+    EXPECT_NE(sentence.find("braidGroupEnd: none of the group's 1 operations ran"),
+              std::string::npos)
+        << sentence;
+    EXPECT_NE(sentence.find("datatype"), std::string::npos) << sentence;
+    EXPECT_TRUE(namesRank(sentence, 1)) << sentence;
+    EXPECT_EQ(received[0][0], -1.0f) << "rank 0's all-reduce ran";
+  }
+  std::fill(std::begin(send_), std::end(send_), 2.0f);
+  ASSERT_EQ(braidGroupStart(), braidSuccess);
+  for (int rank = 0; rank < 2; ++rank)
+    EXPECT_EQ(
+        braidAllReduce(send_, received[rank], 4, braidFloat32, braidSum, comms_[rank], nullptr),
+        braidSuccess);
+  EXPECT_EQ(braidGroupEnd(), braidSuccess) << lastError(nullptr);
+  for (int rank = 0; rank < 2; ++rank)
+    EXPECT_EQ(std::vector<float>(received[rank], received[rank] + 4), std::vector<float>(4, 4.0f));
+}
+
 TEST_F(Arguments, ProbeArgumentsAreNamed) {
   braidComm_t rank1 = comms_[1];
   int waiting = -1;
@@ -681,6 +720,44 @@ TEST(Lifecycle, AbortFailsThePeersPendingCollective) {
     };
     runAs({how}, 2, program);
   }
+}
+
+// A rank's own abort, from another thread, while a call of that rank waits for its peer: rank 0
+// sends more than the FIFO holds to rank 1, which probes the send waiting but never receives it.
+// The send ends with the abort's error (not its timeout's), and the abort returns once the call
+// has left the communicator it frees (it freed it under the call, which then recorded its error
+// in freed memory: seen only by a sanitizer, and as a crash now and then).
+TEST(Lifecycle, AnAbortFromAnotherThreadEndsTheRanksCallInside) {
+  braidUniqueId id;
+  ASSERT_EQ(braidGetUniqueId(&id), braidSuccess);
+  braidComm_t comms[2] = {};
+  std::vector<std::thread> inits;
+  for (int r = 0; r < 2; ++r)
+    inits.emplace_back([&, r] {
+      braidConfig_t config = BRAID_CONFIG_INITIALIZER;
+      config.device = "cpu";
+      config.timeoutMs = 120000;  // far beyond the probe's 30 s
+      EXPECT_EQ(braidCommInitRankConfig(&comms[r], 2, id, r, &config), braidSuccess);
+    });
+  for (std::thread& t : inits) t.join();
+  ASSERT_TRUE(comms[0] != nullptr && comms[1] != nullptr);
+  braidResult_t result = braidSuccess;
+  std::string sentence;
+  std::thread send([&] {
+    std::vector<float> big(kBigMessage, 1.0f);
+    result = braidSend(big.data(), big.size(), braidFloat32, 1, comms[0], nullptr);
+    sentence = lastError(nullptr);
+  });
+  Failures failures;
+  ProbeAnswer answer;
+  if (probeUntil(comms[1], 0, 1, answer, failures)) {
+    EXPECT_EQ(braidCommAbort(comms[0]), braidSuccess) << lastError(nullptr);
+  }
+  send.join();  // a failed probe: the send's timeout ends it
+  for (const std::string& failure : failures) ADD_FAILURE() << failure;
+  EXPECT_EQ(result, braidRemoteError) << sentence;
+  EXPECT_NE(sentence.find("aborted: rank 0 called braidCommAbort"), std::string::npos) << sentence;
+  EXPECT_EQ(braidCommAbort(comms[1]), braidSuccess) << lastError(nullptr);
 }
 
 }  // namespace

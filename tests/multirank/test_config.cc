@@ -87,7 +87,7 @@ TEST(Config, SplitAndShrunkCommunicatorsInheritTheBounds) {
   for (braidComm_t c : comms) EXPECT_EQ(braidCommDestroy(c), braidSuccess);
 }
 
-TEST(Config, BadBoundsAndUnknownNetworksAreRefusedByName) {
+TEST(Config, BadBoundsFlagsAndNetworksAreRefusedByName) {
   struct Bad {
     braidConfig_t config;
     std::string expected;
@@ -96,10 +96,16 @@ TEST(Config, BadBoundsAndUnknownNetworksAreRefusedByName) {
   ib.netName = "IB";
   braidConfig_t tree = BRAID_CONFIG_INITIALIZER;
   tree.algorithms = "ring,pat";
+  braidConfig_t blocking = BRAID_CONFIG_INITIALIZER;
+  blocking.blocking = 7;  // as NCCL: "Invalid config blocking attribute value"
+  braidConfig_t splitShare = BRAID_CONFIG_INITIALIZER;
+  splitShare.splitShare = -2;
   std::vector<Bad> cases = {
       {channels(3, 2), "config minChannels and maxChannels are 3 and 2: expected 1 <= min <= max"},
       {channels(0, BRAID_CONFIG_UNDEF_INT), "config minChannels and maxChannels are 0 and"},
       {ib, "config netName 'IB' is not a network braid has"},
+      {blocking, "rank 0: config blocking is 7 (expected 0 or 1)"},
+      {splitShare, "rank 0: config splitShare is -2 (expected 0 or 1)"},
       {tree,
        "rank 0: config algorithms=ring,pat: unknown value 'pat' (expected a comma-separated "
        "list of ring, direct, doubling, halving, tree, hier-doubling, "

@@ -287,6 +287,7 @@ TEST_F(Threads, CommSplitQueriesAndManagement) {
   EXPECT_EQ(ncclCommDeregister(comms_[0], handle), ncclInvalidArgument);
   EXPECT_EQ(ncclMemFree(buffer), ncclSuccess);
   EXPECT_EQ(ncclMemFree(buffer), ncclInvalidArgument);
+  EXPECT_EQ(ncclMemFree(nullptr), ncclSuccess);  // as NCCL's (cudaFree of NULL), and free()
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
   std::vector<float> data(1 << 20);
   ASSERT_EQ(ncclGroupStart(), ncclSuccess);
