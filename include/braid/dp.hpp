@@ -229,8 +229,10 @@ class DataParallel {
   // start of an accumulation window (ZeRO-2: of every micro-batch). Valid until markReady(id).
   void* gradient(int id);
   // The gradient is complete for this micro-batch. Once every parameter of a bucket is ready the
-  // bucket's all-reduce (ZeRO: reduce-scatter) starts on the stream, overlapping what follows.
-  // A micro-batch ends when every parameter is ready.
+  // bucket's all-reduce (ZeRO: reduce-scatter) starts on the stream, overlapping what follows;
+  // buckets start in index order (as DDP's), so ranks may ready parameters in different orders.
+  // A micro-batch ends when every parameter is ready; the next one's gradient() and markReady()
+  // of a bucket still reducing wait for it.
   void markReady(int id);
   // false: the micro-batches that follow only accumulate (PyTorch's no_sync); the last one of a
   // window must sync. ZeRO-2 reduces every micro-batch anyway and accumulates its shard.

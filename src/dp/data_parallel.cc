@@ -45,6 +45,8 @@ struct DataParallel::Impl {
     size_t unready = 0;       // parameters not yet ready in this micro-batch
     int stagingSlot = -1;     // ZeRO-2: the staging buffer being filled for this micro-batch
     bool accumulate = false;  // ZeRO-2: reduced into accumulation, to be added at drain()
+    // DDP, ZeRO-1: reduced where its gradients are, and not settled since (settle()).
+    bool reducedInPlace = false;
   };
   // The part of a bucket whose optimizer update this rank owns (the whole bucket under DDP).
   struct Segment {
@@ -89,6 +91,8 @@ struct DataParallel::Impl {
   void* gradientOf(Param& p);
   void acquireStaging(int bucketIndex);
   void launch(int bucketIndex);
+  void launchInOrder();
+  void settle(int bucketIndex);
   void endMicroBatch();
   void drain(const char* what);
   std::byte* ownedGradient(const Segment& segment);
@@ -121,10 +125,13 @@ struct DataParallel::Impl {
   size_t paddedCount = 0;
   size_t ownedCount = 0;
 
-  Buffer working;       // the whole working copy
-  Buffer gradients;     // DDP, ZeRO-1: whole; ZeRO-2: the owned shard
-  Buffer staging;       // ZeRO-2: slots x slotCount
-  Buffer accumulation;  // ZeRO-2, once a window has a second micro-batch
+  Buffer working;    // the whole working copy
+  Buffer gradients;  // DDP, ZeRO-1: whole; ZeRO-2: the owned shard
+  Buffer staging;    // ZeRO-2: slots x slotCount
+  // ZeRO-2, once a window has a second micro-batch; ZeRO-1: the shards earlier micro-batches of
+  // the window reduced (shardsAccumulated), once a second one reduces.
+  Buffer accumulation;
+  bool shardsAccumulated = false;
   std::vector<StagingSlot> slots;
   size_t slotCount = 0;  // elements per staging slot: the largest bucket
   // ZeRO-Offload (OffloadTier::kHost on a CUDA communicator): host memory for the state and for
@@ -139,6 +146,7 @@ struct DataParallel::Impl {
   Buffer verdict;  // one Verdict: the step's overflow flag and sum of squares
 
   size_t readyCount = 0;  // parameters ready in this micro-batch
+  size_t nextBucket = 0;  // the next to start reducing in this micro-batch
   bool sync = true;       // this micro-batch reduces
   int microBatchInWindow = 0;
   bool lastMicroBatchSynced = false;
@@ -398,6 +406,10 @@ void DataParallel::setParameter(int id, std::span<const float> values) {
     d.backend->fromHostFloat(values.data() + (lo - p.offset),
                              d.workingAt(s.stateOffset + lo - s.flatOffset), d.options.precision,
                              hi - lo);
+  // ZeRO-3, its layer gathered: the whole copy the forward pass reads, too.
+  if (d.shardsParameters() && !d.layers[p.layer].gathered.empty())
+    d.backend->fromHostFloat(values.data(), d.wholeParameter(p, "setParameter"),
+                             d.options.precision, p.count);
   if (d.hasMaster && lo < hi)  // fp32 has none: the working copy is the master
     d.state->setMaster(s.stateOffset + lo - s.flatOffset, values.data() + (lo - p.offset), hi - lo);
 }
@@ -484,6 +496,7 @@ braidDataType_t DataParallel::gradientType() const {
 }
 
 void* DataParallel::Impl::gradientOf(Param& p) {
+  settle(p.bucket);
   if (!shardsGradients()) return gradientAt(gradients, p.offset);
   Bucket& b = buckets[p.bucket];
   if (b.stagingSlot < 0) acquireStaging(p.bucket);
@@ -530,18 +543,17 @@ void DataParallel::markReady(int id) {
          "DataParallel on rank {}: markReady('{}') twice in one micro-batch (expected each "
          "parameter once)",
          d.rank, p.name);
+  d.settle(p.bucket);  // a gradient left untouched in this micro-batch, too
   p.ready = true;
   ++d.readyCount;
-  Impl::Bucket& b = d.buckets[p.bucket];
+  --d.buckets[p.bucket].unready;
   if (d.reducesNow()) {
     // fp16 sums can overflow where the average would not: divide before reducing (what
     // PyTorch's fp16 compression hook does), while the gradient is still in cache.
     void* grad = d.gradientOf(p);
     if (d.gradientType == braidFloat16 && d.nranks > 1)
       d.backend->scale(grad, braidFloat16, p.count, 1.0f / static_cast<float>(d.nranks));
-    if (--b.unready == 0) d.launch(p.bucket);
-  } else {
-    --b.unready;
+    d.launchInOrder();
   }
   if (d.readyCount == d.params.size()) d.endMicroBatch();
 }
@@ -558,11 +570,13 @@ void DataParallel::Impl::launch(int bucketIndex) {
       check(braidAllReduce(gradientAt(gradients, b.offset), gradientAt(gradients, b.offset),
                            b.count, type, op, comm, stream),
             "braidAllReduce of a gradient bucket");
+      b.reducedInPlace = true;
       break;
     case Stage::kZero1:
       check(braidReduceScatter(gradientAt(gradients, b.offset), gradientAt(gradients, s.flatOffset),
                                s.count, type, op, comm, stream),
             "braidReduceScatter of a gradient bucket");
+      b.reducedInPlace = true;
       break;
     case Stage::kZero2:
     case Stage::kZero3: {
@@ -582,10 +596,41 @@ void DataParallel::Impl::launch(int bucketIndex) {
   }
 }
 
+// As DDP's reducer, buckets start reducing in index order whatever order their parameters become
+// ready in: a rank whose backward pass readied them in another order than its peers' would pair
+// its buckets with other buckets of theirs (of equal sizes: averaged together, silently).
+void DataParallel::Impl::launchInOrder() {
+  while (nextBucket < buckets.size() && buckets[nextBucket].unready == 0) launch(nextBucket++);
+}
+
+// Before a later micro-batch touches a bucket that DDP or ZeRO-1 reduced in place: waits for the
+// reduction (the stream still reads and writes the bucket; DDP's backward pass ends waiting for
+// its buckets). ZeRO-1 then moves its reduced shard aside and zeroes the bucket: the bucket's
+// other slices still hold this rank's own unreduced gradients, which the next reduce-scatter
+// would add again; step() adds the shards back.
+void DataParallel::Impl::settle(int bucketIndex) {
+  if (!buckets[bucketIndex].reducedInPlace) return;
+  drain("waiting for the last micro-batch's gradient reductions");
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    Bucket& b = buckets[i];
+    if (!b.reducedInPlace) continue;
+    b.reducedInPlace = false;
+    if (options.stage != Stage::kZero1) continue;
+    if (accumulation.empty()) accumulation = Buffer(*backend, ownedCount * gradientBytes);
+    if (!shardsAccumulated) backend->zero(accumulation.data(), accumulation.size());
+    shardsAccumulated = true;
+    const Segment& s = segments[i];
+    backend->add(gradientAt(accumulation, s.stateOffset), gradientAt(gradients, s.flatOffset),
+                 gradientType, s.count);
+    backend->zero(gradientAt(gradients, b.offset), b.count * gradientBytes);
+  }
+}
+
 void DataParallel::Impl::endMicroBatch() {
   lastMicroBatchSynced = sync;
   ++microBatchInWindow;
   readyCount = 0;
+  nextBucket = 0;
   for (Param& p : params) p.ready = false;
   for (Bucket& b : buckets) b.unready = b.params.size();
 }
@@ -733,6 +778,13 @@ StepResult DataParallel::Impl::step() {
   requireFinalized("step");
   checkStepMayRun();
   drain("reducing the gradient buckets");
+  for (Bucket& b : buckets) b.reducedInPlace = false;
+  if (shardsAccumulated) {  // ZeRO-1: the window's earlier micro-batches' reduced shards
+    for (const Segment& s : segments)
+      backend->add(gradientAt(gradients, s.flatOffset), gradientAt(accumulation, s.stateOffset),
+                   gradientType, s.count);
+    shardsAccumulated = false;
+  }
   const Verdict v = agreeOnVerdict();
   const double scale = scaler.scale();
   const bool overflow = v.overflowFlag != 0;
