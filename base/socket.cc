@@ -415,7 +415,7 @@ Socket Socket::listen(const SocketAddress& address, bool reuseAddress, int* bind
 }
 
 Socket Socket::connect(const SocketAddress& address, std::string peerName,
-                       Clock::time_point deadline, const std::string& activity) {
+                       Clock::time_point deadline, const std::string& activity, Refused refused) {
   auto backoff = std::chrono::milliseconds(5);
   for (;;) {
     Socket s(openTcpSocket(address.family()), peerName);
@@ -426,6 +426,10 @@ Socket Socket::connect(const SocketAddress& address, std::string peerName,
       setNoDelay(s.fd_);
       return s;
     }
+    if (err == ECONNREFUSED && refused == Refused::IsFinal)
+      fail(braidRemoteError,
+           "{}: {} refused the connection: nothing listens there any more (its process exited?)",
+           activity, peerName);
     if (!isRetryableConnectError(err))
       failErrno(braidSystemError, fmt::format("{}: connecting to {}", activity, peerName), err);
     if (Clock::now() + backoff >= deadline)

@@ -93,10 +93,14 @@ class Socket {
   // The same, but where the port is taken (at bind, or at listen after another socket with
   // SO_REUSEADDR bound it too) returns an invalid Socket with the errno in *bindErrno.
   static Socket listen(const SocketAddress& address, bool reuseAddress, int* bindErrno);
-  // Connects to `address`, retrying refused or unreachable attempts until the deadline, since
-  // the listener may not be up yet.
+  // Whether a refused connection is tried again: the listener may not be up yet (a rendezvous), or
+  // it was up before and a refusal means its process has ended (a peer's listener, known at init).
+  enum class Refused { RetryUntilDeadline, IsFinal };
+  // Connects to `address`, retrying unreachable attempts (and refused ones, unless final) until
+  // the deadline.
   static Socket connect(const SocketAddress& address, std::string peerName,
-                        Clock::time_point deadline, const std::string& activity);
+                        Clock::time_point deadline, const std::string& activity,
+                        Refused refused = Refused::RetryUntilDeadline);
   // One connection waiting on this listener, or an invalid Socket if none is; never waits.
   Socket acceptPending();
   // Another descriptor of this socket: a listener that several servers use in turn.

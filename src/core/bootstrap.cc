@@ -134,8 +134,9 @@ class RingBootstrap final : public Bootstrap {
     } catch (const Error& e) {
       if (e.code() != braidRemoteError) throw;
       fail(braidRemoteError,
-           "{} (the root drops connections that do not prove the unique id's secret: do all "
-           "ranks use the same id?)",
+           "{} (the root closes a connection that does not prove the unique id's secret, and "
+           "every connection when its process ends: do all ranks use the same id, and is the "
+           "process that made it still running? Its own error says why it ended)",
            e.what());
     }
     const ReplyHeader reply =

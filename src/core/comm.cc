@@ -712,7 +712,25 @@ void braidComm::finalizeInBackground() {
   });
 }
 
+// How long an abort between operations spends delivering what finished operations left unsent.
+constexpr auto kAbortDelivery = std::chrono::seconds(2);
+
+// A send returns once its data is in the FIFO, so a rank's finished operations may leave data for
+// the network to carry after them. An abort between operations delivers it first, briefly: a peer
+// whose matching call has not yet taken it would otherwise fail a call this rank saw succeed. Not
+// while an operation runs (the abort ends it), nor once the communicator failed.
+void braidComm::deliverFinishedSends() {
+  if (!status_.ready() || status_.code() != braidSuccess || !links_.connected()) return;
+  std::unique_lock<std::mutex> idle(links_.turn(), std::try_to_lock);
+  if (!idle.owns_lock()) return;
+  const Clock::time_point deadline =
+      Clock::now() +
+      std::min<Clock::duration>(kAbortDelivery, std::chrono::milliseconds(options_.timeoutMs));
+  links_.forEachService([&](braid::LinkService& service) { service.finish(deadline); });
+}
+
 void braidComm::abort(const char* call) {
+  deliverFinishedSends();
   markFailed(fmt::format("rank {} called {}", rank_, call));
   status_.fail(braidRemoteError);
   if (status_.ready() && device_ != nullptr) device_->cuda().abort();

@@ -165,6 +165,7 @@ struct braidComm : public braid::Watchdog {
   braid::PeerInfo describeSelf() const;
   void tuneWaits(uint64_t machine);
   void markFailed(const std::string& reason);
+  void deliverFinishedSends();
   void failIfPeersFailed(int peer) const;
   void failIfLate(int peer, const char* waitingFor) const;
   std::string laggingPeers() const;

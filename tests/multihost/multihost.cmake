@@ -136,6 +136,12 @@ braid_multihost_test(multihost_failure_reason HOSTS 2
   COMMAND ${faults} --gtest_filter=Faults.FailedRanksReasonReachesPeersOnOtherHosts)
 braid_multihost_test(multihost_departure HOSTS 3
   COMMAND ${faults} --gtest_filter=Departure.SendThenDestroyDeliversEverythingAndIsNoFailure)
+braid_multihost_test(multihost_refused_at_once HOSTS 2
+  COMMAND ${faults} --gtest_filter=Faults.APeerGoneBeforeItsFirstConnectionIsRefusedAtOnce)
+# Three sockets per connection: a reason may be read on one before the last parts on another.
+braid_multihost_test(multihost_abort_after_success HOSTS 3
+  COMMAND env BRAID_NSOCKS=3 ${faults}
+  --gtest_filter=Departure.AnAbortRightAfterASuccessfulCallLeavesThePeersCallWhole)
 # The same over braid's NCCL net plug-in, which ends its stream when NCCL's closeSend() closes it.
 braid_multihost_test(multihost_departure_nccl_plugin HOSTS 3
   COMMAND env BRAID_NET_PLUGIN=$<TARGET_FILE:nccl_net_braid> ${faults}

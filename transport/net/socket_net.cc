@@ -220,11 +220,14 @@ class SocketSendComm final : public SendComm, SocketComm<SendRequest, SendLane> 
 
   // Best effort, as end(): the reason goes on every socket that is not in the middle of a frame
   // (the receiver may read any of them first); one too full to take the whole frame leaves its
-  // receiver a truncated frame.
+  // receiver a truncated frame. Its seq counts the messages sent whole before it: the receiver
+  // takes those first (they may still be on their way on other sockets).
   void abort(const std::string& reason) override {
     FrameHeader header;
     header.flags = wire::kRankFailed;
     header.bytes = std::min(reason.size(), kMaxReasonBytes);
+    header.seq = requests_.posted();
+    for (const SendLane& lane : lanes_) header.seq = std::min(header.seq, lane.cursor);
     iovec parts[2] = {{&header, sizeof header},
                       {const_cast<char*>(reason.data()), static_cast<size_t>(header.bytes)}};
     msghdr message{};
@@ -363,7 +366,8 @@ struct RecvLane {
   bool placed = false;  // the header was matched with its posted request
   uint64_t payloadHave = 0;
   bool stalled = false;  // the header's message has no posted request yet
-  bool ended = false;    // the sender ended the stream on purpose; the socket is closed
+  // The sender ended the stream, on purpose or failing (a rank-failed frame); the socket is closed.
+  bool ended = false;
   bool anyFrame = false;
   uint64_t lastSeq = 0;  // of the last complete frame, once anyFrame
   std::string reason;    // of a rank-failed frame, as it arrives
@@ -417,7 +421,12 @@ class SocketRecvComm final : public RecvComm, SocketComm<RecvRequest, RecvLane> 
     if (!done(r))
       for (int i = 0; i < socketCount(); ++i)
         if (!lanes_[i].ended) progress(i);
-    if (!done(r)) return false;
+    if (!done(r)) {
+      // Messages the failed peer sent whole before it failed are still taken.
+      if (peerFailure_ && requests_.reported() >= sentBeforeFailure_)
+        fail(braidRemoteError, "{}", *peerFailure_);
+      return false;
+    }
     *bytes = r.messageBytes;
     requests_.reportDone();
     return true;
@@ -517,8 +526,9 @@ class SocketRecvComm final : public RecvComm, SocketComm<RecvRequest, RecvLane> 
     r.messageBytes = h.messageBytes;
   }
 
-  // Reads what arrived of a rank-failed frame's reason (its size checked with the header); fails
-  // with it once it is whole.
+  // Reads what arrived of a rank-failed frame's reason (its size checked with the header); once it
+  // is whole, the socket carries nothing more, and the peer's failure is kept for test() to tell
+  // once the messages sent before it are taken.
   void readReason(RecvLane& lane) {
     const uint64_t bytes = lane.header.bytes;
     lane.reason.resize(bytes);
@@ -527,7 +537,12 @@ class SocketRecvComm final : public RecvComm, SocketComm<RecvRequest, RecvLane> 
       if (!arrived(n, lane)) return;
       lane.payloadHave += n;
     }
-    fail(braidRemoteError, "{}: the peer's rank failed: {}", lane.activity, lane.reason);
+    if (!peerFailure_ || lane.header.seq < sentBeforeFailure_) {
+      peerFailure_ = fmt::format("{}: the peer's rank failed: {}", lane.activity, lane.reason);
+      sentBeforeFailure_ = lane.header.seq;
+    }
+    lane.ended = true;
+    lane.socket = Socket();
   }
 
   void progress(int index) {
@@ -574,6 +589,9 @@ class SocketRecvComm final : public RecvComm, SocketComm<RecvRequest, RecvLane> 
       if (lane.aheadBegin == lane.aheadEnd) return;
     }
   }
+
+  std::optional<std::string> peerFailure_;  // a rank-failed frame's story
+  uint64_t sentBeforeFailure_ = 0;          // the messages its rank sent whole before failing
 };
 
 // Connections on their way in: sockets whose hello is awaited, and connections waiting for the
@@ -811,7 +829,9 @@ class SocketNet final : public InterfaceNet {
     hello.sockets = static_cast<uint16_t>(count);
     std::vector<Socket> sockets;
     for (int i = 0; i < count; ++i) {
-      Socket s = Socket::connect(address, address.toString(), deadline, activity);
+      // The peer's listener was up before its handle was published: a refusal is its end.
+      Socket s = Socket::connect(address, address.toString(), deadline, activity,
+                                 Socket::Refused::IsFinal);
       enableKeepalive(s.fd(), options_.keepaliveMs);
       hello.socket = static_cast<uint16_t>(i);
       s.sendAll(&hello, sizeof hello, deadline, activity);
