@@ -178,8 +178,9 @@ braidResult_t braidCommRevoke(braidComm_t comm, int revokeFlags);
  * default: device memory of the calling thread's current CUDA device where one can be used and
  * BRAID_DEVICE is not "cpu" (as NCCL's); else page-aligned host memory whose pages are mapped at
  * once, so no collective pays their first-touch faults. Free with braidMemFree (NULL: nothing to
- * do, as free()); any other pointer is refused. With ranks as threads of one GPU, allocate and free device memory while no call is
- * in flight: cudaMalloc and cudaFree may wait for kernels that wait for a peer (docs/cuda.md). */
+ * do, as free()); any other pointer is refused. With ranks as threads of one GPU, allocate and free
+ * device memory while no call is in flight: cudaMalloc and cudaFree may wait for kernels that wait
+ * for a peer (docs/cuda.md). */
 braidResult_t braidMemAlloc(void** ptr, size_t size);
 braidResult_t braidMemFree(void* ptr);
 
