@@ -396,6 +396,11 @@ void DataParallel::setParameter(int id, std::span<const float> values) {
     fail(braidInvalidArgument,
          "DataParallel on rank {}: setParameter('{}'): {} values (expected {})", d.rank, p.name,
          values.size(), p.count);
+  // ZeRO-3, its layer gathered: the whole copy the forward pass reads, too (found first: that
+  // waits for the layer's gather, which reads the shard written below).
+  if (d.shardsParameters() && !d.layers[p.layer].gathered.empty())
+    d.backend->fromHostFloat(values.data(), d.wholeParameter(p, "setParameter"),
+                             d.options.precision, p.count);
   // The part of the parameter this rank owns: its master weights, and (ZeRO-3) its working copy.
   const Impl::Segment& s = d.segments[p.bucket];
   const size_t lo = std::max(p.offset, s.flatOffset);
@@ -406,10 +411,6 @@ void DataParallel::setParameter(int id, std::span<const float> values) {
     d.backend->fromHostFloat(values.data() + (lo - p.offset),
                              d.workingAt(s.stateOffset + lo - s.flatOffset), d.options.precision,
                              hi - lo);
-  // ZeRO-3, its layer gathered: the whole copy the forward pass reads, too.
-  if (d.shardsParameters() && !d.layers[p.layer].gathered.empty())
-    d.backend->fromHostFloat(values.data(), d.wholeParameter(p, "setParameter"),
-                             d.options.precision, p.count);
   if (d.hasMaster && lo < hi)  // fp32 has none: the working copy is the master
     d.state->setMaster(s.stateOffset + lo - s.flatOffset, values.data() + (lo - p.offset), hi - lo);
 }
@@ -516,18 +517,23 @@ void* DataParallel::gradient(int id) {
   return d.gradientOf(p);
 }
 
-// ZeRO-2: bucket i fills staging slot i mod slots. A slot whose last bucket is still being
-// reduced is waited for; one whose last bucket is still being filled means the backward pass
-// holds more buckets open at once than there are slots.
+// ZeRO-2: bucket i fills a staging slot whose last bucket has started reducing (i mod slots first);
+// one still being reduced is waited for. None: every slot holds a bucket still being filled, or
+// filled and waiting for an earlier bucket to start (buckets start in index order), so the
+// backward pass holds more buckets open at once than there are slots.
 void DataParallel::Impl::acquireStaging(int bucketIndex) {
-  const int s = bucketIndex % static_cast<int>(slots.size());
+  const int n = static_cast<int>(slots.size());
+  int s = bucketIndex % n;
+  for (int tried = 0; tried < n; ++tried, s = (s + 1) % n)
+    if (slots[s].occupant < 0 || buckets[slots[s].occupant].stagingSlot != s) break;
   StagingSlot& slot = slots[s];
   if (slot.occupant >= 0 && buckets[slot.occupant].stagingSlot == s)
     fail(braidInvalidUsage,
-         "DataParallel on rank {}: ZeRO-2 needs staging buffer {} for bucket {} while bucket {} "
-         "is still filling it: this backward pass keeps more buckets open than the {} staging "
-         "buffers (raise Options::stagingBuffers)",
-         rank, s, bucketIndex, slot.occupant, slots.size());
+         "DataParallel on rank {}: ZeRO-2 needs a staging buffer for bucket {} while all {} hold "
+         "buckets being filled or waiting for an earlier bucket to start reducing (bucket {} "
+         "first; buckets start in index order): this backward pass keeps more buckets open than "
+         "there are staging buffers (raise Options::stagingBuffers)",
+         rank, bucketIndex, n, nextBucket);
   if (slot.inFlight) drain("waiting for a staging buffer's reduce-scatter");
   backend->zero(gradientAt(staging, static_cast<size_t>(s) * slotCount), slotCount * gradientBytes);
   slot.occupant = bucketIndex;
@@ -611,12 +617,13 @@ void DataParallel::Impl::launchInOrder() {
 void DataParallel::Impl::settle(int bucketIndex) {
   if (!buckets[bucketIndex].reducedInPlace) return;
   drain("waiting for the last micro-batch's gradient reductions");
+  const bool zero1 = options.stage == Stage::kZero1;
+  if (zero1 && accumulation.empty()) accumulation = Buffer(*backend, ownedCount * gradientBytes);
   for (size_t i = 0; i < buckets.size(); ++i) {
     Bucket& b = buckets[i];
     if (!b.reducedInPlace) continue;
     b.reducedInPlace = false;
-    if (options.stage != Stage::kZero1) continue;
-    if (accumulation.empty()) accumulation = Buffer(*backend, ownedCount * gradientBytes);
+    if (!zero1) continue;
     if (!shardsAccumulated) backend->zero(accumulation.data(), accumulation.size());
     shardsAccumulated = true;
     const Segment& s = segments[i];

@@ -79,7 +79,7 @@ TEST_P(SyncOnEveryMicroBatch, GivesTheSumOfTheMicroBatchesAverages) {
         for (int r = 0; r < a.ranks; ++r) sum += gradientOf(r, k, i);
         window += sum / a.ranks;
       }
-      if (std::fabs(p[i] + window) > tolerance * window) {
+      if (!(std::fabs(p[i] + window) <= tolerance * window)) {  // NaN fails too
         std::lock_guard<std::mutex> lock(mutex);
         failures.push_back("rank " + std::to_string(rank) + " element " + std::to_string(i) + ": " +
                            std::to_string(p[i]) + " (expected " + std::to_string(-window) + ")");
@@ -106,7 +106,8 @@ INSTANTIATE_TEST_SUITE_P(Dp, SyncOnEveryMicroBatch,
 
 // Two parameters of one size in buckets of their own; rank 0 readies b first, the others a
 // first. Their buckets must still meet their peers' same buckets: a's gradient is 1 on every rank,
-// b's 100 (both were averaged together, 50.5, when buckets started as they became ready).
+// b's 100 (they were averaged with each other, 34 and 67, when buckets started as they became
+// ready).
 TEST(BucketOrder, RanksMayReadyParametersInDifferentOrders) {
   for (Stage stage : {Stage::kDdp, Stage::kZero1, Stage::kZero2}) {
     Options o = plainSgd(stage, braidFloat32);
@@ -131,6 +132,69 @@ TEST(BucketOrder, RanksMayReadyParametersInDifferentOrders) {
     });
     EXPECT_EQ(errors, "");
   }
+}
+
+// Two windows, the first of three micro-batches synced, not, synced (PyTorch's no_sync in the
+// middle), the second of one: what the first window accumulated aside (ZeRO-1) or in place must
+// not leak into the second. Window w's gradient on rank r: (r + 1) * (w + 1) per micro-batch.
+TEST(Windows, MixedSyncThenAFreshWindowGiveEachWindowsSum) {
+  for (Stage stage : {Stage::kDdp, Stage::kZero1, Stage::kZero2}) {
+    constexpr size_t kCount = 12;
+    constexpr int kRanks = 3;
+    const std::string errors = local_ranks::onThreads(kRanks, [&](braidComm_t comm, int rank) {
+      DataParallel dp(comm, plainSgd(stage, braidFloat32));
+      const int w = dp.addParameter(kCount, "w");
+      dp.finalize();
+      dp.setParameter(w, std::vector<float>(kCount, 0.0f));
+      double expected = 0;
+      for (int window = 0; window < 2; ++window) {
+        const bool syncs[2][3] = {{true, false, true}, {true, true, true}};
+        const int microBatches = window == 0 ? 3 : 1;
+        for (int k = 0; k < microBatches; ++k) {
+          dp.setGradientSync(syncs[window][k]);
+          const std::vector<float> g(kCount, static_cast<float>((rank + 1) * (window + 1)));
+          braid::dp::accumulateFromFloat(g.data(), dp.gradient(w), dp.gradientType(), kCount);
+          dp.markReady(w);
+          expected -= 2.0 * (window + 1);  // the ranks' average of (r + 1) * (w + 1)
+        }
+        EXPECT_TRUE(dp.step().applied);
+        std::vector<float> p(kCount);
+        dp.getParameter(w, p);
+        EXPECT_EQ(p, std::vector<float>(kCount, static_cast<float>(expected)))
+            << "stage " << static_cast<int>(stage) << " window " << window;
+      }
+    });
+    EXPECT_EQ(errors, "");
+  }
+}
+
+// ZeRO-2 with every rank readying buckets 3, 0, 1, 2 of 4 with 3 staging buffers: bucket 3 is
+// complete but waits for bucket 0 (buckets start in index order) and keeps its buffer, so bucket
+// 0 takes another that is free (it asked for buffer 0 mod 3, bucket 3's, and failed).
+TEST(BucketOrder, Zero2StagesABucketBesideOneWaitingForItsTurn) {
+  Options o = plainSgd(Stage::kZero2, braidFloat32);
+  o.bucketBytes = o.firstBucketBytes = 4;  // a bucket per parameter
+  o.stagingBuffers = 3;
+  constexpr size_t kCount = 6;
+  const std::string errors = local_ranks::onThreads(2, [&](braidComm_t comm, int rank) {
+    DataParallel dp(comm, o);
+    std::vector<int> ids;
+    for (int i = 0; i < 4; ++i) ids.push_back(dp.addParameter(kCount));
+    dp.finalize();
+    for (int id : ids) dp.setParameter(id, std::vector<float>(kCount, 0.0f));
+    for (int id : {0, 3, 2, 1}) {  // buckets 3, 0, 1, 2: they lie in reverse registration order
+      const std::vector<float> g(kCount, static_cast<float>((rank + 1) * (id + 1)));
+      braid::dp::accumulateFromFloat(g.data(), dp.gradient(id), dp.gradientType(), kCount);
+      dp.markReady(id);
+    }
+    EXPECT_TRUE(dp.step().applied);
+    for (int id : ids) {
+      std::vector<float> p(kCount);
+      dp.getParameter(id, p);
+      EXPECT_EQ(p, std::vector<float>(kCount, -1.5f * (id + 1))) << "parameter " << id;
+    }
+  });
+  EXPECT_EQ(errors, "");
 }
 
 // ZeRO-3: a parameter set while its layer is gathered is what the gathered copy then holds (it
