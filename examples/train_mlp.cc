@@ -157,7 +157,10 @@ int main(int argc, char** argv) {
   } catch (const braid::dp::Error& e) {
     usage(e.what());
   }
-  if (ranks < 1 || config.steps < 1 || config.microBatches < 1 ||
+  if (ranks < 1) usage("--ranks must be at least 1");
+  if (config.steps < 1) usage("--steps must be at least 1");
+  if (config.microBatches < 1) usage("--micro-batches must be at least 1");
+  if (config.globalBatch < 1 ||
       config.globalBatch % (ranks / config.stages * config.microBatches) != 0)
     usage("--batch must split evenly over --ranks (--dp) x --micro-batches");
   config.ranks = ranks;
