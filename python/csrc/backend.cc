@@ -898,8 +898,8 @@ class BraidBackend : public c10d::Backend {
   // `calls` braid calls (`issue(i)`, the i-th) as one group: the communicator may run small
   // collectives of it as one pass (BRAID_GROUP_FUSE_BYTES), as ProcessGroupNCCL's coalescing.
   // Everything about the calls is worked out before the group opens, so `issue` throws nothing and
-  // no group is left open on this thread; the first failed call's error (a rank that refused a call
-  // still runs the others it issued), else the group end's, is thrown.
+  // no group is left open on this thread; the first failed call's error (braidGroupEnd then runs
+  // none of the group's calls, as NCCL's), else the group end's, is thrown.
   template <typename Issue>
   static void inOneGroup(size_t calls, const char* what, const Where& on, Issue issue) {
     checkOn(on, braidGroupStart(), "braidGroupStart");

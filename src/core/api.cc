@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -197,16 +198,41 @@ braidComm* initChild(const braidComm& parent, const std::vector<int>& members,
 // braidCommSplit on one rank: gathers every rank's color and key over the parent's bootstrap; the
 // first rank of each color (by key, then parent rank) makes the new communicator's id and a
 // second exchange hands it to the others; then the new communicator initializes.
+// Each rank's color and key, as braidCommSplit's first exchange shares them; a rank whose call
+// was refused (its arguments) sends kRefusedSplit as its color.
+struct SplitChoice {
+  int32_t color;
+  int32_t key;
+};
+constexpr int32_t kRefusedSplit = std::numeric_limits<int32_t>::min();
+
+// A rank whose braidCommSplit was refused takes part in the first exchange, saying so; its
+// peers then fail (splitComm), so nothing else is exchanged. Best effort: its own error is what
+// its caller hears.
+braidComm* refuseSplit(braidComm* parent) {
+  std::vector<SplitChoice> choices(parent->nranks());
+  choices[parent->rank()] = {kRefusedSplit, 0};
+  try {
+    parent->allGatherOutOfBand(choices.data(), sizeof(SplitChoice));
+  } catch (const Error& e) {
+    BRAID_INFO(braid::log::kInit, "rank {}: could not tell the peers its split was refused: {}",
+               parent->rank(), e.what());
+  }
+  return nullptr;
+}
+
 braidComm* splitComm(const PendingSplit& split) {
   braidComm* parent = split.parent;
   const int n = parent->nranks();
-  struct Choice {
-    int32_t color;
-    int32_t key;
-  };
-  std::vector<Choice> choices(n);
+  std::vector<SplitChoice> choices(n);
   choices[parent->rank()] = {split.color, split.key};
-  parent->allGatherOutOfBand(choices.data(), sizeof(Choice));
+  parent->allGatherOutOfBand(choices.data(), sizeof(SplitChoice));
+  for (int r = 0; r < n; ++r)
+    if (choices[r].color == kRefusedSplit)
+      fail(braidInvalidUsage,
+           "braidCommSplit on rank {}: rank {} refused its own braidCommSplit (its arguments: its "
+           "error says which), so no communicator was made",
+           parent->rank(), r);
   std::vector<int> members;  // parent ranks of this rank's color, in new-rank order
   for (int r = 0; r < n; ++r)
     if (choices[r].color == split.color) members.push_back(r);
@@ -378,7 +404,7 @@ braidResult_t braidCommInitAll(braidComm_t* comms, int ndev, const int* devlist)
 braidResult_t braidCommInitFromEnv(braidComm_t* comm, braidConfig_t* config) {
   braidUniqueId id;
   int rank = 0, size = 0;
-  braidResult_t res = guarded(nullptr, [&] {
+  braidResult_t res = collected(nullptr, [&] {
     std::optional<braid::LaunchEnv> env = braid::readLaunchEnv();
     if (!env)
       fail(braidInvalidUsage,
@@ -400,19 +426,32 @@ braidResult_t braidCommInitFromEnv(braidComm_t* comm, braidConfig_t* config) {
   return initRank(comm, size, id, rank, config);
 }
 
+void checkSplitArguments(braidComm* comm, int color, braidComm_t* newcomm,
+                         const braidConfig_t* config) {
+  if (newcomm == nullptr)
+    fail(braidInvalidArgument, "braidCommSplit on rank {}: newcomm is NULL", comm->rank());
+  if (color < 0 && color != BRAID_SPLIT_NOCOLOR)
+    fail(braidInvalidArgument,
+         "braidCommSplit on rank {}: color {} is negative (expected >= 0, or "
+         "BRAID_SPLIT_NOCOLOR)",
+         comm->rank(), color);
+  if (config != nullptr) optionsFrom(config, comm->rank());  // refuse a bad one now
+}
+
 braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* newcomm,
                              braidConfig_t* config) {
   return collected(comm, [&] {
     checkComm(comm, "braidCommSplit");
-    if (newcomm == nullptr)
-      fail(braidInvalidArgument, "braidCommSplit on rank {}: newcomm is NULL", comm->rank());
-    *newcomm = nullptr;
-    if (color < 0 && color != BRAID_SPLIT_NOCOLOR)
-      fail(braidInvalidArgument,
-           "braidCommSplit on rank {}: color {} is negative (expected >= 0, or "
-           "BRAID_SPLIT_NOCOLOR)",
-           comm->rank(), color);
-    if (config != nullptr) optionsFrom(config, comm->rank());  // refuse a bad one now
+    if (newcomm != nullptr) *newcomm = nullptr;
+    try {
+      checkSplitArguments(comm, color, newcomm, config);
+    } catch (...) {
+      // The peers' splits wait for this rank's choice: it says "refused", so they fail at once
+      // naming it (not at their timeout); then this rank's own error.
+      const Error refusal = braid::currentError();
+      addChild({comm, nullptr, [comm] { return refuseSplit(comm); }});
+      throw refusal;
+    }
     PendingSplit split{comm, color, key, copyOfConfig(config)};
     addChild({comm, newcomm, [split] { return splitComm(split); }});
   });
@@ -461,7 +500,7 @@ braidResult_t braidCommShrink(braidComm_t comm, int* excludeRanksList, int exclu
 
 braidResult_t braidCommInitRankScalable(braidComm_t* newcomm, int nranks, int myrank, int nId,
                                         braidUniqueId* commIds, braidConfig_t* config) {
-  braidResult_t result = guarded(nullptr, [&] {
+  braidResult_t result = collected(nullptr, [&] {
     if (nId < 1 || commIds == nullptr)
       fail(braidInvalidArgument,
            "braidCommInitRankScalable on rank {}: nId {} and commIds {} (expected at least one "
@@ -595,6 +634,7 @@ braidResult_t braidCommDestroy(braidComm_t comm) {
 braidResult_t braidCommAbort(braidComm_t comm) {
   return guarded(nullptr, [&] {
     if (comm == nullptr) return;
+    comm->deliverFinishedSends();
     comm->abort("braidCommAbort");
     // A call on another thread, failed by the abort, records its error in comm on its way out;
     // and it may have queued work on a host stream meanwhile (which fails as it runs).

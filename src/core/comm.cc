@@ -626,6 +626,30 @@ void braidComm::failIfPeersFailed(int peer) const {
     if (r == rank_) fail(braidRemoteError, "{} aborted: {}", runningLabel(), c->reason);
     fail(braidRemoteError, "{} failed because rank {} failed: {}", runningLabel(), r, c->reason);
   }
+  failIfPeerDeparted(peer);
+}
+
+// A waited-for peer on this host that destroyed its communicator (departed) will not move again,
+// and what it wrote before is visible once its departure is: the wait's condition, looked at once
+// more after the departure was first seen (by this thread, in this operation), is final. So the
+// second sighting fails (a peer gone without its part waited until the timeout).
+void braidComm::failIfPeerDeparted(int peer) const {
+  const braid::RankControl* c = peer >= 0 && peer != rank_ ? control(peer) : nullptr;
+  if (c == nullptr || c->departed.load(std::memory_order_acquire) == 0) return;
+  struct Sighting {
+    uint64_t comm = 0, seq = 0;
+    int peer = -1;
+  };
+  thread_local Sighting last;
+  const Sighting now{identity(), running_.seq, peer};
+  if (last.comm != now.comm || last.seq != now.seq || last.peer != now.peer) {
+    last = now;
+    return;
+  }
+  fail(braidRemoteError,
+       "{} failed: rank {} destroyed its communicator (braidCommDestroy) without taking its part "
+       "in this operation",
+       runningLabel(), peer);
 }
 
 void braidComm::failIfLate(int peer, const char* waitingFor) const {
@@ -716,9 +740,9 @@ void braidComm::finalizeInBackground() {
 constexpr auto kAbortDelivery = std::chrono::seconds(2);
 
 // A send returns once its data is in the FIFO, so a rank's finished operations may leave data for
-// the network to carry after them. An abort between operations delivers it first, briefly: a peer
-// whose matching call has not yet taken it would otherwise fail a call this rank saw succeed. Not
-// while an operation runs (the abort ends it), nor once the communicator failed.
+// the network to carry after them. braidCommAbort between operations delivers it first, briefly:
+// a peer whose matching call has not yet taken it would otherwise fail a call this rank saw
+// succeed. Not while an operation runs (the abort ends it), nor once the communicator failed.
 void braidComm::deliverFinishedSends() {
   if (!status_.ready() || status_.code() != braidSuccess || !links_.connected()) return;
   std::unique_lock<std::mutex> idle(links_.turn(), std::try_to_lock);
@@ -730,7 +754,6 @@ void braidComm::deliverFinishedSends() {
 }
 
 void braidComm::abort(const char* call) {
-  deliverFinishedSends();
   markFailed(fmt::format("rank {} called {}", rank_, call));
   status_.fail(braidRemoteError);
   if (status_.ready() && device_ != nullptr) device_->cuda().abort();

@@ -124,6 +124,9 @@ struct braidComm : public braid::Watchdog {
   // Marks the communicator failed (its peers see why: `call` names braidCommAbort or
   // braidCommRevoke) and waits for its operation in flight to stop.
   void abort(const char* call);
+  // Before braidCommAbort between operations: what finished operations left for the network to
+  // send is delivered, for at most 2 s (revoke and shrink abort at once).
+  void deliverFinishedSends();
 
   // PreMulSum operators of this communicator (braidRedOpCreatePreMulSum).
   braid::ReductionOps& reductionOps() { return ops_; }
@@ -165,8 +168,8 @@ struct braidComm : public braid::Watchdog {
   braid::PeerInfo describeSelf() const;
   void tuneWaits(uint64_t machine);
   void markFailed(const std::string& reason);
-  void deliverFinishedSends();
   void failIfPeersFailed(int peer) const;
+  void failIfPeerDeparted(int peer) const;
   void failIfLate(int peer, const char* waitingFor) const;
   std::string laggingPeers() const;
   braid::Clock::time_point deadlineFromNow() const;

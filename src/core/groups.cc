@@ -202,12 +202,12 @@ void initializeAll(std::vector<PendingInit>& inits) {
 void makeChildren(std::vector<PendingChild>& children) {
   runTogetherPerComm(
       children.size(), [&](size_t i) { return children[i].parent; },
-      [&](size_t i) { *children[i].newcomm = children[i].make(); });
+      [&](size_t i) { children[i].makeInto(); });
 }
 
 void addChild(PendingChild child) {
   if (threadGroup().depth > 0) return threadGroup().children.push_back(std::move(child));
-  *child.newcomm = child.make();
+  child.makeInto();
 }
 
 void failIfAnyCallFailed(const GroupState& group, const char* fn) {

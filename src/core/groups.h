@@ -24,11 +24,16 @@ struct PendingInit {
 };
 
 // A communicator made from a parent (braidCommSplit, braidCommShrink), made at once or at the end
-// of the group.
+// of the group; newcomm NULL: a refused split's part in the exchange, which makes none.
 struct PendingChild {
   braidComm* parent;
   braidComm_t* newcomm;
   std::function<braidComm*()> make;
+
+  void makeInto() const {
+    braidComm* made = make();
+    if (newcomm != nullptr) *newcomm = made;
+  }
 };
 
 // The first call of a group that failed: its code and sentence.

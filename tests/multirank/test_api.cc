@@ -760,5 +760,59 @@ TEST(Lifecycle, AnAbortFromAnotherThreadEndsTheRanksCallInside) {
   EXPECT_EQ(braidCommAbort(comms[1]), braidSuccess) << lastError(nullptr);
 }
 
+// A rank whose split is refused (a negative color) says so in the split's first exchange: its
+// peers fail at once naming it (they waited for it until their timeout), and no child is made.
+TEST(Split, ARefusedSplitFailsThePeersSplitsNamingTheRank) {
+  RankProgram program;
+  program.describeStep = [](int64_t) { return std::string("the split"); };
+  program.run = [](const RankEnv& env) {
+    Failures failures;
+    braidComm_t comm = nullptr;
+    if (!succeeded(initRank(&comm, env), nullptr, "init", failures)) return failures;
+    env.at(0);
+    braidComm_t child = nullptr;
+    const braidResult_t r = braidCommSplit(comm, env.rank == 1 ? -5 : 0, env.rank, &child, nullptr);
+    const std::string sentence = lastError(comm);
+    const braidResult_t expected = env.rank == 1 ? braidInvalidArgument : braidInvalidUsage;
+    const std::string says =
+        env.rank == 1 ? "color -5 is negative" : "rank 1 refused its own braidCommSplit";
+    if (r != expected || sentence.find(says) == std::string::npos)
+      failures.push_back("split returned " + describeResult(r, comm) + " (expected \"" + says +
+                         "\")");
+    if (child != nullptr) failures.push_back("a child communicator was made");
+    succeeded(braidCommDestroy(comm), nullptr, "braidCommDestroy", failures);
+    return failures;
+  };
+  runAs({Launch::Threads, Launch::Processes}, 3, program);
+}
+
+// Rank 1 destroys its communicator without making the all-reduce its peers make: a rank waiting
+// for it sees it departed and fails naming it, and the other learns that from it (they waited
+// until their timeout, and were told only "ranks that have not started this operation: 1").
+TEST(Lifecycle, APeerThatDestroyedWithoutItsPartIsNamedAtOnce) {
+  RankProgram program;
+  program.describeStep = [](int64_t) { return std::string("the all-reduce"); };
+  program.run = [](const RankEnv& env) {
+    Failures failures;
+    braidComm_t comm = nullptr;
+    if (!succeeded(initRank(&comm, env), nullptr, "init", failures)) return failures;
+    env.at(0);
+    if (env.rank == 1) {
+      succeeded(braidCommDestroy(comm), nullptr, "braidCommDestroy", failures);
+      return failures;
+    }
+    std::vector<float> value(1031, 1.0f);
+    const braidResult_t r = braidAllReduce(value.data(), value.data(), value.size(), braidFloat32,
+                                           braidSum, comm, nullptr);
+    const std::string sentence = lastError(comm);
+    if (r != braidRemoteError ||
+        sentence.find("rank 1 destroyed its communicator") == std::string::npos)
+      failures.push_back("all-reduce returned " + describeResult(r, comm));
+    succeeded(braidCommAbort(comm), nullptr, "braidCommAbort", failures);
+    return failures;
+  };
+  runAs({Launch::Threads, Launch::Processes}, 3, program);
+}
+
 }  // namespace
 }  // namespace braid_test

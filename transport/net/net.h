@@ -133,6 +133,9 @@ class RecvComm : public Comm {
   // arrived (or the stream ends), for a caller that reads smaller messages itself when it waits
   // for them. A hint: a plug-in may ignore it.
   virtual void setPollThreshold(size_t bytes) {}
+  // Throws a failure of the peer that test() would throw, for a caller with no receive to test
+  // (its FIFO full); a plug-in that tells failures through test() alone has nothing to add.
+  virtual void checkPeer() {}
 };
 
 class ListenComm {

@@ -569,6 +569,7 @@ bool Proxy::progressRecv(Link& link) {
   // One slot per call: testing the next receive would ask the network again (a system call that
   // usually finds nothing) before the rank that drives this link gets the slot it waits for. The
   // next call takes the next one.
+  if (link.recvDone == link.recvPosted) link.recv->checkPeer();
   if (link.recvDone != link.recvPosted) {
     const uint32_t slot = link.recvDone % slots;
     size_t bytes = 0;

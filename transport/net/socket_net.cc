@@ -422,9 +422,7 @@ class SocketRecvComm final : public RecvComm, SocketComm<RecvRequest, RecvLane> 
       for (int i = 0; i < socketCount(); ++i)
         if (!lanes_[i].ended) progress(i);
     if (!done(r)) {
-      // Messages the failed peer sent whole before it failed are still taken.
-      if (peerFailure_ && requests_.reported() >= sentBeforeFailure_)
-        fail(braidRemoteError, "{}", *peerFailure_);
+      failIfNothingMoreComes();  // messages a failed peer sent before failing are still taken
       return false;
     }
     *bytes = r.messageBytes;
@@ -436,6 +434,8 @@ class SocketRecvComm final : public RecvComm, SocketComm<RecvRequest, RecvLane> 
     for (const RecvLane& lane : lanes_)
       if (!lane.stalled && !lane.ended) out.push_back({lane.socket.fd(), POLLIN, 0});
   }
+
+  void checkPeer() override { failIfNothingMoreComes(); }
 
   // The sockets' receive low-water mark: poll() reports fewer bytes as not readable, while a read
   // returns whatever there is and an end or error still wakes. Linux clamps the receive window to
@@ -543,6 +543,13 @@ class SocketRecvComm final : public RecvComm, SocketComm<RecvRequest, RecvLane> 
     }
     lane.ended = true;
     lane.socket = Socket();
+    failIfNothingMoreComes();
+  }
+
+  // The peer's failure, once every message it sent whole before failing is taken.
+  void failIfNothingMoreComes() const {
+    if (peerFailure_ && requests_.reported() >= sentBeforeFailure_)
+      fail(braidRemoteError, "{}", *peerFailure_);
   }
 
   void progress(int index) {
