@@ -149,7 +149,9 @@ class BraidBackend : public c10d::Backend {
     std::string instance;
     comm_ = commThroughStore(*store, "braid_torch/unique_id", rank, size,
                              commConfig("cpu", "torch", timeout), timeout,
-                             "rank 0 to make the group's communicator (or for its error)",
+                             "rank " + std::to_string(rank) +
+                                 " waited for rank 0 to make the group's communicator (or for its "
+                                 "error)",
                              "braidCommInitRankConfig", &instance);
     keyPrefix_ = "braid_torch/" + instance + "/";
     channels_ = std::make_unique<PeerChannels>(store, rank, timeout, "cpu", keyPrefix_);

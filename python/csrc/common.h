@@ -129,13 +129,13 @@ inline std::chrono::milliseconds waitLimitOf(const c10d::Store& store,
 }
 
 // Waits until `key` is set (keySetWithin, for waitLimitOf(store, limit)); else fails as
-// "Timed out", saying that `rank` waited for `awaited`.
+// "Timed out", saying who waited for what (`waiting`: "rank 2 waited for rank 0 to ...").
 inline void awaitKeyOrFail(c10d::Store& store, const std::string& key,
-                           std::chrono::milliseconds limit, int rank, const std::string& awaited) {
+                           std::chrono::milliseconds limit, const std::string& waiting) {
   limit = waitLimitOf(store, limit);
   if (!keySetWithin(store, key, limit))
-    failBackend("braid backend: Timed out: rank " + std::to_string(rank) + " waited " +
-                std::to_string(limit.count()) + " ms for " + awaited);
+    failBackend("braid backend: Timed out after " + std::to_string(limit.count()) +
+                " ms: " + waiting);
 }
 
 // Deletes `key` from the store, best effort (a store whose host has gone keeps nothing anyway).
@@ -150,7 +150,7 @@ inline void forgetKey(c10d::Store& store, const std::string& key) {
 // sets it; the others wait for it by polling (keySetWithin: a TCPStore's get holds its client
 // while it waits, and this rank's channels may have keys to publish through it meanwhile, as when
 // the group's first collective of CUDA tensors makes the CUDA communicator), for `limit` (the
-// group's timeout), saying what they waited for (`awaited`) if it never comes. Once its init has
+// group's timeout), saying who waited for what (`waiting`) if it never comes. Once its init has
 // ended, rank 0 deletes the key (on success every rank has read it): torch names a group made again
 // after destroy_process_group as before (an in-process restart over torchrun's store, which
 // outlives it), and its ranks must not read this communicator's id (a failed init deletes it too).
@@ -159,14 +159,14 @@ inline void forgetKey(c10d::Store& store, const std::string& key) {
 // name never meets the keys the first one left (a failed monitored barrier's, a probe's).
 inline braidComm_t commThroughStore(c10d::Store& store, const std::string& key, int rank,
                                     int nranks, braidConfig_t config,
-                                    std::chrono::milliseconds limit, const std::string& awaited,
+                                    std::chrono::milliseconds limit, const std::string& waiting,
                                     const char* what, std::string* instanceTag = nullptr) {
   braidUniqueId id;
   if (rank == 0) {
     check(nullptr, braidGetUniqueId(&id), "braidGetUniqueId");
     store.set(key, std::vector<uint8_t>(id.internal, id.internal + sizeof id.internal));
   } else {
-    awaitKeyOrFail(store, key, limit, rank, awaited);
+    awaitKeyOrFail(store, key, limit, waiting);
     const std::vector<uint8_t> bytes = store.get(key);
     TORCH_CHECK(bytes.size() == sizeof id.internal, "braid backend: the store's ", key, " has ",
                 bytes.size(), " bytes (expected ", sizeof id.internal, ")");

@@ -188,10 +188,11 @@ CudaCollectives::CudaCollectives(c10d::Store& store, const std::string& keyPrefi
                                  int size, std::chrono::milliseconds timeout, c10::Device device)
     : device_(device), timeout_(timeout), stream_(newStream(device.index())) {
   c10::cuda::CUDAGuard onDevice(device_);  // the communicator's device is the current one
-  comm_ = commThroughStore(store, keyPrefix + "cuda_unique_id", rank, size,
-                           commConfig("cuda", "torch-cuda", timeout), timeout,
-                           "rank 0's first collective of CUDA tensors",
-                           "braidCommInitRankConfig (CUDA communicator)");
+  comm_ = commThroughStore(
+      store, keyPrefix + "cuda_unique_id", rank, size, commConfig("cuda", "torch-cuda", timeout),
+      timeout,
+      "rank " + std::to_string(rank) + " waited for rank 0's first collective of CUDA tensors",
+      "braidCommInitRankConfig (CUDA communicator)");
 }
 
 // What was queued runs to its end (each of braid's waits is bounded) before the communicator goes.

@@ -165,14 +165,14 @@ braidComm_t PeerChannels::connect(int peer, bool send) {
   const char* what = "braidCommInitRankConfig (point-to-point channel)";
   if (!send) {
     store_->set(key + "/receiver", std::vector<uint8_t>{1});
-    return commThroughStore(
-        *store_, key + "/id", 1, 2, config, timeout_,
-        "rank " + std::to_string(peer) + " to post its first send to rank " + std::to_string(rank_),
-        what);
+    return commThroughStore(*store_, key + "/id", 1, 2, config, timeout_,
+                            "rank " + std::to_string(rank_) + " waited for rank " +
+                                std::to_string(peer) + " to post its first send to it",
+                            what);
   }
-  awaitKeyOrFail(*store_, key + "/receiver", timeout_, rank_,
-                 "rank " + std::to_string(peer) + " to post its first receive from rank " +
-                     std::to_string(rank_));
+  awaitKeyOrFail(*store_, key + "/receiver", timeout_,
+                 "rank " + std::to_string(rank_) + " waited for rank " + std::to_string(peer) +
+                     " to post its first receive from it");
   const auto forgetReceiver = c10::make_scope_exit([&] { forgetKey(*store_, key + "/receiver"); });
   return commThroughStore(*store_, key + "/id", 0, 2, config, timeout_, "", what);
 }

@@ -156,15 +156,17 @@ def fails_then_the_group_goes_on(rank, size, failing, name, failure):
 
 
 def unmatched_receive(rank, size):
-    """Rank 1 waits for a message rank 0 never sends: braid's error within the timeout, naming
-    the peer, a DistBackendError saying "Timed out" as torch's backends do, and the group goes
-    on."""
+    """Rank 0 waits for a message rank 1 never sends: braid's error within the timeout, naming
+    who waited for whom (it said "rank 1 waited for rank 1": a channel's own rank numbers), a
+    DistBackendError saying "Timed out" as torch's backends do, and the group goes on."""
     def failure():
-        work = dist.irecv(torch.zeros(4), 0)
-        with pytest.raises(dist.DistBackendError, match="braid backend: Timed out.*rank 0"):
+        work = dist.irecv(torch.zeros(4), 1)
+        with pytest.raises(dist.DistBackendError,
+                           match="braid backend: Timed out after [0-9]+ ms: rank 0 waited for "
+                                 "rank 1 to post its first send to it"):
             work.wait()
 
-    fails_then_the_group_goes_on(rank, size, 1, "unmatched_receive", failure)
+    fails_then_the_group_goes_on(rank, size, 0, "unmatched_receive", failure)
 
 
 def test_a_receive_whose_send_never_comes_fails_within_the_timeout(run_ranks):
