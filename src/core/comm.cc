@@ -630,10 +630,13 @@ void braidComm::failIfPeersFailed(int peer) const {
 }
 
 // A waited-for peer on this host that destroyed its communicator (departed) will not move again,
-// and what it wrote before is visible once its departure is: the wait's condition, looked at once
-// more after the departure was first seen (by this thread, in this operation), is final. So the
-// second sighting fails (a peer gone without its part waited until the timeout).
+// and what it wrote into the host FIFOs before is visible once its departure is: any wait's
+// condition, looked at after the departure was first seen (by this thread, in this operation), is
+// final. So a later sighting fails (a peer gone without its part waited until the timeout). Not on
+// a CUDA communicator: its host links carry no data (LinkKind::HostPresence), and what a peer's
+// kernels or the network still deliver may land after its departure shows.
 void braidComm::failIfPeerDeparted(int peer) const {
+  if (options_.cuda) return;
   const braid::RankControl* c = peer >= 0 && peer != rank_ ? control(peer) : nullptr;
   if (c == nullptr || c->departed.load(std::memory_order_acquire) == 0) return;
   struct Sighting {
