@@ -47,9 +47,10 @@ inline braidDataType_t braidType(const at::Tensor& t) {
 }
 
 // Raises `message` as the backend's failures are raised: a DistBackendError (a RuntimeError), as
-// torch's own backends fail.
+// torch's own backends fail. Without the C++ backtrace C10_THROW_ERROR puts in what(): Python
+// showed it after point-to-point failures, as torch shows none after its own backends'.
 [[noreturn]] inline void failBackend(const std::string& message) {
-  C10_THROW_ERROR(DistBackendError, message);
+  throw c10::DistBackendError(message);
 }
 
 // Throws braid's error, with the communicator's last-error sentence, unless the call succeeded:
