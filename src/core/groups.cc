@@ -219,16 +219,16 @@ void failIfAnyCallFailed(const GroupState& group, const char* fn) {
 void endGroup() {
   GroupState group = std::move(threadGroup());
   threadGroup() = GroupState{};
-  {
-    // Counted inside while they are used (abort and destroy wait for them).
-    std::deque<CallInside> inside;
-    for (const PendingInit& init : group.inits) inside.emplace_back(init.comm);
-    for (const PendingChild& child : group.children) inside.emplace_back(child.parent);
-    // Communicators are made even where the group failed: their peers' initializations wait for
-    // them, and each was a whole call.
-    initializeAll(group.inits);
-    makeChildren(group.children);
-  }
+  // Every communicator the group uses counted inside until it returns (as a call on it is: abort
+  // and destroy wait for it).
+  std::deque<CallInside> inside;
+  for (const PendingInit& init : group.inits) inside.emplace_back(init.comm);
+  for (const PendingChild& child : group.children) inside.emplace_back(child.parent);
+  for (const auto& op : group.ops) inside.emplace_back(op.first);
+  // Communicators are made even where the group failed: their peers' initializations wait for
+  // them, and each was a whole call.
+  initializeAll(group.inits);
+  makeChildren(group.children);
   failIfAnyCallFailed(group, "braidGroupEnd");
   auto& ops = group.ops;
 
@@ -248,11 +248,6 @@ void endGroup() {
     }
     it->ops.push_back(op.first);
   }
-  // Each communicator counted inside until the group has returned (as a call on it is: abort and
-  // destroy wait for it).
-  std::deque<CallInside> inside;
-  for (const std::vector<Batch>* list : {&now, &queued, &device})
-    for (const Batch& b : *list) inside.emplace_back(b.comm);
   refuseSharedLinks(now);
   std::vector<std::vector<Batch>> streams = byStream(std::move(queued));
   for (const std::vector<Batch>& onOneStream : streams) refuseSharedLinks(onOneStream);

@@ -576,13 +576,11 @@ void DataParallel::Impl::launch(int bucketIndex) {
       check(braidAllReduce(gradientAt(gradients, b.offset), gradientAt(gradients, b.offset),
                            b.count, type, op, comm, stream),
             "braidAllReduce of a gradient bucket");
-      b.reducedInPlace = true;
       break;
     case Stage::kZero1:
       check(braidReduceScatter(gradientAt(gradients, b.offset), gradientAt(gradients, s.flatOffset),
                                s.count, type, op, comm, stream),
             "braidReduceScatter of a gradient bucket");
-      b.reducedInPlace = true;
       break;
     case Stage::kZero2:
     case Stage::kZero3: {
@@ -600,6 +598,7 @@ void DataParallel::Impl::launch(int bucketIndex) {
       break;
     }
   }
+  b.reducedInPlace = !shardsGradients();  // DDP's all-reduce, ZeRO-1's reduce-scatter
 }
 
 // As DDP's reducer, buckets start reducing in index order whatever order their parameters become

@@ -763,13 +763,7 @@ TEST(Lifecycle, AnAbortFromAnotherThreadEndsTheRanksCallInside) {
 // A rank whose split is refused (a negative color) says so in the split's first exchange: its
 // peers fail at once naming it (they waited for it until their timeout), and no child is made.
 TEST(Split, ARefusedSplitFailsThePeersSplitsNamingTheRank) {
-  RankProgram program;
-  program.describeStep = [](int64_t) { return std::string("the split"); };
-  program.run = [](const RankEnv& env) {
-    Failures failures;
-    braidComm_t comm = nullptr;
-    if (!succeeded(initRank(&comm, env), nullptr, "init", failures)) return failures;
-    env.at(0);
+  auto split = [](braidComm_t comm, const RankEnv& env, Failures& failures) {
     braidComm_t child = nullptr;
     const braidResult_t r = braidCommSplit(comm, env.rank == 1 ? -5 : 0, env.rank, &child, nullptr);
     const std::string sentence = lastError(comm);
@@ -780,10 +774,8 @@ TEST(Split, ARefusedSplitFailsThePeersSplitsNamingTheRank) {
       failures.push_back("split returned " + describeResult(r, comm) + " (expected \"" + says +
                          "\")");
     if (child != nullptr) failures.push_back("a child communicator was made");
-    succeeded(braidCommDestroy(comm), nullptr, "braidCommDestroy", failures);
-    return failures;
   };
-  runAs({Launch::Threads, Launch::Processes}, 3, program);
+  runAs({Launch::Threads, Launch::Processes}, 3, onEachRank("the split", split));
 }
 
 // Rank 1 destroys its communicator without making the all-reduce its peers make: a rank waiting
