@@ -476,12 +476,18 @@ void braidComm::runInTurn(const braid::CollArgs& args) {
   host_.lendTo(ctx, true);
   running_.collective = ctx.sequence;
   if (args.op < braidNumOps) return braid::runCollective(ctx, args);
-  // PreMulSum: this rank's input times its scalar, then a sum.
+  // PreMulSum: this rank's input times its scalar, then a sum. An all-reduce scales straight into
+  // its output and sums there in place: a scaled copy's fresh pages cost more than the call.
   braid::CollArgs sum = args;
-  const size_t count = args.count * (args.coll == braid::Collective::ReduceScatter ? nranks_ : 1);
-  sum.sendbuff = host_.scaled(ops_, args.op, args.sendbuff, count);
+  if (args.coll == braid::Collective::AllReduce) {
+    ops_.scale(args.op, args.sendbuff, args.recvbuff, args.count);
+    sum.sendbuff = args.recvbuff;
+  } else {
+    const size_t count = args.count * (args.coll == braid::Collective::ReduceScatter ? nranks_ : 1);
+    sum.sendbuff = host_.scaled(ops_, args.op, args.sendbuff, count);
+  }
   sum.op = braidSum;
-  sum.namedOp = args.op;
+  sum.namedOp = args.namedOp >= 0 ? args.namedOp : args.op;
   braid::runCollective(ctx, sum);
   host_.releaseLargeBuffers();
 }

@@ -256,9 +256,23 @@ void endGroup() {
   runNow(now);
 }
 
-braidResult_t enqueue(const CollArgs& args, braidComm* comm, braidStream_t stream) {
+namespace {
+
+// The call as it runs: braidAvg of floating values as NCCL runs it, every input times 1/nranks
+// then a sum (reduction_ops.h), under the name braidAvg (what its tag carries).
+CollArgs asRun(braidComm* comm, CollArgs a) {
+  if (!reduces(a.coll) || a.op != braidAvg || comm->nranks() == 1) return a;
+  a.op = comm->reductionOps().average(a.type, comm->nranks());
+  if (a.op != braidAvg) a.namedOp = braidAvg;
+  return a;
+}
+
+}  // namespace
+
+braidResult_t enqueue(const CollArgs& call, braidComm* comm, braidStream_t stream) {
   return collected(comm, [&] {
-    validate(comm, args, stream);
+    validate(comm, call, stream);
+    const CollArgs args = asRun(comm, call);
     // Outside a group a call runs alone: now, as a kernel, or as a host stream's task of its own;
     // so it ends before the matching call is made.
     const bool completesAlone = threadGroup().depth == 0;

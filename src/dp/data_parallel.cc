@@ -554,11 +554,12 @@ void DataParallel::markReady(int id) {
   ++d.readyCount;
   --d.buckets[p.bucket].unready;
   if (d.reducesNow()) {
-    // fp16 sums can overflow where the average would not: divide before reducing (what
-    // PyTorch's fp16 compression hook does), while the gradient is still in cache.
+    // Divide before the sum, as DDP does (and braidAvg on floats): a sum can overflow where
+    // the average would not. Here, while the gradient is still in cache. (gradientOf also gives
+    // a ZeRO-2/3 bucket its staging buffer, if it had none yet.)
     void* grad = d.gradientOf(p);
-    if (d.gradientType == braidFloat16 && d.nranks > 1)
-      d.backend->scale(grad, braidFloat16, p.count, 1.0f / static_cast<float>(d.nranks));
+    if (d.nranks > 1)
+      d.backend->scale(grad, d.gradientType, p.count, 1.0f / static_cast<float>(d.nranks));
     d.launchInOrder();
   }
   if (d.readyCount == d.params.size()) d.endMicroBatch();
@@ -566,7 +567,7 @@ void DataParallel::markReady(int id) {
 
 void DataParallel::Impl::launch(int bucketIndex) {
   Bucket& b = buckets[bucketIndex];
-  const braidRedOp_t op = gradientType == braidFloat16 ? braidSum : braidAvg;
+  const braidRedOp_t op = braidSum;  // of gradients divided already (markReady)
   const braidDataType_t type = gradientType;
   const Segment& s = segments[bucketIndex];
   const braidStream_t stream = backend->stream();

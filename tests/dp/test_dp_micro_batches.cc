@@ -105,8 +105,8 @@ INSTANTIATE_TEST_SUITE_P(Dp, SyncOnEveryMicroBatch,
                          });
 
 // Two parameters of one size in buckets of their own; rank 0 readies b first, the others a
-// first. Their buckets must still meet their peers' same buckets: a's gradient is 1 on every rank,
-// b's 100 (they were averaged with each other, 34 and 67, when buckets started as they became
+// first. Their buckets must still meet their peers' same buckets: a's gradient is 3 on every rank,
+// b's 300 (they were averaged with each other, 102 and 201, when buckets started as they became
 // ready).
 TEST(BucketOrder, RanksMayReadyParametersInDifferentOrders) {
   for (Stage stage : {Stage::kDdp, Stage::kZero1, Stage::kZero2}) {
@@ -119,7 +119,8 @@ TEST(BucketOrder, RanksMayReadyParametersInDifferentOrders) {
       dp.finalize();
       for (int id : {a, b}) dp.setParameter(id, std::vector<float>(kCount, 0.0f));
       for (int id : rank == 0 ? std::vector<int>{b, a} : std::vector<int>{a, b}) {
-        const std::vector<float> g(kCount, id == a ? 1.0f : 100.0f);
+        // Averages exact in fp32 after dividing first: 300 x float(1/3) rounds to 100.
+        const std::vector<float> g(kCount, id == a ? 3.0f : 300.0f);
         braid::dp::accumulateFromFloat(g.data(), dp.gradient(id), dp.gradientType(), kCount);
         dp.markReady(id);
       }
@@ -127,8 +128,8 @@ TEST(BucketOrder, RanksMayReadyParametersInDifferentOrders) {
       std::vector<float> pa(kCount), pb(kCount);
       dp.getParameter(a, pa);
       dp.getParameter(b, pb);
-      EXPECT_EQ(pa, std::vector<float>(kCount, -1.0f)) << "stage " << static_cast<int>(stage);
-      EXPECT_EQ(pb, std::vector<float>(kCount, -100.0f)) << "stage " << static_cast<int>(stage);
+      EXPECT_EQ(pa, std::vector<float>(kCount, -3.0f)) << "stage " << static_cast<int>(stage);
+      EXPECT_EQ(pb, std::vector<float>(kCount, -300.0f)) << "stage " << static_cast<int>(stage);
     });
     EXPECT_EQ(errors, "");
   }

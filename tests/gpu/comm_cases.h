@@ -126,7 +126,7 @@ inline void runCase(const Case& c, int rank, int n, braidComm_t comm, cudaStream
     return failures.push_back(failed);
   const std::string what = describe(c, Shape{n, 0, 0, 0, Algorithm::Simple});
   if (!toHost(dev, host)) return failures.push_back(what + ": cudaMemcpy failed");
-  const std::string wrong = checkRank(c, rank, n, host);
+  const std::string wrong = checkRank(c, rank, n, host, AverageAs::Api);
   if (!wrong.empty()) failures.push_back(what + ": " + wrong);
 }
 

@@ -183,7 +183,8 @@ TEST_F(CudaComm, OneThreadDrivesEveryRankInOneLaunch) {
         for (cudaStream_t s : streams) CUDA_CHECK(cudaStreamSynchronize(s));
         std::vector<std::string> wrong(n);
         onEveryRank(n, [&](int r) {
-          wrong[r] = toHost(dev[r], host[r]) ? checkRank(c, r, n, host[r]) : "cudaMemcpy failed";
+          wrong[r] = toHost(dev[r], host[r]) ? checkRank(c, r, n, host[r], AverageAs::Api)
+                                             : "cudaMemcpy failed";
         });
         for (int rank = 0; rank < n; ++rank)
           ASSERT_TRUE(wrong[rank].empty())
@@ -248,7 +249,8 @@ TEST_F(CudaComm, RanksLaunchedApartReachEachOthersWindows) {
               failures.push_back(failed);
             } else if (!fromWindow(dev, host)) {
               failures.push_back(what + ": cudaMemcpy failed");
-            } else if (std::string wrong = checkRank(c, rank, n, host); !wrong.empty()) {
+            } else if (std::string wrong = checkRank(c, rank, n, host, AverageAs::Api);
+                       !wrong.empty()) {
               failures.push_back(what + ": " + wrong);
             }
             if (!failures.empty()) stop = true;
@@ -368,7 +370,8 @@ TEST_F(CudaComm, AGroupsCollectivesShareALaunch) {
             const std::string what = "call " + std::to_string(k) + " " +
                                      describe((*group)[k], Shape{n, 0, 0, 0, Algorithm::Simple});
             if (!toHost(dev[k], host[k])) return failures.push_back(what + ": cudaMemcpy failed");
-            if (const std::string wrong = checkRank((*group)[k], rank, n, host[k]); !wrong.empty())
+            if (const std::string wrong = checkRank((*group)[k], rank, n, host[k], AverageAs::Api);
+                !wrong.empty())
               failures.push_back(what + ": " + wrong);
           }
         }
@@ -417,7 +420,8 @@ TEST_F(CudaComm, OneThreadDrivesEveryRankThroughAGroupOfCollectives) {
           for (size_t k = 0; k < calls && wrong[r].empty(); ++k)
             if (!toHost(dev[r][k], host[r][k]))
               wrong[r] = "cudaMemcpy failed";
-            else if (const std::string w = checkRank(group[k], r, n, host[r][k]); !w.empty())
+            else if (const std::string w = checkRank(group[k], r, n, host[r][k], AverageAs::Api);
+                     !w.empty())
               wrong[r] = "call " + std::to_string(k) + " " +
                          describe(group[k], Shape{n, 0, 0, 0, Algorithm::Simple}) + ": " + w;
         });

@@ -4,6 +4,7 @@
 // generators alone.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -425,6 +426,45 @@ T referenceReduce(uint64_t salt, int nranks, size_t index) {
     }
     return static_cast<T>(static_cast<std::make_unsigned_t<T>>(wrapped));
   }
+}
+
+// Each float format's significand bits (the implicit one included) and the exponent of its
+// subnormal step.
+struct FloatPrecision {
+  int significandBits;
+  int subnormalExponent;
+};
+template <typename T>
+constexpr FloatPrecision precisionOf() {
+  if constexpr (std::is_same_v<T, Half>) return {11, -24};
+  if constexpr (std::is_same_v<T, Bfloat16>) return {8, -133};
+  if constexpr (std::is_same_v<T, Float8e4m3>) return {4, -9};
+  if constexpr (std::is_same_v<T, Float8e5m2>) return {3, -16};
+  if constexpr (std::is_same_v<T, float>) return {24, -149};
+  return {53, -1074};
+}
+
+// braidAvg of floats through the API, run as NCCL runs it: each rank's input times 1/n rounded to
+// T (the product rounded once), then summed in whatever order the algorithm takes (the engines
+// alone divide the sum once: referenceReduce). Accepts `got` within the n - 1 roundings of that
+// sum, each at most half an ulp of a partial sum no larger than the products' magnitudes together;
+// twice that for fp64, whose products this sums in fp64 too.
+template <typename T>
+bool acceptsApiAverage(const T& got, uint64_t salt, int nranks, size_t index) {
+  const double scale = toDouble(
+      fromDouble<T>(std::is_same_v<T, double> ? 1.0 / nranks : static_cast<float>(1.0 / nranks)));
+  double exact = 0, bound = 0;
+  for (int rank = 0; rank < nranks; ++rank) {
+    const T input = inputValue<T, inputKindFor(braidAvg)>(salt, rank, index);
+    const double product = toDouble(fromDouble<T>(toDouble(input) * scale));
+    exact += product;
+    bound += std::fabs(product);
+  }
+  constexpr FloatPrecision kPrecision = precisionOf<T>();
+  const double halfUlp = std::max(std::ldexp(bound, -kPrecision.significandBits),
+                                  std::ldexp(1.0, kPrecision.subnormalExponent - 1));
+  const double slack = (std::is_same_v<T, double> ? 2 : 1) * (nranks - 1) * halfUlp;
+  return std::fabs(toDouble(got) - exact) <= slack;
 }
 
 }  // namespace braid_test

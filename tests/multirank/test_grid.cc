@@ -368,22 +368,30 @@ struct Mismatches {
   std::string shown;
 };
 
-// Compares data[k] with expected(k) for every k of the segment; `what` qualifies the expected
-// value in the report. Only the first few mismatches are formatted: a wrong result must not make
-// the check slow.
-template <typename T, typename Expected>
-void compareEach(const T* data, const Segment& s, Expected expected, const std::string& what,
-                 Mismatches& m) {
+// Compares data[k] with expected(k) for every k of the segment, bit for bit unless `accepts(k,
+// got)` says otherwise; `what` qualifies the expected value in the report. Only the first few
+// mismatches are formatted: a wrong result must not make the check slow.
+template <typename T, typename Expected, typename Accepts>
+void compareEach(const T* data, const Segment& s, Expected expected, Accepts accepts,
+                 const std::string& what, Mismatches& m) {
   const T poisoned = bitsAs<T>(0xa5a5a5a5a5a5a5a5ULL);
   for (size_t k = 0; k < s.length; ++k) {
+    if (accepts(k, data[k]) || ++m.count > kShownMismatches) continue;
     const T want = expected(k);
-    if (sameBits(data[k], want) || ++m.count > kShownMismatches) continue;
     m.shown +=
         "; [" + std::to_string(s.offset + k) + "] expected " +
         (s.kind == Segment::kPoison ? std::string("untouched poison") : formatElement(want)) +
         what + " got " + formatElement(data[k]) +
         (sameBits(data[k], poisoned) ? " (poison: never written)" : "");
   }
+}
+
+template <typename T, typename Expected>
+void compareEach(const T* data, const Segment& s, Expected expected, const std::string& what,
+                 Mismatches& m) {
+  compareEach(
+      data, s, expected, [&](size_t k, const T& got) { return sameBits(got, expected(k)); }, what,
+      m);
 }
 
 template <typename T>
@@ -406,12 +414,18 @@ void compare(const unsigned char* buffer, const Segment& s, const Source& source
       break;
     case Segment::kReduced:
       visitOp(source.op, [&](auto op) {
-        compareEach(
-            data, s,
-            [&](size_t k) {
-              return referenceReduce<T, op()>(source.salt, source.nranks, s.index + k);
-            },
-            "", m);
+        auto expected = [&](size_t k) {
+          return referenceReduce<T, op()>(source.salt, source.nranks, s.index + k);
+        };
+        if constexpr (op() == braidAvg && kIsFloat<T>)
+          compareEach(
+              data, s, expected,
+              [&](size_t k, const T& got) {
+                return acceptsApiAverage(got, source.salt, source.nranks, s.index + k);
+              },
+              " (or as near as 1/n times each input, summed)", m);
+        else
+          compareEach(data, s, expected, "", m);
       });
       break;
   }

@@ -1,14 +1,16 @@
-// PreMulSum's scalar residences (read at creation, or at the call after it changed) and CommSplit's
-// colors and keys (NOCOLOR included), as threads and processes, 1-4 ranks; and both from one
-// thread in a group. (Every collective over every dtype and op, PreMulSum and split communicators
-// included, is the multirank grid's: test_grid.cc.) Outputs are poisoned first and checked
-// against references computed here.
+// PreMulSum's scalar residences (read at creation, or at the call after it changed), braidAvg of
+// floats as NCCL's (a PreMulSum by 1/n), and CommSplit's colors and keys (NOCOLOR included), as
+// threads and processes, 1-4 ranks; and PreMulSum and split from one thread in a group. (Every
+// collective over every dtype and op, PreMulSum and split communicators included, is the multirank
+// grid's: test_grid.cc.) Outputs are poisoned first and checked against references computed here.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "multirank/grid_common.h"
@@ -77,6 +79,60 @@ Failures preMulSumCases(const RankEnv& env) {
   return failures;
 }
 
+// braidAvg of floats divides before the sum, as NCCL's: each input times 1/n rounded to the type,
+// then a sum. Every rank's input is the type's largest power of two, whose average the type holds
+// though the sum does not. For 1-4 ranks every order of summation gives that power of two exactly
+// (fp16's 1/3 rounds to 0.33325195: 32768 times it is 10920, and 3 x 10920 = 32760 is a tie that
+// rounds to 32768); summing first gives infinity, or for fp8 its saturated maximum divided.
+struct TopPowerOfTwo {
+  braidDataType_t type;
+  size_t bytes;
+  uint64_t bits;
+};
+constexpr TopPowerOfTwo kTopPowersOfTwo[] = {
+    {braidFloat16, 2, 0x7800},     {braidBfloat16, 2, 0x7f00},
+    {braidFloat32, 4, 0x7f000000}, {braidFloat64, 8, 0x7fe0000000000000},
+    {braidFloat8e4m3, 1, 0x78},    {braidFloat8e5m2, 1, 0x78}};
+
+std::string averageOfTopPowers(braidComm_t comm, int rank, int n, const TopPowerOfTwo& top,
+                               braidCollective_t which) {
+  const size_t count = 1031, inCount = which == braidCollReduceScatter ? count * n : count;
+  std::vector<uint8_t> send(inCount * top.bytes), recv(count * top.bytes, 0xEE), want(recv.size());
+  for (size_t i = 0; i < inCount; ++i)
+    std::memcpy(send.data() + i * top.bytes, &top.bits, top.bytes);
+  for (size_t i = 0; i < count; ++i) std::memcpy(want.data() + i * top.bytes, &top.bits, top.bytes);
+  braidResult_t r;
+  if (which == braidCollAllReduce)
+    r = braidAllReduce(send.data(), recv.data(), count, top.type, braidAvg, comm, nullptr);
+  else if (which == braidCollReduceScatter)
+    r = braidReduceScatter(send.data(), recv.data(), count, top.type, braidAvg, comm, nullptr);
+  else
+    r = braidReduce(send.data(), recv.data(), count, top.type, braidAvg, 0, comm, nullptr);
+  if (r != braidSuccess) return "call: " + describeResult(r, comm);
+  if (which == braidCollReduce && rank != 0) return "";
+  if (recv == want) return "";
+  uint64_t got = 0;
+  std::memcpy(&got, recv.data(), top.bytes);
+  return "element 0 has bits " + std::to_string(got) + ", expected " + std::to_string(top.bits);
+}
+
+Failures averageCases(const RankEnv& env) {
+  braidComm_t comm = nullptr;
+  braidResult_t r = initRank(&comm, env);
+  if (r != braidSuccess) return {"init: " + describeResult(r, nullptr)};
+  Failures failures;
+  const std::pair<braidCollective_t, const char*> collectives[] = {
+      {braidCollAllReduce, "all-reduce"},
+      {braidCollReduceScatter, "reduce-scatter"},
+      {braidCollReduce, "reduce"}};
+  for (const TopPowerOfTwo& top : kTopPowersOfTwo)
+    for (const auto& [which, name] : collectives)
+      if (std::string f = averageOfTopPowers(comm, env.rank, env.nranks, top, which); !f.empty())
+        failures.push_back(std::string(dtypeName(top.type)) + " " + name + ": " + f);
+  braidCommDestroy(comm);
+  return failures;
+}
+
 // Colors by rank parity, the last of 3 or more ranks out (BRAID_SPLIT_NOCOLOR); keys reverse the
 // order, so new rank order is descending parent rank.
 int colorOf(int rank, int n) {
@@ -141,6 +197,12 @@ class MoreCollectives : public testing::TestWithParam<RanksParam> {};
 
 TEST_P(MoreCollectives, PreMulSumScalesEachRanksInput) {
   Failures failures = launchRanks(GetParam().how, GetParam().nranks, {preMulSumCases, nullptr},
+                                  std::chrono::seconds(2 * kOpTimeoutMs / 1000));
+  EXPECT_TRUE(failures.empty()) << testing::PrintToString(failures);
+}
+
+TEST_P(MoreCollectives, AvgOfFloatsDividesBeforeTheSumAsNcclDoes) {
+  Failures failures = launchRanks(GetParam().how, GetParam().nranks, {averageCases, nullptr},
                                   std::chrono::seconds(2 * kOpTimeoutMs / 1000));
   EXPECT_TRUE(failures.empty()) << testing::PrintToString(failures);
 }

@@ -58,24 +58,30 @@ T combine(T a, T b, braidRedOp_t op) {
 }
 
 template <typename T>
-T divideByRanks(T sum, int nranks) {
-  if constexpr (kNarrowFloat<T>) {
-    return elementFromDouble<T>(static_cast<float>(elementToDouble(sum)) / nranks);
-  } else {
-    return static_cast<T>(sum / static_cast<T>(nranks));
-  }
-}
+constexpr bool kFloat = kNarrowFloat<T> || std::is_floating_point_v<T>;
 
 // Reduces the ranks' inputs element by element in the given rank order with the type's own
-// arithmetic, as an implementation might, independently of ValueModel::reduced.
+// arithmetic, as an implementation might, independently of ValueModel::reduced. Avg as braid runs
+// it: of integers, the sum divided; of floats, as NCCL, each input times 1/n in the type, summed.
 template <typename T>
-std::vector<T> referenceReduce(const std::vector<std::vector<T>>& inputs, braidRedOp_t op,
+std::vector<T> referenceReduce(std::vector<std::vector<T>> inputs, braidRedOp_t op,
                                const std::vector<int>& order) {
+  const int n = static_cast<int>(order.size());
+  if constexpr (kFloat<T>) {
+    if (op == braidAvg) {
+      const T scale = elementFromDouble<T>(
+          std::is_same_v<T, double> ? 1.0 / n : static_cast<double>(static_cast<float>(1.0 / n)));
+      for (std::vector<T>& input : inputs)
+        for (T& v : input) v = combine(v, scale, braidProd);
+      op = braidSum;
+    }
+  }
   std::vector<T> acc = inputs[order[0]];
   for (size_t k = 1; k < order.size(); ++k)
     for (size_t i = 0; i < acc.size(); ++i) acc[i] = combine(acc[i], inputs[order[k]][i], op);
-  if (op == braidAvg)
-    for (T& v : acc) v = divideByRanks(v, static_cast<int>(order.size()));
+  if constexpr (!kFloat<T>)
+    if (op == braidAvg)
+      for (T& v : acc) v = static_cast<T>(v / static_cast<T>(n));
   return acc;
 }
 
@@ -131,7 +137,7 @@ TEST_P(ValueModelTest, PoisonAndSingleErrorsAreCounted) {
   void* buf = storage.data();
   poisonElements(buf, kCount, type);
   EXPECT_EQ(countWrongElements(buf, kCount, type, expected), kCount);
-  fillElements(buf, kCount, type, expected);
+  fillElements(buf, kCount, type, [&](size_t i) { return expected(i).value; });
   EXPECT_EQ(countWrongElements(buf, kCount, type, expected), 0u);
   poisonElements(static_cast<char*>(buf) + 500 * datatypeInfo(type).size, 1, type);
   EXPECT_EQ(countWrongElements(buf, kCount, type, expected), 1u);

@@ -83,4 +83,37 @@ TEST(ReductionOps, ScalesEveryElementOfALongInput) {
   for (size_t i = 0; i < input.size(); ++i) ASSERT_EQ(out[i], input[i] * -3) << "element " << i;
 }
 
+// braidAvg of floats as NCCL's: a PreMulSum by 1/n rounded to the type (bits written here), one
+// id per type that users can neither name nor destroy; integers keep braidAvg (they divide).
+TEST(ReductionOps, AverageOfFloatsIsAPreMulSumByTheInverseRoundedToTheType) {
+  ReductionOps ops(1);
+  EXPECT_EQ(ops.average(braidInt32, 3), braidAvg);
+  EXPECT_EQ(ops.average(braidUint8, 3), braidAvg);
+  const struct {
+    braidDataType_t type;
+    uint64_t bits;
+  } inverses[] = {{braidFloat16, 0x3555},      // 0.33325195
+                  {braidBfloat16, 0x3eab},     // 0.33398438
+                  {braidFloat32, 0x3eaaaaab},  // 0.33333334
+                  {braidFloat64, 0x3fd5555555555555},
+                  {braidFloat8e4m3, 0x2b},   // 0.34375
+                  {braidFloat8e5m2, 0x35}};  // 0.3125
+  for (const auto& [type, bits] : inverses) {
+    const braidRedOp_t op = ops.average(type, 3);
+    EXPECT_GE(static_cast<int>(op), braidNumOps) << type;
+    EXPECT_EQ(ops.average(type, 3), op) << type;
+    const ReductionOps::PreMulSum pre = ops.get(op);
+    EXPECT_TRUE(pre.isImmediate);
+    EXPECT_EQ(pre.type, type);
+    uint64_t got = 0;
+    std::memcpy(&got, pre.immediate, sizeof pre.immediate);
+    EXPECT_EQ(got, bits) << type;
+    EXPECT_FALSE(ops.has(op, type)) << "a user's call may not name it";
+    EXPECT_THROW(ops.destroy(op), braid::Error);
+  }
+  const float s = 2;
+  EXPECT_EQ(static_cast<int>(ops.create(&s, braidFloat32, true)), braidNumOps)
+      << "users' ids are unchanged";
+}
+
 }  // namespace

@@ -23,7 +23,7 @@ double unitFactor(int) {
 double ownInput(const ValueModel& model, const Layout&, int rank, size_t i) {
   return model.input(rank, i);
 }
-double reducedAtIndex(const ValueModel& model, const Layout&, int, int, int, size_t i) {
+Expected reducedAtIndex(const ValueModel& model, const Layout&, int, int, int, size_t i) {
   return model.reduced(i);
 }
 bool everyRank(int, int) {
@@ -93,8 +93,8 @@ const Collective kCollectives[7] = {
      [](const ValueModel& model, const Layout& l, int rank, size_t i) {
        return model.input(rank, rank * l.sendCount + i);
      },
-     [](const ValueModel& model, const Layout& l, int, int, int, size_t i) {
-       return model.input(static_cast<int>(i / l.sendCount), i);
+     [](const ValueModel& model, const Layout& l, int, int, int, size_t i) -> Expected {
+       return {model.input(static_cast<int>(i / l.sendCount), i)};
      },
      everyRank, braidCollAllGather},
     {"broadcast", false, true, true, fullLayout, unitFactor,
@@ -102,8 +102,8 @@ const Collective kCollectives[7] = {
        return braidBroadcast(a.send, a.recv, a.count, a.type, a.root, a.comm, a.stream);
      },
      ownInput,
-     [](const ValueModel& model, const Layout&, int, int, int root, size_t i) {
-       return model.input(root, i);
+     [](const ValueModel& model, const Layout&, int, int, int root, size_t i) -> Expected {
+       return {model.input(root, i)};
      },
      everyRank, braidCollBroadcast},
     {"reduce", true, true, true, fullLayout, unitFactor,
@@ -112,8 +112,8 @@ const Collective kCollectives[7] = {
      },
      ownInput, reducedAtIndex, [](int rank, int root) { return rank == root; }, braidCollReduce},
     {"sendrecv", false, false, false, fullLayout, unitFactor, sendRecvRing, ownInput,
-     [](const ValueModel& model, const Layout&, int rank, int n, int, size_t i) {
-       return model.input((rank - 1 + n) % n, i);
+     [](const ValueModel& model, const Layout&, int rank, int n, int, size_t i) -> Expected {
+       return {model.input((rank - 1 + n) % n, i)};
      },
      everyRank, braidCollSendRecv},
     {"alltoall", false, false, false,
@@ -122,9 +122,9 @@ const Collective kCollectives[7] = {
        return Layout{share * n, share * n, share, 0, 0};
      },
      shareFactor, allToAllGrouped, ownInput,
-     [](const ValueModel& model, const Layout& l, int rank, int, int, size_t i) {
+     [](const ValueModel& model, const Layout& l, int rank, int, int, size_t i) -> Expected {
        const size_t share = l.paramCount;
-       return model.input(static_cast<int>(i / share), rank * share + i % share);
+       return {model.input(static_cast<int>(i / share), rank * share + i % share)};
      },
      everyRank},
 };

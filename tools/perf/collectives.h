@@ -52,8 +52,8 @@ struct Collective {
   // Element i of this rank's send buffer in a checked run.
   double (*input)(const ValueModel& model, const Layout& layout, int rank, size_t i);
   // Element i of this rank's receive buffer after a checked run.
-  double (*expected)(const ValueModel& model, const Layout& layout, int rank, int nranks, int root,
-                     size_t i);
+  Expected (*expected)(const ValueModel& model, const Layout& layout, int rank, int nranks,
+                       int root, size_t i);
   // Whether this rank's receive buffer holds a defined result (reduce: only the root's).
   bool (*hasOutput)(int rank, int root);
   // What braidCommPredict prices it as; -1 when the planner has no model of it (alltoall).

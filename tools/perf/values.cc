@@ -1,6 +1,7 @@
 #include "perf/values.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace braid_perf {
@@ -11,6 +12,8 @@ struct TypeLimits {
   int prodDoublings;  // largest power of two a product may reach (and, for floats, its inverse)
   bool isSigned;
   bool isFloat;
+  int significandBits = 0;  // floats: the implicit bit included
+  int subnormalExponent = 0;
 };
 
 TypeLimits limitsOf(braidDataType_t type) {
@@ -21,13 +24,13 @@ TypeLimits limitsOf(braidDataType_t type) {
     case braidUint32: return {1 << 20, 31, false, false};
     case braidInt64: return {1 << 20, 62, true, false};
     case braidUint64: return {1 << 20, 63, false, false};
-    case braidFloat16: return {2048, 14, true, true};  // 11-bit significand; 2^-14 is normal
-    case braidFloat32: return {1 << 20, 100, true, true};
-    case braidFloat64: return {1 << 20, 1000, true, true};
-    // fp8: 4- and 3-bit significands; products within the normal range (2^-6, 2^-14 and up).
-    case braidFloat8e4m3: return {16, 6, true, true};
-    case braidFloat8e5m2: return {8, 14, true, true};
-    default: return {256, 100, true, true};  // bfloat16: 8-bit significand
+    case braidFloat16: return {2048, 14, true, true, 11, -24};  // 2^-14 is normal
+    case braidFloat32: return {1 << 20, 100, true, true, 24, -149};
+    case braidFloat64: return {1 << 20, 1000, true, true, 53, -1074};
+    // fp8: products within the normal range (2^-6, 2^-14 and up).
+    case braidFloat8e4m3: return {16, 6, true, true, 4, -9};
+    case braidFloat8e5m2: return {8, 14, true, true, 3, -16};
+    default: return {256, 100, true, true, 8, -133};  // bfloat16
   }
 }
 
@@ -46,8 +49,10 @@ uint64_t mix(uint64_t x) {  // splitmix64's finalizer
 }  // namespace
 
 ValueModel::ValueModel(braidDataType_t type, braidRedOp_t op, int nranks, uint64_t seed)
-    : op_(op), nranks_(nranks), seed_(seed) {
+    : type_(type), op_(op), nranks_(nranks), seed_(seed) {
   const TypeLimits limits = limitsOf(type);
+  significandBits_ = limits.significandBits;
+  subnormalExponent_ = limits.subnormalExponent;
   signed_ = limits.isSigned;
   perRankMagnitude_ = limits.sumLimit / std::max(nranks, 1);
   prodRanks_ = limits.prodDoublings;
@@ -95,7 +100,8 @@ double ValueModel::input(int rank, size_t index) const {
   }
 }
 
-double ValueModel::reduced(size_t index) const {
+Expected ValueModel::reduced(size_t index) const {
+  if (op_ == braidAvg && significandBits_ > 0 && nranks_ > 1) return premultipliedAverage(index);
   double acc = input(0, index);
   for (int r = 1; r < nranks_; ++r) {
     const double v = input(r, index);
@@ -107,7 +113,29 @@ double ValueModel::reduced(size_t index) const {
       default: acc = std::min(acc, v); break;
     }
   }
-  return op_ == braidAvg ? acc / nranks_ : acc;
+  return {op_ == braidAvg ? acc / nranks_ : acc};
+}
+
+// Avg of floats as braid runs it, NCCL's way: each input times 1/n rounded to the type (the
+// product rounded once), then a sum in the algorithm's order. The products' exact sum, and the
+// n - 1 roundings of partial sums, each at most half an ulp of the products' magnitudes together
+// (twice that for fp64, whose products are summed here in fp64 too).
+Expected ValueModel::premultipliedAverage(size_t index) const {
+  return withElementType(type_, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    auto rounded = [](double v) { return elementToDouble(elementFromDouble<T>(v)); };
+    const double scale =
+        rounded(type_ == braidFloat64 ? 1.0 / nranks_ : static_cast<float>(1.0 / nranks_));
+    double exact = 0, bound = 0;
+    for (int r = 0; r < nranks_; ++r) {
+      const double product = rounded(input(r, index) * scale);
+      exact += product;
+      bound += std::fabs(product);
+    }
+    const double halfUlp =
+        std::max(std::ldexp(bound, -significandBits_), std::ldexp(1.0, subnormalExponent_ - 1));
+    return Expected{exact, (type_ == braidFloat64 ? 2 : 1) * (nranks_ - 1) * halfUlp};
+  });
 }
 
 void poisonElements(void* buf, size_t count, braidDataType_t type) {
