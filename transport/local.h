@@ -1,5 +1,5 @@
 // Transports between ranks of one host: inproc (threads of one process, FIFOs on the heap) and
-// shm (processes, FIFOs in POSIX shared memory that the receiver creates).
+// shm (processes, FIFOs in shared memory files that the receiver creates).
 #pragma once
 
 #include <cstdint>
@@ -38,27 +38,29 @@ class InprocClique {
 };
 
 // One rank's shared-memory segment: its control block, then one receive FIFO per process peer
-// on this host, in the order the creator was given.
+// on this host, in the order the creator was given. A memory file without a name (memfd), whose
+// descriptor the peers receive from its creator (shm.cc), so no rank's death leaves it behind.
 class ShmSegment {
  public:
-  static std::string name(uint64_t commNonce, int rank);
-  // Creates the segment (mode 0600), reserving its memory so a full /dev/shm fails here, loudly.
-  static std::shared_ptr<ShmSegment> create(const std::string& name, size_t bytes, int rank);
-  // Maps a peer's segment.
-  static std::shared_ptr<ShmSegment> open(const std::string& name, int selfRank, int ownerRank);
+  // What the segment and its rank's socket are called: unique per communicator's link set.
+  static std::string label(uint64_t commNonce, int rank);
+  // Creates the segment, reserving its memory so that too little fails here, loudly; keeps its
+  // descriptor for the peers until closeDescriptor().
+  static std::shared_ptr<ShmSegment> create(const std::string& label, size_t bytes, int rank);
+  // Maps a peer's segment from the descriptor it sent (closed here).
+  static std::shared_ptr<ShmSegment> adopt(int fd, int selfRank, int ownerRank);
   ~ShmSegment();
 
-  void unlink();
+  int descriptor() const { return fd_; }
+  void closeDescriptor();
   uint8_t* base() const { return base_; }
   size_t size() const { return size_; }
 
  private:
-  ShmSegment(std::string name, uint8_t* base, size_t size, bool owner)
-      : name_(std::move(name)), base_(base), size_(size), owner_(owner) {}
-  std::string name_;
+  ShmSegment(uint8_t* base, size_t size, int fd) : base_(base), size_(size), fd_(fd) {}
   uint8_t* base_;
   size_t size_;
-  bool owner_;
+  int fd_;
 };
 
 // Layout of a segment: control block first (its own page), then the FIFOs.

@@ -3,7 +3,6 @@
 // kill children which overrun.
 #pragma once
 
-#include <dirent.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -15,7 +14,6 @@
 #include <cstring>
 #include <functional>
 #include <new>
-#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -110,17 +108,6 @@ inline std::vector<ChildStatus> waitChildren(const std::vector<pid_t>& pids,
     if (remaining > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return result;
-}
-
-// Names in /dev/shm that contain `fragment`.
-inline std::set<std::string> shmEntriesContaining(const std::string& fragment) {
-  std::set<std::string> names;
-  DIR* dir = opendir("/dev/shm");
-  if (dir == nullptr) return names;
-  while (dirent* entry = readdir(dir))
-    if (std::strstr(entry->d_name, fragment.c_str()) != nullptr) names.insert(entry->d_name);
-  closedir(dir);
-  return names;
 }
 
 }  // namespace braid_test

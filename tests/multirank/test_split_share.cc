@@ -23,7 +23,7 @@ int braidMappings() {
   std::ifstream maps("/proc/self/maps");
   int count = 0;
   for (std::string line; std::getline(maps, line);)
-    count += line.find("/braid-") != std::string::npos;
+    count += line.find("memfd:braid-") != std::string::npos;
   return count;
 }
 
