@@ -137,18 +137,18 @@ struct SegmentNote {
 // processes (SO_PASSCRED), carrying the sender's bootstrap nonce.
 class DescriptorExchange {
  public:
-  explicit DescriptorExchange(const ConnectState& state)
-      : state_(state), commNonce_(state.commNonce), rank_(state.rank) {
+  explicit DescriptorExchange(const ConnectState& state) : state_(state) {
     socket_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (socket_ < 0)
-      failErrno(braidSystemError, fmt::format("rank {}: socket(AF_UNIX)", rank_), errno);
+      failErrno(braidSystemError, fmt::format("rank {}: socket(AF_UNIX)", state_.rank), errno);
     const int on = 1;
-    const Address self = address(rank_);
+    const Address self = address(state_.rank);
     if (setsockopt(socket_, SOL_SOCKET, SO_PASSCRED, &on, sizeof on) != 0 ||
         bind(socket_, reinterpret_cast<const sockaddr*>(&self.un), self.length) != 0) {
       const int e = errno;
       close(socket_);
-      failErrno(braidSystemError, fmt::format("rank {}: binding its segment socket", rank_), e);
+      failErrno(braidSystemError, fmt::format("rank {}: binding its segment socket", state_.rank),
+                e);
     }
   }
   ~DescriptorExchange() { close(socket_); }
@@ -196,10 +196,10 @@ class DescriptorExchange {
   Address address(int rank) const {
     Address a;
     a.un.sun_family = AF_UNIX;
-    const uint64_t secret = state_.peers[rank].nonce ^ commNonce_;
+    const uint64_t secret = state_.peers[rank].nonce ^ state_.commNonce;
     const uint64_t hidden =
         fnv1a(std::string_view(reinterpret_cast<const char*>(&secret), sizeof secret)) >> 32;
-    const std::string name = fmt::format("braid-{:016x}-{}-{:08x}", commNonce_, rank, hidden);
+    const std::string name = fmt::format("braid-{:016x}-{}-{:08x}", state_.commNonce, rank, hidden);
     std::memcpy(a.un.sun_path + 1, name.data(), name.size());  // sun_path[0] = 0: abstract
     a.length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
     return a;
@@ -208,9 +208,9 @@ class DescriptorExchange {
   // Whether the note and descriptor went; false where the peer's queue is full (later).
   bool sendTo(int peer, int fd) {
     SegmentNote note{};  // padding included: no uninitialized byte goes out
-    note.commNonce = commNonce_;
-    note.senderNonce = state_.peers[rank_].nonce;
-    note.rank = rank_;
+    note.commNonce = state_.commNonce;
+    note.senderNonce = state_.peers[state_.rank].nonce;
+    note.rank = state_.rank;
     iovec data{&note, sizeof note};
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
     Address to = address(peer);
@@ -235,7 +235,8 @@ class DescriptorExchange {
       return false;
     if (errno == ECONNREFUSED || errno == ENOENT) failPeerLeft(peer);
     failErrno(braidSystemError,
-              fmt::format("rank {}: handing its shared memory to rank {}", rank_, peer), errno);
+              fmt::format("rank {}: handing its shared memory to rank {}", state_.rank, peer),
+              errno);
   }
 
   // Reads what is queued, a bounded number of messages per pass (others' junk cannot hold the
@@ -283,13 +284,14 @@ class DescriptorExchange {
     }
     const auto at = std::find(peers.begin(), peers.end(), note.rank) - peers.begin();
     const bool fromPeer = got == static_cast<ssize_t>(sizeof note) && sameUser &&
-                          note.commNonce == commNonce_ && at < static_cast<long>(peers.size()) &&
+                          note.commNonce == state_.commNonce &&
+                          at < static_cast<long>(peers.size()) &&
                           note.senderNonce == state_.peers[note.rank].nonce;
     if (fromPeer && (message.msg_flags & MSG_CTRUNC) != 0)
       fail(braidSystemError,
            "rank {}: rank {}'s shared-memory descriptor could not be received (this process is "
            "out of file descriptors? see ulimit -n)",
-           rank_, note.rank);
+           state_.rank, note.rank);
     if (fromPeer && fds.size() == 1 && received[at] < 0) {
       received[at] = fds[0];
       return Received::Accepted;
@@ -323,7 +325,7 @@ class DescriptorExchange {
     fail(braidRemoteError,
          "rank {}: rank {} left init (its process ended or its init failed) before handing over "
          "its shared memory",
-         rank_, peer);
+         state_.rank, peer);
   }
 
   [[noreturn]] void failAtDeadline(const std::vector<int>& peers,
@@ -332,13 +334,11 @@ class DescriptorExchange {
     for (size_t i = 0; i < peers.size(); ++i)
       if (received[i] < 0) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", peers[i]);
     fail(braidTimeout,
-         "rank {}: timed out waiting for the shared memory of rank(s) {} on this host", rank_,
+         "rank {}: timed out waiting for the shared memory of rank(s) {} on this host", state_.rank,
          missing);
   }
 
   const ConnectState& state_;
-  uint64_t commNonce_;
-  int rank_;
   int socket_ = -1;
 };
 

@@ -11,12 +11,13 @@
 namespace braid {
 namespace {
 
-// 1/n in floating `type`'s bits, rounded as NCCL rounds its Avg scalar (through fp32, but for
-// fp64); false for the integer types.
+// 1/n in floating `type`'s bits, rounded as NCCL rounds its Avg scalar: through the type's compute
+// type (fp32; fp64 for fp64); false for the integer types.
 template <braidDataType_t kType>
 void storeInverse(int n, uint8_t* bits) {
   using Element = kernels::ElementOf<kType>;
-  const typename Element::Storage value = Element::narrow(static_cast<float>(1.0 / n));
+  const typename Element::Storage value =
+      Element::narrow(static_cast<typename Element::Compute>(1.0 / n));
   std::memcpy(bits, &value, sizeof value);
 }
 
@@ -27,11 +28,7 @@ bool inverseOf(int n, braidDataType_t type, uint8_t* bits) {
     case braidFloat8e4m3: storeInverse<braidFloat8e4m3>(n, bits); return true;
     case braidFloat8e5m2: storeInverse<braidFloat8e5m2>(n, bits); return true;
     case braidFloat32: storeInverse<braidFloat32>(n, bits); return true;
-    case braidFloat64: {
-      const double value = 1.0 / n;
-      std::memcpy(bits, &value, sizeof value);
-      return true;
-    }
+    case braidFloat64: storeInverse<braidFloat64>(n, bits); return true;
     default: return false;
   }
 }
