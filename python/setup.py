@@ -37,7 +37,7 @@ def cuda_runtime():
     return None
 
 
-sources = ["any_source.cc", "backend.cc", "peer_channels.cc", "sparse.cc"]
+sources = ["backend.cc", "mailbox.cc", "peer_channels.cc", "sparse.cc"]
 include_dirs, library_dirs, libraries = [include_dir], [lib_dir], []
 macros, link_args = [], [f"-Wl,-rpath,{lib_dir}"]
 # libbraid.so where a build tree has it; else its soname's file (a carried bundle's lib/ has that).

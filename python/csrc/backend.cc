@@ -25,9 +25,9 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
-#include "any_source.h"
 #include "braid/braid.h"
 #include "common.h"
+#include "mailbox.h"
 #include "operation_queue.h"
 #include "peer_channels.h"
 #include "sparse.h"
@@ -155,6 +155,7 @@ class BraidBackend : public c10d::Backend {
                              "braidCommInitRankConfig", &instance);
     keyPrefix_ = "braid_torch/" + instance + "/";
     channels_ = std::make_unique<PeerChannels>(store, rank, timeout, "cpu", keyPrefix_);
+    mailbox_ = std::make_unique<Mailbox>(*channels_, rank, size);
     cudaChannels_ = std::make_unique<PeerChannels>(store, rank, timeout, "cuda", keyPrefix_);
     if (defaultGroup) startMeetingsAfresh();
     membership_.emplace(this);  // whole now
@@ -457,18 +458,20 @@ class BraidBackend : public c10d::Backend {
   }
 
   // Sends and receives run on the channel of their peer and direction (PeerChannels): a lone
-  // isend and irecv of any size complete in whichever order either rank posts them.
+  // isend and irecv of any size complete in whichever order either rank posts them. Receives of
+  // CPU tensors take the messages of their tags (Mailbox), as Gloo's; of CUDA tensors, the
+  // messages in the order sent, as NCCL's (ProcessGroupNCCL ignores tags).
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank,
                                       int tag) override {
-    return pointToPoint(true, tensors.at(0), dstRank);
+    return pointToPoint(true, tensors.at(0), dstRank, tag);
   }
 
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank,
                                       int tag) override {
-    return pointToPoint(false, tensors.at(0), srcRank);
+    return pointToPoint(false, tensors.at(0), srcRank, tag);
   }
 
-  // recv with no source: whichever other rank's send to this one comes first (any_source.h).
+  // recv with no source: whichever other rank's message of the tag comes first (Mailbox).
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override {
     const at::Tensor& tensor = tensors.at(0);
     if (tensor.is_cuda())
@@ -482,10 +485,13 @@ class BraidBackend : public c10d::Backend {
                   "rank ",
                   rank_, " (expected a receive from a given rank)");
     }
-    return receiveFromAnySource(*channels_, tensor, rank_, size_,
-                                [this](braidComm_t comm, const at::Tensor& into) {
-                                  transfer(PointToPoint{false, into, 0}, Where{comm, nullptr});
-                                });
+    TORCH_CHECK(size_ > 1, "braid backend: a receive from any source on rank ", rank_,
+                " of a group of one (expected another rank to send)");
+    auto work = c10::make_intrusive<AnySourceWork>(std::vector<at::Tensor>{tensor});
+    mailbox_->receiveFromAnySource(tag, tensor, [work](int source, std::exception_ptr error) {
+      work->completeFrom(source, error);
+    });
+    return work;
   }
 
   // batch_isend_irecv: between startCoalescing and endCoalescing sends and receives are collected,
@@ -613,6 +619,7 @@ class BraidBackend : public c10d::Backend {
   void leaveGroup() {
     queue_->close();
     channels_->close();
+    mailbox_->close();
     cudaChannels_->close();
     if (!left_.exchange(true)) channels_->awaitMeetingsInFlight();  // CPU and CUDA: one count
   }
@@ -701,12 +708,14 @@ class BraidBackend : public c10d::Backend {
     bool send;
     at::Tensor tensor;
     int peer;
+    int tag;
   };
 
-  c10::intrusive_ptr<c10d::Work> pointToPoint(bool send, const at::Tensor& tensor, int peer) {
+  c10::intrusive_ptr<c10d::Work> pointToPoint(bool send, const at::Tensor& tensor, int peer,
+                                              int tag) {
     TORCH_CHECK(peer >= 0 && peer < size_, "braid backend: ", send ? "send to" : "receive from",
                 " rank ", peer, " on rank ", rank_, " (expected a rank of 0 to ", size_ - 1, ")");
-    const PointToPoint op{send, tensor, peer};
+    const PointToPoint op{send, tensor, peer, tag};
     {
       std::lock_guard<std::mutex> lock(coalescingMutex_);
       if (coalescing_) {  // every operation of the batch returns the batch's Work
@@ -785,10 +794,16 @@ class BraidBackend : public c10d::Backend {
       group->ended(nullptr);
     };
     if (!cpuCollectives || queue_->onQueueThread() || !queue_->push(issued)) issued();
-    for (const PointToPoint& op : ops)
-      postOne(*channels_, op, group, [this](const PointToPoint& p) {
-        transfer(p, Where{channels_->comm(p.peer, p.send), nullptr});
-      });
+    for (const PointToPoint& op : ops) {
+      if (op.send) {
+        postOne(*channels_, op, group, [this](const PointToPoint& p) {
+          sendTagged(channels_->comm(p.peer, true), p.tensor, p.tag);
+        });
+      } else {
+        mailbox_->receive(op.peer, op.tag, op.tensor,
+                          [group](int, std::exception_ptr error) { group->ended(error); });
+      }
+    }
     return work;
   }
 
@@ -843,6 +858,19 @@ class BraidBackend : public c10d::Backend {
     return work;
   }
 
+  // On its channel's thread, on its stream: in a channel, the sender is rank 0 and the receiver
+  // rank 1.
+  static void transfer(const PointToPoint& op, const Where& on) {
+    Flat f(op.tensor);
+    const auto [type, count] = messageOf(f);
+    if (op.send) {
+      checkOn(on, braidSend(f.data(), count, type, 1, on.comm, on.stream), "braidSend");
+    } else {
+      checkOn(on, braidRecv(f.data(), count, type, 0, on.comm, on.stream), "braidRecv");
+      f.writeBack();
+    }
+  }
+
   // The group's CUDA communicator, made by its first collective of CUDA tensors (on every rank).
   CudaCollectives& cudaCollectives(c10::Device device) {
     bindCudaDevice(device);
@@ -877,25 +905,6 @@ class BraidBackend : public c10d::Backend {
                 " (expected ", *cudaDevice_, ", the device of this rank's first CUDA tensor)");
   }
 #endif
-
-  // A send moves its tensor's elements as braid's datatype of them, or as bytes where braid has
-  // none (int16, uint16, uint32, uint64, ...: Gloo sends those too; no collective reduces them).
-  static std::pair<braidDataType_t, size_t> messageOf(const Flat& f) {
-    if (const std::optional<braidDataType_t> type = braidTypeOf(f.flat)) return {*type, f.count()};
-    return {braidUint8, f.count() * f.flat.element_size()};
-  }
-
-  // On its channel's thread: in a channel, the sender is rank 0 and the receiver rank 1.
-  void transfer(const PointToPoint& op, const Where& on) {
-    Flat f(op.tensor);
-    const auto [type, count] = messageOf(f);
-    if (op.send) {
-      checkOn(on, braidSend(f.data(), count, type, 1, on.comm, on.stream), "braidSend");
-    } else {
-      checkOn(on, braidRecv(f.data(), count, type, 0, on.comm, on.stream), "braidRecv");
-      f.writeBack();
-    }
-  }
 
   // `calls` braid calls (`issue(i)`, the i-th) as one group: the communicator may run small
   // collectives of it as one pass (BRAID_GROUP_FUSE_BYTES), as ProcessGroupNCCL's coalescing.
@@ -1154,6 +1163,7 @@ class BraidBackend : public c10d::Backend {
   std::string keyPrefix_;
   uint64_t monitoredBarriers_ = 0;          // numbers each monitored barrier's keys in the store
   std::unique_ptr<PeerChannels> channels_;  // never null once made
+  std::unique_ptr<Mailbox> mailbox_;        // channels_'s receives; never null once made
   std::unique_ptr<PeerChannels> cudaChannels_;  // never null once made, until destroyed
   std::atomic<bool> left_{false};               // leaveGroup() has waited for the meetings
   std::mutex coalescingMutex_;

@@ -15,15 +15,16 @@
 #include <string_view>
 #include <thread>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <utility>
 #include <vector>
 
 #include "braid/braid.h"
 
 namespace braid_torch {
 
-// braid's datatype of the tensor's elements, if braid has one.
-inline std::optional<braidDataType_t> braidTypeOf(const at::Tensor& t) {
-  switch (t.scalar_type()) {
+// braid's datatype of torch's element type, if braid has one.
+inline std::optional<braidDataType_t> braidTypeOf(c10::ScalarType type) {
+  switch (type) {
     case at::kFloat: return braidFloat32;
     case at::kDouble: return braidFloat64;
     case at::kHalf: return braidFloat16;
@@ -37,6 +38,10 @@ inline std::optional<braidDataType_t> braidTypeOf(const at::Tensor& t) {
     case at::kFloat8_e5m2: return braidFloat8e5m2;
     default: return std::nullopt;
   }
+}
+
+inline std::optional<braidDataType_t> braidTypeOf(const at::Tensor& t) {
+  return braidTypeOf(t.scalar_type());
 }
 
 inline braidDataType_t braidType(const at::Tensor& t) {
@@ -200,5 +205,15 @@ struct Flat {
     if (!flat.is_same(user)) user.copy_(flat);
   }
 };
+
+// A message moves its tensor's elements as braid's datatype of them, or as bytes where braid has
+// none (int16, uint16, uint32, uint64, ...: Gloo sends those too; no collective reduces them).
+inline std::pair<braidDataType_t, size_t> messageOf(c10::ScalarType type, size_t numel) {
+  if (const std::optional<braidDataType_t> braid = braidTypeOf(type)) return {*braid, numel};
+  return {braidUint8, numel * c10::elementSize(type)};
+}
+inline std::pair<braidDataType_t, size_t> messageOf(const Flat& f) {
+  return messageOf(f.flat.scalar_type(), f.count());
+}
 
 }  // namespace braid_torch

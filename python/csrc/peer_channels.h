@@ -19,10 +19,11 @@ namespace braid_torch {
 
 // Sends from this rank to a peer run over a two-rank braid communicator of their own (this rank
 // its rank 0), receives from a peer over the peer's (this rank its rank 1), each direction on a
-// thread of its own, made on first use. So the k-th send from a to b meets the k-th receive at b
-// from a whatever else either rank posted before or between them, alone or batched (MPI's order
-// of messages between a pair, tags aside, as NCCL), and a send and a receive larger than braid's
-// FIFOs never wait for each other: on one communicator, one runs only after the other ends.
+// thread of its own, made on first use. So a channel carries the messages from a to b in the
+// order sent, whatever else either rank posted before or between them, alone or batched (which
+// receive takes which is the Mailbox's, on CPU channels), and a send and a receive larger than
+// braid's FIFOs never wait for each other: on one communicator, one runs only after the other
+// ends.
 //
 // A channel's first meeting goes through the store, whose server lives in rank 0's process when
 // init_process_group made a TCPStore (tcp://, env://). So the job counts the meetings in flight
@@ -54,8 +55,8 @@ class PeerChannels {
 
   // Whether an operation posted counts its channel's first meeting in flight, until the channel's
   // communicator is made or has failed: a send or a receive does; a receive from any source's
-  // probe does not (that receive counts as a whole, MeetingInFlight: most of its channels'
-  // senders never come).
+  // wait on one channel does not (that receive counts as a whole, MeetingInFlight: most of its
+  // channels' senders never come).
   enum class Meeting { Counted, NotCounted };
   // Queues op on the channel of sends to (send) or receives from (!send) peer, or runs it at once
   // when called on that channel's thread (an operation a completing one's callback issues: queued
@@ -74,8 +75,8 @@ class PeerChannels {
   // Whether every other rank's channel of receives to this one (of `size` ranks) has met: a
   // receive from any source then needs no store.
   bool receivesMet(int size);
-  // Counts one meeting in flight while it lives (a receive from any source, whose probes use the
-  // store until they end).
+  // Counts one meeting in flight while it lives (a receive from any source, whose waits use the
+  // store until it ends).
   class MeetingInFlight {
    public:
     explicit MeetingInFlight(PeerChannels& channels)

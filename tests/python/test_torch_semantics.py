@@ -1,9 +1,9 @@
 """Where torch's contract for a backend is subtle, the braid backend keeps it as Gloo does, each
 case checked against a reference the test computes itself and, where Gloo does it, against Gloo's
 own result in the same run: point-to-point operations larger than braid's FIFOs completing in any
-order of posting, all_gather_coalesced's [rank][input] layout, all_reduce_coalesced of a list that
-holds one tensor twice, reduce_scatter with uneven inputs, sparse all_reduce and DDP with sparse
-gradients, a receive from any source."""
+order of posting, receives matched to messages by tag, all_gather_coalesced's [rank][input]
+layout, all_reduce_coalesced of a list that holds one tensor twice, reduce_scatter with uneven
+inputs, sparse all_reduce and DDP with sparse gradients, a receive from any source."""
 
 import datetime
 import time
@@ -287,6 +287,237 @@ def any_source_nobody_sends(rank, size):
 
 def test_a_receive_from_any_source_that_nobody_sends_to_times_out(run_ranks):
     run_ranks(3, any_source_nobody_sends, timeout_s=3)
+
+
+def tags_out_of_order(rank, size, n):
+    """Rank 0 sends rank 1 three messages tagged 1, 2, 3, alike in size and type (only the tag
+    tells them apart); rank 1 receives tag 3, then 1, then 2. Each receive gets the message of its
+    tag, as Gloo (and MPI) match them; n larger than braid's FIFOs: rank 0's sends wait
+    meanwhile."""
+    if rank == 0:
+        for work in [dist.isend(payload(0, n, salt=tag), 1, tag=tag) for tag in (1, 2, 3)]:
+            work.wait()
+    elif rank == 1:
+        for tag in (3, 1, 2):
+            got = torch.full((n,), POISON)
+            dist.recv(got, 0, tag=tag)
+            assert torch.equal(got, payload(0, n, salt=tag)), f"tag {tag}: another message"
+
+
+@pytest.mark.parametrize("backend", ["braid", "gloo"])
+@pytest.mark.parametrize("n", [5, BIG // 4])
+def test_a_receive_takes_the_message_of_its_tag(run_ranks, backend, n):
+    run_ranks(2, tags_out_of_order, n, backend=backend, timeout_s=30)
+
+
+def tags_of_other_sizes_and_types(rank, size):
+    """The messages of two tags differ in size and type, and rank 1 receives the second first:
+    matched by tag, neither receive meets the other's message (a mismatch, before)."""
+    if rank == 0:
+        small, large = payload(0, 3), torch.arange(100000, dtype=torch.int64) * 7
+        works = [dist.isend(small, 1, tag=7), dist.isend(large, 1, tag=8)]
+        for work in works:
+            work.wait()
+    elif rank == 1:
+        large, small = torch.zeros(100000, dtype=torch.int64), torch.full((3,), POISON)
+        dist.recv(large, 0, tag=8)
+        dist.recv(small, 0, tag=7)
+        assert torch.equal(large, torch.arange(100000, dtype=torch.int64) * 7), "tag 8"
+        assert torch.equal(small, payload(0, 3)), "tag 7"
+
+
+@pytest.mark.parametrize("backend", ["braid", "gloo"])
+def test_messages_of_other_tags_may_differ_in_size_and_type(run_ranks, backend):
+    run_ranks(2, tags_of_other_sizes_and_types, backend=backend, timeout_s=30)
+
+
+def any_source_by_tag(rank, size, with_empty):
+    """Every other rank sends rank 0 a message tagged 1, then one tagged 2, then an empty one
+    tagged 3; rank 0 takes them with receives from any source, every tag-3 one first, then tag 2,
+    then 1: each receive gets a message of its tag, from the sender it names, every sender once
+    per tag (an empty message too: its sender is known; Gloo's receive of one fails, "offset <
+    this->size. 0 vs 0", so with_empty for braid alone)."""
+    n = 1000
+    sizes = {1: n, 2: n, 3: 0} if with_empty else {1: n, 2: n}
+    if rank != 0:
+        works = [dist.isend(payload(rank, sizes[tag], salt=tag), 0, tag=tag) for tag in sizes]
+        for work in works:
+            work.wait()
+        return
+    for tag in sorted(sizes, reverse=True):
+        sources = []
+        for _ in range(size - 1):
+            got = torch.full((sizes[tag],), POISON)
+            work = dist.irecv(got, tag=tag)
+            work.wait()
+            source = work._source_rank()
+            want = payload(source, sizes[tag], salt=tag)
+            assert torch.equal(got, want), f"tag {tag} from {source}"
+            sources.append(source)
+        assert sorted(sources) == list(range(1, size)), f"tag {tag}: {sources}"
+
+
+@pytest.mark.parametrize("backend", ["braid", "gloo"])
+def test_a_receive_from_any_source_takes_a_message_of_its_tag(run_ranks, backend):
+    run_ranks(3, any_source_by_tag, backend == "braid", backend=backend, timeout_s=30)
+
+
+def batch_by_tag(rank, size):
+    """One batch_isend_irecv on each rank: rank 0 sends tags 1 and 2, rank 1 posts its receives
+    of tag 2, then 1 (P2POp's tag)."""
+    n = BIG // 4
+    if rank == 0:
+        ops = [dist.P2POp(dist.isend, payload(0, n, salt=tag), 1, tag=tag) for tag in (1, 2)]
+    else:
+        got = {tag: torch.full((n,), POISON) for tag in (2, 1)}
+        ops = [dist.P2POp(dist.irecv, got[tag], 0, tag=tag) for tag in (2, 1)]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    if rank == 1:
+        for tag, tensor in got.items():
+            assert torch.equal(tensor, payload(0, n, salt=tag)), f"tag {tag}: another message"
+
+
+@pytest.mark.parametrize("backend", ["braid", "gloo"])
+def test_a_batchs_receives_take_the_messages_of_their_tags(run_ranks, backend):
+    run_ranks(2, batch_by_tag, backend=backend, timeout_s=30)
+
+
+def many_tags_in_reverse(rank, size):
+    """500 tags, each a message from rank 0 to rank 1, received last tag first: a tag is no
+    communicator or thread of its own (500 would not fit), and the other messages wait in rank 1
+    until asked for."""
+    tags = range(500)
+    if rank == 0:
+        for work in [dist.isend(payload(0, 64, salt=tag), 1, tag=tag) for tag in tags]:
+            work.wait()
+    elif rank == 1:
+        for tag in reversed(tags):
+            got = torch.full((64,), POISON)
+            dist.recv(got, 0, tag=tag)
+            assert torch.equal(got, payload(0, 64, salt=tag)), f"tag {tag}"
+
+
+def test_a_receive_may_wait_for_the_last_of_many_tags(run_ranks):
+    run_ranks(2, many_tags_in_reverse, timeout_s=60)
+
+
+def a_receive_of_another_size(rank, size):
+    """Rank 1's receive of tag 4 holds 3 floats, rank 0's message of tag 4 holds 5: the receive
+    fails naming both sizes, the tag and the sender; the message is consumed, so rank 0's next
+    message of tag 4 meets rank 1's next receive, and the group goes on."""
+    if rank == 0:
+        dist.send(payload(0, 5), 1, tag=4)
+        dist.send(payload(0, 3, salt=1), 1, tag=4)
+    elif rank == 1:
+        with pytest.raises(dist.DistBackendError,
+                           match=r"rank 1 received from rank 0 a message of 5 elements of "
+                                 r"float32 \(tag 4\), but its receive holds 3 elements of float32"):
+            dist.recv(torch.zeros(3), 0, tag=4)
+        got = torch.full((3,), POISON)
+        dist.recv(got, 0, tag=4)
+        assert torch.equal(got, payload(0, 3, salt=1)), "the next message of tag 4"
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((2,), 2.0))
+
+
+def test_a_receive_of_another_size_fails_and_the_next_message_still_meets(run_ranks):
+    run_ranks(2, a_receive_of_another_size, timeout_s=30)
+
+
+def callback_receives_while_another_tag_waits(rank, size, any_source):
+    """Rank 1 posts receives of tags 2 and 1 from rank 0; the tag-1 receive's callback receives
+    tag 3 (on the channel's thread: from rank 0, or from any source, rank 2 sending it) and rank 1
+    waits for that callback before it lets rank 0 send tag 2. The callback's receive ends with
+    its own message: it does not wait for tag 2's."""
+    n = 16
+    sender_of_3 = 2 if any_source else 0
+    if rank == 0:
+        dist.send(payload(0, n, salt=1), 1, tag=1)
+        if sender_of_3 == 0:
+            dist.send(payload(0, n, salt=3), 1, tag=3)
+        dist.recv(torch.zeros(1), 1, tag=9)
+        dist.send(payload(0, n, salt=2), 1, tag=2)
+    elif rank == 1:
+        got = {tag: torch.full((n,), POISON) for tag in (1, 2, 3)}
+        second = dist.irecv(got[2], 0, tag=2)
+
+        def then(_):
+            assert dist.recv(got[3], None if any_source else 0, tag=3) == sender_of_3
+
+        dist.irecv(got[1], 0, tag=1).get_future().then(then).wait()
+        dist.send(torch.ones(1), 0, tag=9)
+        second.wait()
+        for tag, tensor in got.items():
+            sender = sender_of_3 if tag == 3 else 0
+            assert torch.equal(tensor, payload(sender, n, salt=tag)), f"tag {tag}"
+    elif rank == sender_of_3:
+        dist.send(payload(2, n, salt=3), 1, tag=3)
+
+
+@pytest.mark.parametrize("any_source", [False, True])
+def test_a_callbacks_receive_ends_with_its_own_message(run_ranks, any_source):
+    run_ranks(3 if any_source else 2, callback_receives_while_another_tag_waits, any_source,
+              timeout_s=20)
+
+
+def a_tag_nobody_sends_among_others(rank, size):
+    """Rank 0 keeps sending rank 1 messages of tag 1 for twice the group's timeout, never one of
+    tag 9: rank 1's receive of tag 9 times out in its own words while the tag-1 messages flow,
+    and the channel goes on (rank 1 takes every tag-1 message, then one sent after)."""
+    messages = 12
+    if rank == 0:
+        for k in range(messages):
+            dist.send(payload(0, 4, salt=k), 1, tag=1)
+            time.sleep(0.5)
+        dist.recv(torch.zeros(1), 1, tag=2)
+        dist.send(payload(0, 4, salt=messages), 1, tag=1)
+    elif rank == 1:
+        never = dist.irecv(torch.zeros(4), 0, tag=9)
+        for k in range(messages):
+            got = torch.full((4,), POISON)
+            dist.recv(got, 0, tag=1)
+            assert torch.equal(got, payload(0, 4, salt=k)), f"tag-1 message {k}"
+        with pytest.raises(dist.DistBackendError,
+                           match="a receive on rank 1 from rank 0 \\(tag 9\\): Timed out after "
+                                 "[0-9]+ ms, rank 0 sent it no message of its tag"):
+            never.wait()
+        dist.send(torch.ones(1), 0, tag=2)
+        got = torch.full((4,), POISON)
+        dist.recv(got, 0, tag=1)
+        assert torch.equal(got, payload(0, 4, salt=messages)), "after the timeout"
+
+
+def test_a_receive_times_out_while_other_tags_flow(run_ranks):
+    run_ranks(2, a_tag_nobody_sends_among_others, timeout_s=3)
+
+
+def any_source_after_a_failed_channel(rank, size):
+    """Rank 0's receive from rank 2 fails (rank 2 never sends: its channel is never made); then
+    rank 0's receive from any source takes rank 1's message: the failed channel stands down
+    rather than failing the receive."""
+    store = dist.distributed_c10d._get_default_store()
+    if rank == 0:
+        with pytest.raises(dist.DistBackendError, match="Timed out"):
+            dist.recv(torch.zeros(4), 2)
+        store.set("channel_from_2_failed", "1")
+        got = torch.full((4,), POISON)
+        assert dist.recv(got) == 1, "the sender"
+        assert torch.equal(got, payload(1, 4)), "rank 1's message"
+        store.set("received", "1")
+    else:
+        if rank == 1:
+            store.wait(["channel_from_2_failed"], datetime.timedelta(seconds=60))
+            dist.send(payload(1, 4), 0)
+        store.wait(["received"], datetime.timedelta(seconds=60))  # not in a collective: 3 s
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((2,), float(size)))
+
+
+def test_a_receive_from_any_source_is_not_failed_by_one_failed_channel(run_ranks):
+    run_ranks(3, any_source_after_a_failed_channel, timeout_s=3)
 
 
 def coalesced_works(rank, size):
