@@ -311,15 +311,48 @@ int tryConnect(int fd, const SocketAddress& address, Clock::time_point deadline)
   return err;
 }
 
-// Moves bytes both ways at once; either side may be absent (zero bytes).
+// Sends what `to` takes now, counting it in `sent`; fails where `to` has closed.
+void sendAvailable(Socket& to, const char* out, size_t outBytes, size_t& sent,
+                   const std::string& activity) {
+  ssize_t n = ::send(to.fd(), out + sent, outBytes - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n > 0) {
+    sent += n;
+  } else if (errno == EPIPE || errno == ECONNRESET) {
+    fail(braidRemoteError, "{}: {} closed the connection (sent {} of {} bytes)", activity,
+         to.peerName(), sent, outBytes);
+  } else if (errno != EAGAIN && errno != EINTR) {
+    failErrno(braidSystemError, fmt::format("{}: sending to {}", activity, to.peerName()), errno);
+  }
+}
+
+// Receives what has come from `from`, counting it in `received`; fails where `from` has closed.
+void receiveAvailable(Socket& from, char* in, size_t inBytes, size_t& received,
+                      const std::string& activity) {
+  long n = from.readSome(in + received, inBytes - received);
+  if (n > 0) {
+    received += n;
+  } else if (n == 0 || n == -ECONNRESET) {
+    fail(braidRemoteError, "{}: {} closed the connection (received {} of {} bytes)", activity,
+         from.peerName(), received, inBytes);
+  } else if (n != -EAGAIN && n != -EINTR) {
+    failErrno(braidSystemError, fmt::format("{}: receiving from {}", activity, from.peerName()),
+              static_cast<int>(-n));
+  }
+}
+
+// Moves bytes both ways at once; either side may be absent (zero bytes). Where `to` closing
+// fails the exchange, its end is watched until the exchange ends, its part sent or not.
 void transfer(Socket* to, const char* out, size_t outBytes, Socket* from, char* in, size_t inBytes,
-              Clock::time_point deadline, const std::string& activity) {
+              Clock::time_point deadline, const std::string& activity,
+              WhenToCloses toCloses = WhenToCloses::MayHaveEnded) {
+  const bool watchTo = to != nullptr && toCloses == WhenToCloses::Fails;
   size_t sent = 0, received = 0;
   while (sent < outBytes || received < inBytes) {
     pollfd fds[2];
     int count = 0, sendIndex = -1, recvIndex = -1;
-    if (sent < outBytes) {
-      fds[count] = {to->fd(), POLLOUT, 0};
+    if (sent < outBytes || watchTo) {
+      const int events = (sent < outBytes ? POLLOUT : 0) | (watchTo ? POLLRDHUP : 0);
+      fds[count] = {to->fd(), static_cast<short>(events), 0};
       sendIndex = count++;
     }
     if (received < inBytes) {
@@ -337,31 +370,18 @@ void transfer(Socket* to, const char* out, size_t outBytes, Socket* from, char* 
     int rc = ::poll(fds, count, timeout);
     if (rc < 0 && errno != EINTR) failErrno(braidSystemError, activity + ": poll", errno);
     if (rc <= 0) continue;
-    if (sendIndex >= 0 && fds[sendIndex].revents != 0) {
-      ssize_t n = ::send(to->fd(), out + sent, outBytes - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n > 0) {
-        sent += n;
-      } else if (errno == EPIPE || errno == ECONNRESET) {
-        fail(braidRemoteError, "{}: {} closed the connection (sent {} of {} bytes)", activity,
-             to->peerName(), sent, outBytes);
-      } else if (errno != EAGAIN && errno != EINTR) {
-        failErrno(braidSystemError, fmt::format("{}: sending to {}", activity, to->peerName()),
-                  errno);
-      }
-    }
-    if (recvIndex >= 0 && fds[recvIndex].revents != 0) {
-      long n = from->readSome(in + received, inBytes - received);
-      if (n > 0) {
-        received += n;
-      } else if (n == 0 || n == -ECONNRESET) {
-        fail(braidRemoteError, "{}: {} closed the connection (received {} of {} bytes)", activity,
-             from->peerName(), received, inBytes);
-      } else if (n != -EAGAIN && n != -EINTR) {
-        failErrno(braidSystemError,
-                  fmt::format("{}: receiving from {}", activity, from->peerName()),
-                  static_cast<int>(-n));
-      }
-    }
+    if (sendIndex >= 0 && sent < outBytes && fds[sendIndex].revents != 0)
+      sendAvailable(*to, out, outBytes, sent, activity);
+    if (recvIndex >= 0 && fds[recvIndex].revents != 0)
+      receiveAvailable(*from, in, inBytes, received, activity);
+    // After what came: `to` may have failed on what it received, having sent its part first.
+    const bool ended = sent == outBytes && received == inBytes;
+    if (!ended && sendIndex >= 0 && watchTo &&
+        (fds[sendIndex].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0)
+      fail(braidRemoteError,
+           "{}: {} closed the connection before it had all this rank sends it (its process "
+           "ended or it failed)",
+           activity, to->peerName());
   }
 }
 
@@ -484,9 +504,9 @@ void Socket::recvAll(void* data, size_t bytes, Clock::time_point deadline,
 }
 
 void sendRecv(Socket& to, const void* out, size_t outBytes, Socket& from, void* in, size_t inBytes,
-              Clock::time_point deadline, const std::string& activity) {
+              Clock::time_point deadline, const std::string& activity, WhenToCloses toCloses) {
   transfer(&to, static_cast<const char*>(out), outBytes, &from, static_cast<char*>(in), inBytes,
-           deadline, activity);
+           deadline, activity, toCloses);
 }
 
 }  // namespace braid

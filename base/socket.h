@@ -121,10 +121,15 @@ class Socket {
   std::string peerName_;
 };
 
+// Whether `to` closing its end before the exchange ends fails it. In a ring step before the last,
+// `to` still needs what this rank sends later, so its close means it failed or its process ended;
+// in the last, `to` may have taken all it needs and left (a FIN after everything was read).
+enum class WhenToCloses { Fails, MayHaveEnded };
 // Sends `outBytes` to `to` while receiving `inBytes` from `from`, so that ranks that all send at
 // once (a ring step) cannot block each other on full socket buffers.
 void sendRecv(Socket& to, const void* out, size_t outBytes, Socket& from, void* in, size_t inBytes,
-              Clock::time_point deadline, const std::string& activity);
+              Clock::time_point deadline, const std::string& activity,
+              WhenToCloses toCloses = WhenToCloses::MayHaveEnded);
 
 // Milliseconds until the deadline for poll(): rounded up, 0 once it has passed.
 int pollTimeoutMs(Clock::time_point deadline);

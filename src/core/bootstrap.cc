@@ -42,7 +42,12 @@ class RingBootstrap final : public Bootstrap {
     }
     if (id.rootHostedByRank0 && rank == 0) ensureRootService(id, self_);
     listener_ = rendezvous(id, localInfo, deadline);
-    if (nranks > 1) formRing(id, deadline);
+    if (nranks > 1) {
+      formRing(id, deadline);
+      // Nobody leaves the join before every rank has joined: a rank's ring connections close
+      // only once all are in the ring, so a close seen while the ring forms is a failure.
+      barrier(deadline);
+    }
     BRAID_INFO(log::kBootstrap, "{}: joined at {}", self_,
                nranks > 1 ? listenAddresses_[rank].toString() : std::string("-"));
   }
@@ -57,7 +62,7 @@ class RingBootstrap final : public Bootstrap {
     mine.put<uint64_t>(bytes);
     char theirs[kCollectiveHeaderBytes];
     sendRecv(next_, mine.data().data(), mine.data().size(), prev_, theirs, sizeof theirs, deadline,
-             activity);
+             activity, WhenToCloses::Fails);
     WireReader r(theirs, sizeof theirs, activity);
     auto prevSequence = r.get<uint64_t>();
     auto prevBytes = r.get<uint64_t>();
@@ -67,13 +72,16 @@ class RingBootstrap final : public Bootstrap {
     if (prevBytes != bytes)
       fail(braidInvalidArgument, "{}: this rank gathers {} bytes per rank, {} gathers {}", activity,
            bytes, prev_.peerName(), prevBytes);
-    // Step s forwards the slice received in step s-1: n-1 steps and every slice went round.
+    // Step s forwards the slice received in step s-1: n-1 steps and every slice went round. The
+    // next rank needs every step's slice, so it may leave only in the last (a rank that failed
+    // then is seen by the rank after it, which reads from it).
     char* base = static_cast<char*>(data);
     for (int step = 0; step < nranks_ - 1; ++step) {
       size_t sendSlice = (rank_ - step + nranks_) % nranks_;
       size_t recvSlice = (rank_ - step - 1 + nranks_) % nranks_;
       sendRecv(next_, base + sendSlice * bytes, bytes, prev_, base + recvSlice * bytes, bytes,
-               deadline, fmt::format("{} step {}", activity, step + 1));
+               deadline, fmt::format("{} step {}", activity, step + 1),
+               step + 1 < nranks_ - 1 ? WhenToCloses::Fails : WhenToCloses::MayHaveEnded);
     }
   }
 
@@ -153,13 +161,15 @@ class RingBootstrap final : public Bootstrap {
     const int next = (rank_ + 1) % nranks_;
     const int prev = (rank_ + nranks_ - 1) % nranks_;
     const std::string activity = self_ + ": forming the bootstrap ring";
-    next_ = Socket::connect(listenAddresses_[next], rankName(next), deadline, activity);
+    // Every listener was up before the table was sent: a refusal means its rank has gone.
+    next_ = Socket::connect(listenAddresses_[next], rankName(next), deadline, activity,
+                            Socket::Refused::IsFinal);
     std::string hello = encodeHello(kRingHello, rank_, nranks_, id, "");
     next_.sendAll(hello.data(), hello.size(), deadline, activity);
     Gatekeeper gate(listener_.duplicate(), id.secret,
                     fmt::format("{} listener at {}", self_, listenAddresses_[rank_].toString()));
     for (;;) {
-      std::optional<Admitted> a = gate.admit(deadline);
+      std::optional<Admitted> a = gate.admit(deadline, &next_);
       if (!a)
         fail(braidTimeout, "{}: {} never connected to this rank's listener before the deadline",
              activity, rankName(prev));

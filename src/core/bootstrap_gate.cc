@@ -21,7 +21,7 @@ using std::chrono::milliseconds;
 
 namespace bootstrap_detail {
 
-std::optional<Admitted> Gatekeeper::admit(Clock::time_point deadline) {
+std::optional<Admitted> Gatekeeper::admit(Clock::time_point deadline, const Socket* mustStay) {
   for (;;) {
     if (!ready_.empty()) {
       Admitted a = std::move(ready_.front());
@@ -29,12 +29,7 @@ std::optional<Admitted> Gatekeeper::admit(Clock::time_point deadline) {
       return a;
     }
     Clock::time_point now = Clock::now();
-    std::erase_if(pending_, [&](const Pending& p) {
-      if (now < p.helloDeadline) return false;
-      drop(p.socket, fmt::format("no complete hello within {} ms ({} bytes received)",
-                                 milliseconds(kHelloTimeout).count(), p.have));
-      return true;
-    });
+    dropSilentConnections(now);
     if (now >= deadline) return std::nullopt;
     Clock::time_point wake = deadline;
     std::vector<pollfd> fds{{listener_.fd(), POLLIN, 0}};
@@ -42,17 +37,36 @@ std::optional<Admitted> Gatekeeper::admit(Clock::time_point deadline) {
       wake = std::min(wake, p.helloDeadline);
       fds.push_back({p.socket.fd(), POLLIN, 0});
     }
+    if (mustStay != nullptr) fds.push_back({mustStay->fd(), POLLRDHUP, 0});
     int rc = ::poll(fds.data(), fds.size(), pollTimeoutMs(wake));
     if (rc < 0 && errno != EINTR) failErrno(braidSystemError, name_ + ": poll", errno);
     if (rc <= 0) continue;
-    for (size_t i = 0; i < pending_.size(); ++i)
-      if (fds[i + 1].revents != 0) progress(pending_[i]);
-    std::erase_if(pending_, [](const Pending& p) { return !p.socket.valid(); });
-    if ((fds[0].revents & POLLIN) != 0)
-      for (Socket s = listener_.acceptPending(); s.valid(); s = listener_.acceptPending())
-        pending_.push_back({std::move(s), Clock::now() + kHelloTimeout,
-                            std::string(kHelloHeaderBytes, '\0'), 0, Hello{}, false});
+    serve(fds);
+    if (ready_.empty() && mustStay != nullptr && fds.back().revents != 0)
+      fail(braidRemoteError,
+           "{}: {} closed its connection while this rank waited (its process ended or its init "
+           "failed)",
+           name_, mustStay->peerName());
   }
+}
+
+void Gatekeeper::dropSilentConnections(Clock::time_point now) {
+  std::erase_if(pending_, [&](const Pending& p) {
+    if (now < p.helloDeadline) return false;
+    drop(p.socket, fmt::format("no complete hello within {} ms ({} bytes received)",
+                               milliseconds(kHelloTimeout).count(), p.have));
+    return true;
+  });
+}
+
+void Gatekeeper::serve(const std::vector<pollfd>& fds) {
+  for (size_t i = 0; i < pending_.size(); ++i)
+    if (fds[i + 1].revents != 0) progress(pending_[i]);
+  std::erase_if(pending_, [](const Pending& p) { return !p.socket.valid(); });
+  if ((fds[0].revents & POLLIN) != 0)
+    for (Socket s = listener_.acceptPending(); s.valid(); s = listener_.acceptPending())
+      pending_.push_back({std::move(s), Clock::now() + kHelloTimeout,
+                          std::string(kHelloHeaderBytes, '\0'), 0, Hello{}, false});
 }
 
 void Gatekeeper::drop(const Socket& s, const std::string& reason) const {

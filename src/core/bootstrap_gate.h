@@ -2,6 +2,8 @@
 // secret, shared by the root and the ranks' ring.
 #pragma once
 
+#include <poll.h>
+
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -33,8 +35,10 @@ class Gatekeeper {
 
   const std::string& name() const { return name_; }
 
-  // The next connection with a valid hello, or nothing once the deadline passes.
-  std::optional<Admitted> admit(Clock::time_point deadline);
+  // The next connection with a valid hello, or nothing once the deadline passes. `mustStay`, if
+  // given, is a connection whose close fails the wait (braidRemoteError) where no hello has come
+  // meanwhile: the next rank of a ring that forms, which cannot end before this rank has joined.
+  std::optional<Admitted> admit(Clock::time_point deadline, const Socket* mustStay = nullptr);
 
   void reject(const Admitted& a, const std::string& reason) const { drop(a.socket, reason); }
 
@@ -49,6 +53,10 @@ class Gatekeeper {
   };
 
   void drop(const Socket& s, const std::string& reason) const;
+  void dropSilentConnections(Clock::time_point now);
+  // Reads the pending connections and accepts new ones, as poll() found them (fds: the listener,
+  // then each pending connection).
+  void serve(const std::vector<pollfd>& fds);
 
   // Reads what has arrived; a finished hello moves to ready_, a bad one is dropped (its socket
   // is closed, left invalid for the caller to sweep away).

@@ -1,10 +1,13 @@
 // Helpers for fault tests that run ranks as forked processes: memory the parent and children
-// share for reports, forking a child that never returns into the test, and bounded waits that
-// kill children which overrun.
+// share for reports, forking a child that never returns into the test, bounded waits that
+// kill children which overrun, and a free port for a rendezvous the test knows.
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,8 +15,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <new>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -108,6 +113,26 @@ inline std::vector<ChildStatus> waitChildren(const std::vector<pid_t>& pids,
     if (remaining > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return result;
+}
+
+// A port that is free now and outside the kernel's ephemeral range, so no outgoing connection
+// or port-0 bind elsewhere on the machine takes it before the root binds it.
+inline uint16_t pickFreePort() {
+  int ephemeralLow = 32768, ephemeralHigh = 60999;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> ephemeralLow >> ephemeralHigh;
+  std::mt19937 random(std::random_device{}());
+  std::uniform_int_distribution<int> candidates(10000, std::max(10001, ephemeralLow - 1));
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);  // where the root binds
+    addr.sin_port = htons(candidates(random));
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    bool available = fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    if (fd >= 0) close(fd);
+    if (available) return ntohs(addr.sin_port);
+  }
+  throw std::runtime_error("no free port found below the ephemeral range");
 }
 
 }  // namespace braid_test

@@ -35,26 +35,6 @@ struct Shared {
   RankReport ranks[4];
 };
 
-// A port that is free now and outside the kernel's ephemeral range, so no outgoing connection
-// or port-0 bind elsewhere on the machine takes it before the root binds it.
-uint16_t pickFreePort() {
-  int ephemeralLow = 32768, ephemeralHigh = 60999;
-  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> ephemeralLow >> ephemeralHigh;
-  std::mt19937 random(std::random_device{}());
-  std::uniform_int_distribution<int> candidates(10000, std::max(10001, ephemeralLow - 1));
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_ANY);  // where the root binds
-    addr.sin_port = htons(candidates(random));
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    bool available = fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-    if (fd >= 0) close(fd);
-    if (available) return ntohs(addr.sin_port);
-  }
-  throw std::runtime_error("no free port found below the ephemeral range");
-}
-
 // Connects to 127.0.0.1:port, retrying while nobody listens yet; -1 if the deadline passes.
 int connectWhenListening(uint16_t port, Clock::time_point deadline) {
   sockaddr_in addr{};
@@ -116,7 +96,7 @@ class BootstrapStranger : public testing::TestWithParam<int> {};
 
 TEST_P(BootstrapStranger, JobCompletesAndRootWarnsAboutDroppedConnections) {
   const int nranks = GetParam();
-  const uint16_t port = pickFreePort();
+  const uint16_t port = braid_test::pickFreePort();
   const std::string rootLog =
       testing::TempDir() + "stranger_root_" + std::to_string(getpid()) + ".log";
   std::remove(rootLog.c_str());
