@@ -217,29 +217,36 @@ void Mailbox::take(int peer, braidComm_t comm, const Envelope& envelope) {
   deliver(peer, message, *receive);
 }
 
-void Mailbox::deliverFromWire(int peer, braidComm_t comm, const Envelope& envelope,
-                              Posted& receive) {
-  const MessageHeader& head = envelope.head;
-  bool consumed = head.inlined != 0 || head.count == 0;
-  std::exception_ptr error;
+// The message written into the receive's flat tensor by `fill`, as the receive's poster would
+// write it; the error that stopped it, if any.
+template <typename Fill>
+std::exception_ptr Mailbox::writeInto(int peer, const MessageHeader& head, Posted& receive,
+                                      Fill fill) {
   try {
     at::ThreadLocalStateGuard asPoster(receive.state);
     at::NoGradGuard noGrad;
     Flat into(receive.tensor);
     failIfMismatch(head, into, rank_, peer);
-    if (head.inlined != 0) {
-      copyBytes(into.data(), envelope.payload, head.bytes);
-    } else if (!consumed) {
-      consumed = true;
-      check(comm,
-            braidRecv(into.data(), head.count, static_cast<braidDataType_t>(head.type), 0, comm,
-                      nullptr),
-            "braidRecv");
-    }
+    fill(into.data());
     into.writeBack();
   } catch (...) {
-    error = std::current_exception();
+    return std::current_exception();
   }
+  return nullptr;
+}
+
+void Mailbox::deliverFromWire(int peer, braidComm_t comm, const Envelope& envelope,
+                              Posted& receive) {
+  const MessageHeader& head = envelope.head;
+  bool consumed = head.inlined != 0 || head.count == 0;
+  std::exception_ptr error = writeInto(peer, head, receive, [&](void* to) {
+    if (head.inlined != 0) return copyBytes(to, envelope.payload, head.bytes);
+    if (consumed) return;
+    consumed = true;
+    check(comm,
+          braidRecv(to, head.count, static_cast<braidDataType_t>(head.type), 0, comm, nullptr),
+          "braidRecv");
+  });
   if (!consumed) {  // the receive failed before taking it: the next envelope follows it
     try {
       receiveMessage(comm, envelope);
@@ -250,17 +257,9 @@ void Mailbox::deliverFromWire(int peer, braidComm_t comm, const Envelope& envelo
 }
 
 void Mailbox::deliver(int peer, const Arrived& message, Posted& receive) {
-  std::exception_ptr error;
-  try {
-    at::ThreadLocalStateGuard asPoster(receive.state);
-    at::NoGradGuard noGrad;
-    Flat into(receive.tensor);
-    failIfMismatch(message.head, into, rank_, peer);
-    copyBytes(into.data(), message.data.data_ptr(), message.head.bytes);
-    into.writeBack();
-  } catch (...) {
-    error = std::current_exception();
-  }
+  std::exception_ptr error = writeInto(peer, message.head, receive, [&](void* to) {
+    copyBytes(to, message.data.data_ptr(), message.head.bytes);
+  });
   finish(receive, error ? -1 : peer, error);
 }
 

@@ -124,6 +124,8 @@ class Mailbox {
   void take(int peer, braidComm_t comm, const Envelope& envelope);
   void deliverFromWire(int peer, braidComm_t comm, const Envelope& envelope, Posted& receive);
   void deliver(int peer, const Arrived& message, Posted& receive);
+  template <typename Fill>
+  std::exception_ptr writeInto(int peer, const MessageHeader& head, Posted& receive, Fill fill);
   void finish(Posted& receive, int source, std::exception_ptr error);
   // Fails the receives waiting on `peer` whose time is up (and those from any source, once the
   // channels close).
