@@ -867,10 +867,9 @@ braidResult_t braidGroupSimulateEnd(braidSimInfo_t* simInfo) {
            "braidGroupSimulateEnd: the group creates communicators (expected a group of "
            "operations only)");
     std::map<braidComm*, double> microseconds;
-    for (const auto& [comm, op] : group.ops) {
-      const CollArgs& a = op.first;
-      const braid::ModelCall call = braid::modelCallOf(a, comm->nranks());
-      microseconds[comm] += comm->predict(call.operation, call.bytes).us;
+    for (const GroupOp& op : group.ops) {
+      const braid::ModelCall call = braid::modelCallOf(op.args, op.comm->nranks());
+      microseconds[op.comm] += op.comm->predict(call.operation, call.bytes).us;
     }
     double slowest = 0;
     for (const auto& [comm, us] : microseconds) slowest = std::max(slowest, us);

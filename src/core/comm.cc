@@ -251,6 +251,11 @@ void braidComm::checkBuffer(const char* fn, const char* name, const void* p) con
   braid::checkHostBuffer(fn, rank_, name, p);
 }
 
+std::optional<uint64_t> braidComm::identityOnceReady() const {
+  if (!status_.ready() || links_.peers().empty()) return std::nullopt;  // peers_: set before ready
+  return identity();
+}
+
 // The status turns braidSuccess only after init has set device_, so reading it first is safe while
 // a non-blocking init still runs.
 braidResult_t braidComm::asyncError() {

@@ -115,6 +115,9 @@ struct braidComm : public braid::Watchdog {
   // Operations queued on host streams but not finished, or being launched on a device (a launch
   // may wait for its turn); finalize, abort and destroy wait for them.
   braid::PendingOperations& pending() { return status_.pending(); }
+  braid::CollectiveNumbers& collectiveNumbers() { return status_.collectiveNumbers(); }
+  // The communicator's identity (alike on every rank), once init has succeeded.
+  std::optional<uint64_t> identityOnceReady() const;
   braid::PendingOperations& callsInside() { return status_.callsInside(); }
 
   void finalize();

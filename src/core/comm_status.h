@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -30,6 +31,21 @@ class PendingOperations {
   std::condition_variable drained_;
 };
 
+// Numbers the collective calls the C API's callers make on a communicator (1, 2, ...; a group's at
+// its end), alike on every rank, since every rank makes the same collectives in the same order; a
+// call refused before it runs takes none. Host streams compare them (core/host_stream.h). Used by
+// the thread that calls on the communicator (one at a time, as NCCL requires).
+class CollectiveNumbers {
+ public:
+  // The number the k-th next call will take.
+  uint64_t next(uint64_t k = 1) const { return taken_.load(std::memory_order_relaxed) + k; }
+  // The next `n` calls have been made.
+  void take(uint64_t n) { taken_.fetch_add(n, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> taken_{0};
+};
+
 class CommStatus {
  public:
   // Init has finished: successfully where `initError` is empty. Wakes waitReady().
@@ -51,6 +67,7 @@ class CommStatus {
   std::string lastError() const;
 
   PendingOperations& pending() { return pending_; }
+  CollectiveNumbers& collectiveNumbers() { return collectiveNumbers_; }
   // The C API's calls on this communicator that have not returned (api::guarded): abort and
   // destroy wait for them to leave, since a call failing as the communicator is aborted still
   // records its error in it on its way out.
@@ -65,6 +82,7 @@ class CommStatus {
   std::string lastError_;
   PendingOperations pending_;
   PendingOperations callsInside_;
+  CollectiveNumbers collectiveNumbers_;
   void exchange(braidResult_t from, braidResult_t to) { code_.compare_exchange_strong(from, to); }
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 #include <iterator>
+#include <map>
 #include <optional>
 #include <span>
 #include <vector>
@@ -78,26 +79,76 @@ void runNow(std::vector<Batch>& batches) {
       [&](size_t i) { runBatch(batches[i].comm, batches[i].ops); });
 }
 
+// Of `batches`, each communicator rank's collectives as they will be numbered, for the stream's
+// check (a communicator whose init has not ended has no identity yet, and is not checked).
+std::vector<braid::RankCollectives> collectivesOf(const std::vector<Batch>& batches) {
+  std::vector<braid::RankCollectives> collectives;
+  for (const Batch& b : batches) {
+    const std::optional<uint64_t> comm = b.comm->identityOnceReady();
+    const braid::CollectiveNumbers& numbers = b.comm->collectiveNumbers();
+    if (comm && b.collectives != 0)
+      collectives.push_back({*comm, b.comm->rank(), numbers.next(), numbers.next(b.collectives)});
+  }
+  return collectives;
+}
+
+[[noreturn]] void failQueuedBehind(const std::vector<braid::RankCollectives>& mine,
+                                   const braid::RankCollectives& ahead, braidStream_t stream) {
+  auto own = std::find_if(mine.begin(), mine.end(), [&](const braid::RankCollectives& m) {
+    return m.comm == ahead.comm && m.first <= ahead.last && ahead.first <= m.last;
+  });
+  if (own == mine.end()) own = mine.begin();  // HostStream::enqueue found it among them
+  fail(braidInvalidUsage,
+       "rank {}: its collective #{} of this communicator would be queued on host stream {} behind "
+       "rank {}'s part of the same collective, which waits for it there: neither could run, so it "
+       "was not queued (expected a stream per rank, or both ranks' calls in one "
+       "braidGroupStart/braidGroupEnd)",
+       own->rank, std::max(own->first, ahead.first), stream, ahead.rank);
+}
+
+// Fails, naming both ranks, where a task queued on the batches' stream runs another rank's part of
+// one of their collectives.
+void failIfQueuedBehind(const std::vector<Batch>& batches) {
+  const std::vector<braid::RankCollectives> collectives = collectivesOf(batches);
+  auto* stream = static_cast<braid::HostStream*>(batches.front().stream);
+  if (std::optional<braid::RankCollectives> ahead = stream->otherRanksPartAhead(collectives))
+    failQueuedBehind(collectives, *ahead, batches.front().stream);
+}
+
 // Batches on one host stream as one task of it, run together as runNow runs them (a group's ranks
 // on one stream, one after another, would have the first wait for the second behind it).
 void submitToStream(std::vector<Batch> batches) {
-  for (const Batch& b : batches) b.comm->pending().begin();
-  auto* stream = static_cast<braid::HostStream*>(batches.front().stream);
-  stream->enqueue([batches = std::move(batches)]() mutable {
-    struct Done {
-      std::vector<Batch>& batches;
-      ~Done() {
-        for (const Batch& b : batches) b.comm->pending().end();
-      }
-    } done{batches};
-    try {
-      runNow(batches);
-    } catch (...) {
-      const Error e = braid::currentError();
-      BRAID_WARN(braid::log::kColl, "{}", e.what());
-      throw e;
-    }
-  });
+  const std::vector<braid::RankCollectives> collectives = collectivesOf(batches);
+  std::vector<std::pair<braidComm*, uint64_t>> numbered;  // each communicator's collective calls
+  for (const Batch& b : batches) {
+    numbered.emplace_back(b.comm, b.collectives);
+    b.comm->pending().begin();
+  }
+  const braidStream_t handle = batches.front().stream;
+  auto* stream = static_cast<braid::HostStream*>(handle);
+  std::optional<braid::RankCollectives> ahead = stream->enqueue(
+      [batches = std::move(batches)]() mutable {
+        struct Done {
+          std::vector<Batch>& batches;
+          ~Done() {
+            for (const Batch& b : batches) b.comm->pending().end();
+          }
+        } done{batches};
+        try {
+          runNow(batches);
+        } catch (...) {
+          const Error e = braid::currentError();
+          BRAID_WARN(braid::log::kColl, "{}", e.what());
+          throw e;
+        }
+      },
+      collectives);
+  if (!ahead) {
+    for (const auto& [comm, calls] : numbered) comm->collectiveNumbers().take(calls);
+    return;
+  }
+  for (const auto& [comm, calls] : numbered) comm->pending().end();
+  failQueuedBehind(collectives, *ahead, handle);
 }
 
 // Each rank's operations on its own stream, issued round by round: ranks of a GPU queue their
@@ -216,6 +267,34 @@ void failIfAnyCallFailed(const GroupState& group, const char* fn) {
          fn, group.ops.size(), group.failure->sentence);
 }
 
+struct GroupBatches {
+  std::vector<Batch> now, queued, device;
+};
+
+// A group's operations as each communicator's batch: run now, queued on a host stream, or
+// launched on its device.
+GroupBatches batchesOf(const std::vector<GroupOp>& ops) {
+  GroupBatches batches;
+  std::map<braidComm*, braidStream_t> streamOf;
+  for (const GroupOp& op : ops) {
+    braidComm* comm = op.comm;
+    if (streamOf.emplace(comm, op.stream).first->second != op.stream)
+      fail(braidInvalidUsage,
+           "braidGroupEnd: rank {} has operations on different streams in one group (expected "
+           "one stream per communicator)",
+           comm->rank());
+    std::vector<Batch>& list = comm->onDevice()       ? batches.device
+                               : op.stream == nullptr ? batches.now
+                                                      : batches.queued;
+    auto it =
+        std::find_if(list.begin(), list.end(), [&](const Batch& b) { return b.comm == comm; });
+    if (it == list.end()) it = list.insert(list.end(), Batch{comm, op.stream, {}});
+    it->ops.push_back(op.args);
+    it->collectives += op.beginsCollective ? 1 : 0;
+  }
+  return batches;
+}
+
 void endGroup() {
   GroupState group = std::move(threadGroup());
   threadGroup() = GroupState{};
@@ -224,33 +303,25 @@ void endGroup() {
   std::deque<CallInside> inside;
   for (const PendingInit& init : group.inits) inside.emplace_back(init.comm);
   for (const PendingChild& child : group.children) inside.emplace_back(child.parent);
-  for (const auto& op : group.ops) inside.emplace_back(op.first);
+  for (const GroupOp& op : group.ops) inside.emplace_back(op.comm);
   // Communicators are made even where the group failed: their peers' initializations wait for
   // them, and each was a whole call.
   initializeAll(group.inits);
   makeChildren(group.children);
   failIfAnyCallFailed(group, "braidGroupEnd");
-  auto& ops = group.ops;
 
-  std::vector<Batch> now, queued, device;
-  for (auto& [comm, op] : ops) {
-    std::vector<Batch>& list = comm->onDevice() ? device : op.second == nullptr ? now : queued;
-    auto it =
-        std::find_if(list.begin(), list.end(), [&](const Batch& b) { return b.comm == comm; });
-    if (it == list.end()) {
-      list.push_back(Batch{comm, op.second, {}});
-      it = std::prev(list.end());
-    } else if (it->stream != op.second) {
-      fail(braidInvalidUsage,
-           "braidGroupEnd: rank {} has operations on different streams in one group (expected "
-           "one stream per communicator)",
-           comm->rank());
-    }
-    it->ops.push_back(op.first);
-  }
+  GroupBatches batches = batchesOf(group.ops);
+  std::vector<Batch>& now = batches.now;
+  std::vector<Batch>& device = batches.device;
   refuseSharedLinks(now);
-  std::vector<std::vector<Batch>> streams = byStream(std::move(queued));
-  for (const std::vector<Batch>& onOneStream : streams) refuseSharedLinks(onOneStream);
+  std::vector<std::vector<Batch>> streams = byStream(std::move(batches.queued));
+  for (const std::vector<Batch>& onOneStream : streams) {
+    refuseSharedLinks(onOneStream);
+    failIfQueuedBehind(onOneStream);
+  }
+  // Nothing has run: the calls made here take their numbers (those on streams, as queued).
+  for (const std::vector<Batch>* made : {&now, &device})
+    for (const Batch& b : *made) b.comm->collectiveNumbers().take(b.collectives);
   launchOnDevices(device);
   for (std::vector<Batch>& onOneStream : streams) submitToStream(std::move(onOneStream));
   runNow(now);
@@ -286,12 +357,19 @@ braidResult_t enqueue(const CollArgs& call, braidComm* comm, braidStream_t strea
 }
 
 void dispatch(braidComm* comm, std::span<const CollArgs> ops, braidStream_t stream) {
+  // A call of several operations (AlltoAll, Gather, Scatter) is collective, as is one that is not
+  // a send or receive.
+  const bool collective = ops.size() > 1 || !isSendOrRecv(ops[0].coll);
   if (threadGroup().depth > 0) {
-    for (const CollArgs& a : ops) threadGroup().ops.push_back({comm, {a, stream}});
+    for (size_t i = 0; i < ops.size(); ++i)
+      threadGroup().ops.push_back({comm, ops[i], stream, collective && i == 0});
     return;
   }
+  const uint64_t collectives = collective ? 1 : 0;
+  if (stream != nullptr && !comm->onDevice())
+    return submitToStream({Batch{comm, stream, {ops.begin(), ops.end()}, collectives}});
+  comm->collectiveNumbers().take(collectives);
   if (comm->onDevice()) return comm->launch(ops, stream);
-  if (stream != nullptr) return submitToStream({Batch{comm, stream, {ops.begin(), ops.end()}}});
   runBatch(comm, ops);
 }
 

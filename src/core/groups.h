@@ -42,9 +42,18 @@ struct GroupFailure {
   std::string sentence;
 };
 
+// An operation a group holds; `beginsCollective`: the first of a collective call's operations (the
+// call is numbered among its communicator's collectives at the group's end).
+struct GroupOp {
+  braidComm* comm;
+  CollArgs args;
+  braidStream_t stream;
+  bool beginsCollective;
+};
+
 struct GroupState {
   int depth = 0;
-  std::vector<std::pair<braidComm*, std::pair<CollArgs, braidStream_t>>> ops;
+  std::vector<GroupOp> ops;
   std::vector<PendingInit> inits;
   std::vector<PendingChild> children;
   std::optional<GroupFailure> failure;
@@ -79,8 +88,11 @@ struct Batch {
   braidComm* comm;
   braidStream_t stream;
   std::vector<CollArgs> ops;
+  uint64_t collectives = 0;  // how many collective calls `ops` make (CollectiveNumbers)
 };
-// Queues batches of one host stream as one task of it, which runs them together.
+// Queues batches of one host stream as one task of it, which runs them together, and numbers their
+// collectives; fails, queuing nothing, where a task queued there runs another rank's part of one
+// of their collectives (it waits for this one).
 void submitToStream(std::vector<Batch> batches);
 
 // Outside a group the child is made now; inside, at the group's end.

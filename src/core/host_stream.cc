@@ -42,13 +42,47 @@ bool HostStream::isLive(braidStream_t handle) {
   return gLive.count(handle) != 0;
 }
 
-void HostStream::enqueue(std::function<void()> task) {
+namespace {
+
+// Whether `ahead` is another rank's part of a collective of `mine`.
+bool otherRanksPart(const RankCollectives& ahead, const RankCollectives& mine) {
+  return ahead.comm == mine.comm && ahead.rank != mine.rank && ahead.first <= mine.last &&
+         mine.first <= ahead.last;
+}
+
+}  // namespace
+
+std::optional<RankCollectives> HostStream::partAhead(
+    const std::vector<RankCollectives>& collectives) const {
+  auto among = [&](const std::vector<RankCollectives>& queued) -> std::optional<RankCollectives> {
+    for (const RankCollectives& ahead : queued)
+      for (const RankCollectives& mine : collectives)
+        if (otherRanksPart(ahead, mine)) return ahead;
+    return std::nullopt;
+  };
+  if (running_)
+    if (auto part = among(runningCollectives_)) return part;
+  for (const Task& task : queue_)
+    if (auto part = among(task.collectives)) return part;
+  return std::nullopt;
+}
+
+std::optional<RankCollectives> HostStream::otherRanksPartAhead(
+    const std::vector<RankCollectives>& collectives) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return partAhead(collectives);
+}
+
+std::optional<RankCollectives> HostStream::enqueue(std::function<void()> task,
+                                                   std::vector<RankCollectives> collectives) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back(std::move(task));
+    if (auto part = partAhead(collectives)) return part;
+    queue_.push_back({std::move(task), std::move(collectives)});
     outstanding_.fetch_add(1, std::memory_order_release);
   }
   workQueued_.notify_one();
+  return std::nullopt;
 }
 
 // Back-to-back operations hand over faster when the waiting side polls a little before it
@@ -80,14 +114,15 @@ void HostStream::work() {
     }
     workQueued_.wait(lock, [&] { return !queue_.empty() || stopping_; });
     if (queue_.empty()) return;  // stopping, and drained
-    std::function<void()> task = std::move(queue_.front());
+    Task task = std::move(queue_.front());
     queue_.pop_front();
     running_ = true;
+    runningCollectives_ = std::move(task.collectives);
     lock.unlock();
     braidResult_t code = braidSuccess;
     std::string message;
     try {
-      task();
+      task.run();
     } catch (...) {
       code = braidSystemError;  // when not even the sentence can be made: out of memory
       try {
@@ -99,6 +134,7 @@ void HostStream::work() {
     }
     lock.lock();
     running_ = false;
+    runningCollectives_.clear();
     outstanding_.fetch_sub(1, std::memory_order_release);
     if (code != braidSuccess && error_ == braidSuccess) {
       error_ = code;

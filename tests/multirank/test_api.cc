@@ -377,6 +377,102 @@ TEST(Streams, QueuedCallsReturnBeforeTheyFinishAndRunInOrder) {
   runAs({Launch::Threads}, 2, program);
 }
 
+// Outside a group, rank 1's part of a collective queued on the host stream where rank 0's part of
+// it waits (for rank 1's) could never run: it is refused at once, naming the other rank and the
+// stream; the communicator is unharmed, so rank 1's part on a stream of its own completes the
+// collective. Parts of different collectives of the ranks share a stream as before. (Before, the
+// second part was queued, and both waited until the timeout.)
+TEST(Streams, ARanksCollectiveBehindAnotherRanksPartOfItOnOneHostStreamIsRefused) {
+  setenv("BRAID_TIMEOUT", "20000", 1);  // a hang fails within the test's limit
+  braidComm_t comms[2] = {};
+  ASSERT_EQ(braidCommInitAll(comms, 2, nullptr), braidSuccess) << lastError(nullptr);
+  float send[4];
+  braidStream_t shared = nullptr, own = nullptr;
+  ASSERT_EQ(braidStreamCreate(&shared), braidSuccess) << lastError(nullptr);
+  ASSERT_EQ(braidStreamCreate(&own), braidSuccess) << lastError(nullptr);
+  for (bool grouped : {false, true}) {
+    std::fill(std::begin(send), std::end(send), 3.0f);
+    float sum[2][4] = {{-1, -1, -1, -1}, {-1, -1, -1, -1}};
+    auto allReduce = [&](int rank, braidStream_t stream) {
+      if (grouped) braidGroupStart();
+      braidResult_t called =
+          braidAllReduce(send, sum[rank], 4, braidFloat32, braidSum, comms[rank], stream);
+      return grouped ? braidGroupEnd() : called;
+    };
+    EXPECT_EQ(allReduce(0, shared), braidSuccess) << lastError(comms[0]);
+    EXPECT_EQ(allReduce(1, shared), braidInvalidUsage) << "grouped " << grouped;
+    const std::string sentence = lastError(grouped ? nullptr : comms[1]);
+    EXPECT_TRUE(namesRank(sentence, 1) && namesRank(sentence, 0)) << sentence;
+    EXPECT_NE(sentence.find("host stream"), std::string::npos) << sentence;
+    EXPECT_EQ(allReduce(1, own), braidSuccess) << lastError(comms[1]);
+    EXPECT_EQ(braidStreamSynchronize(shared), braidSuccess) << lastError(comms[0]);
+    EXPECT_EQ(braidStreamSynchronize(own), braidSuccess) << lastError(comms[1]);
+    for (int rank = 0; rank < 2; ++rank)
+      EXPECT_EQ(std::vector<float>(sum[rank], sum[rank] + 4), std::vector<float>(4, 6.0f))
+          << "rank " << rank << ", grouped " << grouped;
+  }
+  // Rank 0's next collective on the shared stream; rank 1's on this thread completes it. Then
+  // rank 1's following one on the shared stream (rank 0's part there is of another collective, or
+  // finished): accepted, and rank 0's part completes it from this thread.
+  float first[2][4], second[2][4];
+  EXPECT_EQ(braidAllReduce(send, first[0], 4, braidFloat32, braidSum, comms[0], shared),
+            braidSuccess);
+  EXPECT_EQ(braidAllReduce(send, first[1], 4, braidFloat32, braidSum, comms[1], nullptr),
+            braidSuccess)
+      << lastError(comms[1]);
+  EXPECT_EQ(braidAllReduce(send, second[1], 4, braidFloat32, braidSum, comms[1], shared),
+            braidSuccess)
+      << lastError(comms[1]);
+  EXPECT_EQ(braidAllReduce(send, second[0], 4, braidFloat32, braidSum, comms[0], nullptr),
+            braidSuccess)
+      << lastError(comms[0]);
+  EXPECT_EQ(braidStreamSynchronize(shared), braidSuccess) << lastError(comms[0]);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(std::vector<float>(first[rank], first[rank] + 4), std::vector<float>(4, 6.0f));
+    EXPECT_EQ(std::vector<float>(second[rank], second[rank] + 4), std::vector<float>(4, 6.0f));
+  }
+  EXPECT_EQ(braidStreamDestroy(shared), braidSuccess);
+  EXPECT_EQ(braidStreamDestroy(own), braidSuccess);
+  for (braidComm_t comm : comms) EXPECT_EQ(braidCommDestroy(comm), braidSuccess);
+}
+
+// Two threads, a rank each, queue an all-gather on one host stream: whichever comes second is
+// refused (the first waits for it there), and completes the collective on a stream of its own.
+TEST(Streams, TwoThreadsRanksOnOneHostStreamOneIsRefusedThenCompletesOnItsOwn) {
+  braidStream_t shared = nullptr;
+  ASSERT_EQ(braidStreamCreate(&shared), braidSuccess) << lastError(nullptr);
+  std::atomic<int> refused{0};
+  RankProgram program;
+  program.run = [&](const RankEnv& env) {
+    Failures failures;
+    braidComm_t comm = nullptr;
+    if (!succeeded(initRank(&comm, env), nullptr, "init", failures)) return failures;
+    const std::vector<int32_t> in(5, 100 + env.rank);
+    std::vector<int32_t> gathered(10, -1);
+    braidResult_t queued = braidAllGather(in.data(), gathered.data(), 5, braidInt32, comm, shared);
+    braidStream_t own = nullptr;
+    if (queued == braidInvalidUsage) {
+      refused.fetch_add(1);
+      if (!namesRank(lastError(comm), 1 - env.rank))
+        failures.push_back("the refusal names no other rank: " + lastError(comm));
+      succeeded(braidStreamCreate(&own), nullptr, "braidStreamCreate", failures);
+      succeeded(braidAllGather(in.data(), gathered.data(), 5, braidInt32, comm, own), comm,
+                "the all-gather on its own stream", failures);
+    } else {
+      succeeded(queued, comm, "the all-gather on the shared stream", failures);
+    }
+    succeeded(braidStreamSynchronize(own != nullptr ? own : shared), comm, "synchronize", failures);
+    if (own != nullptr) succeeded(braidStreamDestroy(own), nullptr, "destroy", failures);
+    expectElements(
+        gathered, [](size_t i) { return int32_t(100 + i / 5); }, "gathered", failures);
+    succeeded(braidCommDestroy(comm), nullptr, "braidCommDestroy", failures);
+    return failures;
+  };
+  runAs({Launch::Threads}, 2, program);
+  EXPECT_EQ(refused.load(), 1);
+  EXPECT_EQ(braidStreamDestroy(shared), braidSuccess);
+}
+
 // A message much larger than the FIFO, both ways at once: only completes if the group lets each
 // rank's send and receive progress together.
 constexpr size_t kBigMessage = size_t{4} << 20;  // floats: 16 MiB, sixteen times the FIFO
@@ -523,6 +619,23 @@ TEST_F(Arguments, ACallThatFailsInAGroupFailsTheGroupAndNoneOfItsOperationsRun) 
   EXPECT_EQ(braidGroupEnd(), braidSuccess) << lastError(nullptr);
   for (int rank = 0; rank < 2; ++rank)
     EXPECT_EQ(std::vector<float>(received[rank], received[rank] + 4), std::vector<float>(4, 4.0f));
+}
+
+// One rank's operations of a group on the NULL stream and on a host stream: refused as different
+// streams (they were split between the two, so its calls ran out of the order its peers had).
+TEST_F(Arguments, AGroupRankOnTheNullStreamAndAHostStreamIsRefused) {
+  braidStream_t stream = nullptr;
+  ASSERT_EQ(braidStreamCreate(&stream), braidSuccess) << lastError(nullptr);
+  ASSERT_EQ(braidGroupStart(), braidSuccess);
+  EXPECT_EQ(braidAllReduce(send_, recv_, 4, braidFloat32, braidSum, comms_[0], nullptr),
+            braidSuccess);
+  EXPECT_EQ(braidAllReduce(send_, recv_, 4, braidFloat32, braidSum, comms_[0], stream),
+            braidSuccess);
+  EXPECT_EQ(braidGroupEnd(), braidInvalidUsage);
+  const std::string sentence = lastError(nullptr);
+  EXPECT_NE(sentence.find("different streams"), std::string::npos) << sentence;
+  EXPECT_TRUE(namesRank(sentence, 0)) << sentence;
+  EXPECT_EQ(braidStreamDestroy(stream), braidSuccess);
 }
 
 TEST_F(Arguments, ProbeArgumentsAreNamed) {
